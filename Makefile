@@ -1,0 +1,38 @@
+# make test | make demo | make bench — each sets up .venv from nothing when needed.
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+DEPS   := $(VENV)/.deps-installed
+JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
+export MAX_JOBS ?= $(JOBS)
+
+.PHONY: venv build test test-gpu demo bench info clean
+
+venv: $(DEPS)
+$(DEPS): requirements.txt
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	touch $@
+
+# Rebuilds the op library from ops/*.yaml and the C++/CUDA sources, and installs paddle_ext.
+build: $(DEPS)
+	$(VPY) -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps .
+
+test: build
+	$(VPY) -m pytest unittests -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# The CUDA runtime suite alone (skips without a GPU).
+test-gpu: build
+	$(VPY) -m pytest unittests/gpu -q -p no:cacheprovider -rs $(PYTEST_ARGS)
+
+demo: build
+	$(VENV)/bin/paddle-ext demo $(ARGS)
+
+bench: build
+	$(VENV)/bin/paddle-ext bench $(ARGS)
+
+info: build
+	$(VENV)/bin/paddle-ext info
+
+clean:
+	rm -rf build *.egg-info

@@ -1,0 +1,104 @@
+// Glue shared by every binding: the only place (with binding/*.cc) that sees Paddle's headers.
+// Maps Paddle dtypes to the storage types the raw-pointer kernels take, checks places, and views
+// a tensor around one axis as [outer, n, inner].
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "paddle/extension.h"
+#include "paddle_ext/common.h"
+
+#ifdef PADDLE_EXT_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace paddle_ext {
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// fn(TypeTag<T>{}) for the storage type of a floating dtype (float16/bfloat16 as 16-bit structs).
+template <typename Fn>
+void dispatch_floating(paddle::DataType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case paddle::DataType::FLOAT32: return fn(TypeTag<float>{});
+    case paddle::DataType::FLOAT64: return fn(TypeTag<double>{});
+    case paddle::DataType::FLOAT16: return fn(TypeTag<float16_t>{});
+    case paddle::DataType::BFLOAT16: return fn(TypeTag<bfloat16_t>{});
+    default:
+      PD_THROW(op, ": unsupported dtype ", phi::DataTypeToString(dtype),
+               "; expected float16, bfloat16, float32 or float64");
+  }
+}
+
+// Floating types plus the integer types the scatter-style ops take.
+template <typename Fn>
+void dispatch_floating_and_integral(paddle::DataType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case paddle::DataType::INT32: return fn(TypeTag<int32_t>{});
+    case paddle::DataType::INT64: return fn(TypeTag<int64_t>{});
+    case paddle::DataType::INT16: return fn(TypeTag<int16_t>{});
+    case paddle::DataType::UINT8: return fn(TypeTag<uint8_t>{});
+    default: return dispatch_floating(dtype, op, std::forward<Fn>(fn));
+  }
+}
+
+template <typename T>
+const T* ptr(const paddle::Tensor& t) {
+  return reinterpret_cast<const T*>(t.data());
+}
+template <typename T>
+T* mutable_ptr(paddle::Tensor& t) {
+  return reinterpret_cast<T*>(t.data());
+}
+
+// Kernels index raw memory: hand them dense tensors.
+inline paddle::Tensor dense(const paddle::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+inline int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return -1;  // unknown in a static graph
+    n *= d;
+  }
+  return n;
+}
+
+// The last line of defence: the Python API has already validated the axis with a clear error.
+inline int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
+  const int64_t r = rank == 0 ? 1 : rank;  // a 0-d tensor has one axis of length 1 here
+  PD_CHECK(axis >= -r && axis < r, op, ": axis ", axis, " is out of range for a tensor of rank ", rank);
+  return axis < 0 ? axis + r : axis;
+}
+
+struct AxisView {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+inline AxisView axis_view(const std::vector<int64_t>& shape, int64_t axis, bool flatten, const char* op) {
+  AxisView v;
+  if (flatten || shape.empty()) {
+    v.n = numel_of(shape);
+    return v;
+  }
+  const int64_t a = normalize_axis(axis, (int64_t)shape.size(), op);
+  for (int64_t i = 0; i < a; ++i) v.outer *= shape[i];
+  v.n = shape[a];
+  for (size_t i = a + 1; i < shape.size(); ++i) v.inner *= shape[i];
+  return v;
+}
+
+inline void check_same_place(const paddle::Tensor& a, const paddle::Tensor& b, const char* op,
+                             const char* name_a, const char* name_b) {
+  PD_CHECK(a.place() == b.place(), op, ": ", name_a, " and ", name_b, " must be on the same place");
+}
+
+[[noreturn]] inline void throw_no_cuda(const char* op) {
+  PD_THROW(op, ": the tensor is on a GPU, but paddle_ext was built without CUDA kernels "
+               "(reinstall with a CUDA build of Paddle, or set PADDLE_EXT_WITH_CUDA=1)");
+}
+
+}  // namespace paddle_ext

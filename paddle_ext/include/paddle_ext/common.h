@@ -1,0 +1,137 @@
+// Shared by every layer: host/device qualifiers, index type, the 16-bit float storage types used by
+// the Paddle-free CPU kernels, and the accumulation type rule (half types accumulate in float32).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__CUDACC__)
+#define PE_HOSTDEVICE __host__ __device__
+#define PE_DEVICE __device__
+#else
+#define PE_HOSTDEVICE
+#define PE_DEVICE
+#endif
+
+namespace paddle_ext {
+
+using index_t = int64_t;
+
+// Bit-compatible with phi::dtype::float16 / __half and phi::dtype::bfloat16 / __nv_bfloat16.
+// The binding reinterprets Paddle's pointers as these; cpu/ never sees a Paddle type.
+struct float16_t {
+  uint16_t bits;
+};
+struct bfloat16_t {
+  uint16_t bits;
+};
+
+inline float half_bits_to_float(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t f;
+  if (exp == 0x1fu) {
+    f = sign | 0x7f800000u | (man << 13);  // inf / nan
+  } else if (exp != 0) {
+    f = sign | ((exp + 112u) << 23) | (man << 13);
+  } else if (man == 0) {
+    f = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      man <<= 1;
+      ++e;
+    } while ((man & 0x400u) == 0);
+    f = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+  }
+  float out;
+  std::memcpy(&out, &f, 4);
+  return out;
+}
+
+// Round to nearest even, like __float2half_rn.
+inline uint16_t float_to_half_bits(float value) {
+  uint32_t f;
+  std::memcpy(&f, &value, 4);
+  const uint16_t sign = (uint16_t)((f >> 16) & 0x8000u);
+  const uint32_t abs = f & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u);
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflows to inf after rounding
+  if (abs < 0x38800000u) {                         // result is subnormal or zero
+    if (abs < 0x33000000u) return sign;
+    const uint32_t exp = abs >> 23;
+    const uint32_t man = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126u - exp;  // 14..24
+    uint32_t half_man = man >> shift;
+    const uint32_t rem = man & ((1u << shift) - 1u);
+    const uint32_t halfway = 1u << (shift - 1u);
+    if (rem > halfway || (rem == halfway && (half_man & 1u))) ++half_man;
+    return sign | (uint16_t)half_man;
+  }
+  uint32_t h = ((abs - 0x38000000u) >> 13);
+  const uint32_t rem = abs & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return sign | (uint16_t)h;
+}
+
+inline float bf16_bits_to_float(uint16_t b) {
+  const uint32_t f = (uint32_t)b << 16;
+  float out;
+  std::memcpy(&out, &f, 4);
+  return out;
+}
+
+inline uint16_t float_to_bf16_bits(float value) {
+  uint32_t f;
+  std::memcpy(&f, &value, 4);
+  if ((f & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((f >> 16) | 0x40u);  // quiet nan
+  f += 0x7fffu + ((f >> 16) & 1u);  // round to nearest even
+  return (uint16_t)(f >> 16);
+}
+
+// Accumulation type: float for the 16-bit types, the type itself otherwise.
+template <typename T>
+struct Acc {
+  using type = T;
+};
+template <>
+struct Acc<float16_t> {
+  using type = float;
+};
+template <>
+struct Acc<bfloat16_t> {
+  using type = float;
+};
+template <typename T>
+using acc_t = typename Acc<T>::type;
+
+// Load/store through the accumulation type. Overloads, so templates stay generic.
+template <typename T>
+inline acc_t<T> load(const T& v) {
+  return v;
+}
+inline float load(const float16_t& v) { return half_bits_to_float(v.bits); }
+inline float load(const bfloat16_t& v) { return bf16_bits_to_float(v.bits); }
+
+template <typename T, typename A>
+inline T store(A v) {
+  return static_cast<T>(v);
+}
+template <>
+inline float16_t store<float16_t, float>(float v) {
+  return float16_t{float_to_half_bits(v)};
+}
+template <>
+inline bfloat16_t store<bfloat16_t, float>(float v) {
+  return bfloat16_t{float_to_bf16_bits(v)};
+}
+
+template <typename T>
+PE_HOSTDEVICE constexpr T neg_inf() {
+  return -std::numeric_limits<T>::infinity();
+}
+
+}  // namespace paddle_ext

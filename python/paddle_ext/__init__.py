@@ -1,0 +1,8 @@
+"""paddle_ext: fast, exact custom operators for PaddlePaddle."""
+
+from ._library import library_path
+from .logcumsumexp import logcumsumexp
+
+__version__ = "0.1.0"
+
+__all__ = ["logcumsumexp", "library_path"]

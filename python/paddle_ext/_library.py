@@ -1,0 +1,46 @@
+"""Finds and loads the compiled op library (`paddle_ext_lib`, built by setup.py)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+
+BUILD_HINT = "build it with `make build` (or `pip install --no-build-isolation .` in the repository)"
+
+
+@functools.lru_cache(maxsize=None)
+def ops():
+    """The generated op module: one function per YAML op, every input and attr positional."""
+    try:
+        import paddle_ext_lib  # noqa: PLC0415  (the generated stub registers the ops on import)
+    except ImportError as err:
+        raise ImportError(f"paddle_ext: the op library paddle_ext_lib is not installed; {BUILD_HINT}") from err
+    except Exception as err:  # a stale library built against another Paddle fails to load
+        raise ImportError(f"paddle_ext: the op library paddle_ext_lib failed to load ({err}); rebuild: {BUILD_HINT}") from err
+    missing = [op["name"] for op in manifest() if not op["forward"] and not hasattr(paddle_ext_lib, op["name"])]
+    if missing:
+        raise ImportError(f"paddle_ext: the op library is stale, it lacks {missing}; {BUILD_HINT}")
+    return paddle_ext_lib
+
+
+def library_path() -> str:
+    """Path of the compiled shared library (for paddle.inference configs and diagnostics)."""
+    module = ops()
+    for candidate in sorted(pathlib.Path(module.__file__).parent.glob("*.so")):
+        return str(candidate)
+    raise ImportError(f"paddle_ext: no shared library next to {module.__file__}; {BUILD_HINT}")
+
+
+@functools.lru_cache(maxsize=None)
+def manifest() -> list[dict]:
+    """The ops declared in ops/*.yaml, as the build saw them."""
+    installed = pathlib.Path(__file__).with_name("ops_manifest.json")
+    if installed.exists():
+        return json.loads(installed.read_text())
+    source_ops = pathlib.Path(__file__).resolve().parents[2] / "ops"  # running from a source checkout
+    if source_ops.is_dir():
+        from .codegen import opgen  # noqa: PLC0415
+
+        return [op.to_json() for op in opgen.load_ops(source_ops)]
+    raise ImportError(f"paddle_ext: ops_manifest.json is missing; {BUILD_HINT}")

@@ -1,0 +1,311 @@
+"""Our OpTest: the conformance harness every paddle_ext op is tested with.
+
+Paddle's own OpTest is not shipped in the wheel; this one reproduces its checks for custom ops:
+
+* ``check_output``  — the op in dygraph and in a static program (program_guard + Executor), against a
+  NumPy float64 reference, with Paddle's per-dtype tolerances (float16/bfloat16 inputs are rounded
+  to the dtype first, so the reference sees exactly what the op sees).
+* ``check_grad``    — analytic grads (dygraph ``backward`` and static ``paddle.static.gradients``)
+  against central-difference numeric grads of the same op in float64.
+* ``check_export``  — ``paddle.jit.to_static`` → ``paddle.jit.save`` → ``paddle.jit.load`` and a
+  ``paddle.inference`` predictor give the dygraph outputs.
+
+An op under test is any callable ``fn(*tensors, **attrs)`` returning a Tensor or a tuple of Tensors;
+``inputs`` is an ordered dict of NumPy arrays. Floating inputs are cast to the dtype under test;
+integer inputs (indices, boundaries) are passed as they are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+
+import numpy as np
+import paddle
+
+# Paddle's OpTest tolerances (DESIGN.md §7): relative, and an absolute floor for the half types.
+RTOL = {"float64": 1e-7, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
+ATOL = {"float64": 1e-12, "float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2}
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
+    """The float64 values a tensor of `dtype` holds after casting `array` to it."""
+    array = np.asarray(array)
+    if not np.issubdtype(array.dtype, np.floating):
+        return array
+    if dtype == "float16":
+        return array.astype(np.float16).astype(np.float64)
+    if dtype == "bfloat16":
+        return paddle.to_tensor(array.astype(np.float32)).astype("bfloat16").astype("float64").numpy()
+    if dtype == "float32":
+        return array.astype(np.float32).astype(np.float64)
+    return array.astype(np.float64)
+
+
+def _is_float(array) -> bool:
+    return np.issubdtype(np.asarray(array).dtype, np.floating)
+
+
+def _as_tuple(out):
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _to_numpy64(t) -> np.ndarray:
+    if t.dtype in (paddle.float16, paddle.bfloat16):
+        t = t.astype("float32")
+    return np.asarray(t.numpy()).astype(np.float64) if np.issubdtype(t.numpy().dtype, np.floating) else t.numpy()
+
+
+def assert_close(actual, expected, dtype: str, rtol=None, atol=None, what="output"):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != expected {expected.shape}"
+    if not _is_float(expected):
+        np.testing.assert_array_equal(actual, expected, err_msg=what)
+        return
+    rtol = RTOL[dtype] if rtol is None else rtol
+    atol = ATOL[dtype] if atol is None else atol
+    # Non-finite values must match exactly (same inf sign, NaN where NaN).
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected), err_msg=f"{what}: NaN positions differ")
+    inf = np.isinf(expected)
+    np.testing.assert_array_equal(actual[inf], expected[inf], err_msg=f"{what}: inf values differ")
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(actual[finite], expected[finite], rtol=rtol, atol=atol, err_msg=what)
+
+
+@contextlib.contextmanager
+def static_mode():
+    paddle.enable_static()
+    try:
+        yield
+    finally:
+        paddle.disable_static()
+
+
+def _dygraph_inputs(inputs: dict, dtype: str, stop_gradient=True):
+    tensors = []
+    for array in inputs.values():
+        t = paddle.to_tensor(np.asarray(array))
+        if _is_float(array):
+            t = t.astype(dtype)
+        t.stop_gradient = stop_gradient or not _is_float(array)
+        tensors.append(t)
+    return tensors
+
+
+def run_dygraph(fn, inputs: dict, attrs: dict, dtype: str):
+    outs = _as_tuple(fn(*_dygraph_inputs(inputs, dtype), **attrs))
+    return [_to_numpy64(o) for o in outs]
+
+
+def run_static(fn, inputs: dict, attrs: dict, dtype: str):
+    """Builds a static program around fn (floating inputs fed as float32/64 and cast inside)."""
+    with static_mode():
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            feeds, args = {}, []
+            for name, array in inputs.items():
+                array = np.asarray(array)
+                feed_dtype = "float64" if dtype == "float64" or not _is_float(array) else "float32"
+                if not _is_float(array):
+                    feed_dtype = str(array.dtype)
+                var = paddle.static.data(name, list(array.shape), feed_dtype)
+                args.append(var.astype(dtype) if _is_float(array) and feed_dtype != dtype else var)
+                feeds[name] = array.astype(feed_dtype)
+            outs = _as_tuple(fn(*args, **attrs))
+            fetch = [o.astype("float32") if o.dtype in (paddle.float16, paddle.bfloat16) else o for o in outs]
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        results = exe.run(main, feed=feeds, fetch_list=fetch)
+    return [np.asarray(r).astype(np.float64) if _is_float(r) else np.asarray(r) for r in results]
+
+
+def check_output(fn, inputs: dict, expected_fn, attrs: dict | None = None, dtype="float64", rtol=None, atol=None,
+                 modes=("dygraph", "static")):
+    """Runs fn in each mode and compares with expected_fn(*float64 inputs rounded to dtype, **attrs)."""
+    attrs = attrs or {}
+    ref_inputs = [round_to_dtype(a, dtype) for a in inputs.values()]
+    expected = _as_tuple(expected_fn(*ref_inputs, **attrs))
+    results = {}
+    for mode in modes:
+        outs = run_dygraph(fn, inputs, attrs, dtype) if mode == "dygraph" else run_static(fn, inputs, attrs, dtype)
+        assert len(outs) == len(expected), f"{mode}: {len(outs)} outputs, expected {len(expected)}"
+        for i, (actual, exp) in enumerate(zip(outs, expected)):
+            assert_close(actual, np.asarray(exp), dtype, rtol, atol, what=f"{mode} output {i} ({dtype})")
+        results[mode] = outs
+    return results
+
+
+def _loss_weights(shapes, seed=7):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(0.5, 1.5, size=s) * rng.choice([-1.0, 1.0], size=s) for s in shapes]
+
+
+def _weighted_loss(outs, weights):
+    """sum_k sum(w_k * out_k) over finite outputs: random weights catch grads that a plain mean hides."""
+    total = 0
+    for o, w in zip(outs, weights):
+        finite = paddle.isfinite(o)
+        total = total + paddle.where(finite, o, paddle.zeros_like(o)).multiply(paddle.to_tensor(w, dtype=o.dtype)).sum()
+    return total
+
+
+def analytic_grads(fn, inputs: dict, attrs: dict, wrt, output_indices=None, dtype="float64"):
+    tensors = _dygraph_inputs(inputs, dtype, stop_gradient=False)
+    names = list(inputs)
+    outs = _as_tuple(fn(*tensors, **attrs))
+    outs = [outs[i] for i in output_indices] if output_indices is not None else list(outs)
+    weights = _loss_weights([tuple(o.shape) for o in outs])
+    _weighted_loss(outs, weights).backward()
+    grads = []
+    for name in wrt:
+        g = tensors[names.index(name)].grad
+        grads.append(np.zeros(np.shape(inputs[name])) if g is None else _to_numpy64(g))
+    return grads, weights
+
+
+def static_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=None):
+    with static_mode():
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            args, feeds = [], {}
+            for name, array in inputs.items():
+                array = np.asarray(array)
+                var = paddle.static.data(name, list(array.shape), str(array.dtype) if not _is_float(array) else "float64")
+                var.stop_gradient = not _is_float(array)
+                args.append(var)
+                feeds[name] = array if not _is_float(array) else array.astype(np.float64)
+            outs = _as_tuple(fn(*args, **attrs))
+            outs = [outs[i] for i in output_indices] if output_indices is not None else list(outs)
+            loss = _weighted_loss(outs, weights)
+            grads = paddle.static.gradients([loss], [args[list(inputs).index(n)] for n in wrt])
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        return [np.asarray(g) for g in exe.run(main, feed=feeds, fetch_list=grads)]
+
+
+def numeric_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=None, delta=1e-5):
+    """Central differences of the weighted loss, through the op itself in float64."""
+    def loss_at(values):
+        with paddle.no_grad():
+            tensors = [paddle.to_tensor(np.asarray(v)) for v in values.values()]
+            outs = _as_tuple(fn(*tensors, **attrs))
+            outs = [outs[i] for i in output_indices] if output_indices is not None else list(outs)
+            total = 0.0
+            for o, w in zip(outs, weights):
+                o = o.numpy().astype(np.float64)
+                total += float(np.sum(np.where(np.isfinite(o), o, 0.0) * w))
+            return total
+
+    values = {k: (np.array(v, dtype=np.float64) if _is_float(v) else np.asarray(v)) for k, v in inputs.items()}
+    grads = []
+    for name in wrt:
+        x = values[name]
+        g = np.zeros_like(x)
+        flat, gflat = x.reshape(-1), g.reshape(-1)
+        for i in range(flat.size):
+            orig = flat[i]
+            if not np.isfinite(orig):
+                continue  # the grad at a non-finite input is checked by the op's own edge tests
+            flat[i] = orig + delta
+            plus = loss_at(values)
+            flat[i] = orig - delta
+            minus = loss_at(values)
+            flat[i] = orig
+            gflat[i] = (plus - minus) / (2 * delta)
+        grads.append(g)
+    return grads
+
+
+def check_grad(fn, inputs: dict, wrt, attrs: dict | None = None, output_indices=None, delta=1e-5,
+               max_relative_error=1e-6, modes=("dygraph", "static")):
+    """Analytic vs numeric grads in float64, Paddle's rule: relative error, absolute below 1e-3.
+
+    The loss is a random-weighted sum (not Paddle's mean), so it is larger and the central
+    difference carries ~1e-10 absolute rounding error: hence 1e-6 rather than Paddle's 1e-7.
+    """
+    attrs = attrs or {}
+    wrt = [wrt] if isinstance(wrt, str) else list(wrt)
+    analytic, weights = analytic_grads(fn, inputs, attrs, wrt, output_indices)
+    numeric = numeric_grads(fn, inputs, attrs, wrt, weights, output_indices, delta)
+    found = {"dygraph": analytic}
+    if "static" in modes:
+        found["static"] = static_grads(fn, inputs, attrs, wrt, weights, output_indices)
+    for mode, grads in found.items():
+        for name, a, n in zip(wrt, grads, numeric):
+            assert a.shape == n.shape, f"{mode} grad of {name}: shape {a.shape} != {n.shape}"
+            assert not np.isnan(a).any(), f"{mode} grad of {name} has NaN"
+            scale = np.maximum(np.abs(n), 1e-3)
+            err = np.max(np.abs(a - n) / scale) if a.size else 0.0
+            assert err <= max_relative_error, (
+                f"{mode} grad of {name}: max relative error {err:.3e} > {max_relative_error:.1e}\n"
+                f"analytic={a.ravel()[:8]}\nnumeric={n.ravel()[:8]}"
+            )
+    return found
+
+
+class _Wrapped(paddle.nn.Layer):
+    """fn with its attrs bound, as a Layer; to_static needs a forward with named arguments."""
+
+    def __init__(self, fn, attrs):
+        super().__init__()
+        self._fn, self._attrs = fn, attrs
+
+
+class _Wrapped1(_Wrapped):
+    def forward(self, a):
+        return self._fn(a, **self._attrs)
+
+
+class _Wrapped2(_Wrapped):
+    def forward(self, a, b):
+        return self._fn(a, b, **self._attrs)
+
+
+class _Wrapped3(_Wrapped):
+    def forward(self, a, b, c):
+        return self._fn(a, b, c, **self._attrs)
+
+
+class _Wrapped4(_Wrapped):
+    def forward(self, a, b, c, d):
+        return self._fn(a, b, c, d, **self._attrs)
+
+
+_WRAPPERS = {1: _Wrapped1, 2: _Wrapped2, 3: _Wrapped3, 4: _Wrapped4}
+
+
+def check_export(fn_or_layer, inputs: dict, attrs: dict | None = None, rtol=1e-6, atol=1e-6, directory=None):
+    """to_static → jit.save → (jit.load, paddle.inference) reproduce the dygraph outputs."""
+    import paddle.inference as paddle_infer  # noqa: PLC0415
+
+    import paddle_ext  # noqa: PLC0415  (loads the op library into this process)
+
+    layer = fn_or_layer if isinstance(fn_or_layer, paddle.nn.Layer) else _WRAPPERS[len(inputs)](fn_or_layer, attrs or {})
+    layer.eval()
+    arrays = [np.asarray(a) for a in inputs.values()]
+    tensors = [paddle.to_tensor(a) for a in arrays]
+    expected = [o.numpy() for o in _as_tuple(layer(*tensors))]
+    specs = [paddle.static.InputSpec(shape=list(a.shape), dtype=str(a.dtype), name=n) for n, a in zip(inputs, arrays)]
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        prefix = os.path.join(tmp, "model")
+        static_layer = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
+        paddle.jit.save(static_layer, prefix)
+        loaded = paddle.jit.load(prefix)
+        got = [o.numpy() for o in _as_tuple(loaded(*tensors))]
+        for i, (g, e) in enumerate(zip(got, expected)):
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"jit.load output {i}")
+        model_file = prefix + ".json" if os.path.exists(prefix + ".json") else prefix + ".pdmodel"
+        config = paddle_infer.Config(model_file, prefix + ".pdiparams")
+        config.disable_gpu()
+        predictor = paddle_infer.create_predictor(config)
+        for name, array in zip(predictor.get_input_names(), arrays):
+            predictor.get_input_handle(name).copy_from_cpu(array)
+        predictor.run()
+        inferred = [predictor.get_output_handle(n).copy_to_cpu() for n in predictor.get_output_names()]
+        assert len(inferred) == len(expected), f"inference gave {len(inferred)} outputs, expected {len(expected)}"
+        for i, (g, e) in enumerate(zip(inferred, expected)):
+            np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"paddle.inference output {i}")
+    assert paddle_ext.library_path()
+    return expected
