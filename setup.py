@@ -12,6 +12,7 @@ MAX_JOBS sets the number of parallel compile jobs (default: all cores).
 """
 
 import importlib.util
+import json
 import os
 import pathlib
 import sys
@@ -41,12 +42,14 @@ def _with_cuda() -> bool:
 
 
 class BuildPyWithManifest(build_py):
-    """Ships the op manifest (read by `paddle-ext info` and the registration test) in the package."""
+    """Ships the op manifest and build facts (read by `paddle-ext info` and the tests) in the package."""
 
     def run(self):
         super().run()
-        target = pathlib.Path(self.build_lib) / "paddle_ext" / "ops_manifest.json"
-        target.write_text((GENERATED / "ops_manifest.json").read_text())
+        package = pathlib.Path(self.build_lib) / "paddle_ext"
+        (package / "ops_manifest.json").write_text((GENERATED / "ops_manifest.json").read_text())
+        info = {"with_cuda": with_cuda, "paddle": paddle.__version__}
+        (package / "build_info.json").write_text(json.dumps(info) + "\n")
 
 
 ops = _load_opgen().generate(ROOT / "ops", GENERATED)

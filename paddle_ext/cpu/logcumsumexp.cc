@@ -13,11 +13,11 @@ void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t 
   scan_lines(outer, n, inner, reverse, LogSumAcc<A>{}, [&](LogSumAcc<A>& acc, index_t i) {
     const A v = static_cast<A>(load(x[i]));
     if (exclusive) {
-      out[i] = store<T>(static_cast<acc_t<T>>(acc.value()));
+      out[i] = store<T>(acc.value());
       acc.add(v);
     } else {
       acc.add(v);
-      out[i] = store<T>(static_cast<acc_t<T>>(acc.value()));
+      out[i] = store<T>(acc.value());
     }
   });
 }
@@ -37,7 +37,7 @@ void logcumsumexp_backward(const T* x, const T* out, const T* out_grad, T* x_gra
                                                        static_cast<A>(load(out[i])), &term, &negative);
     if (!exclusive && contributes) (negative ? s.neg : s.pos).add(term);
     const A g = logcumsumexp_grad_value<A>(static_cast<A>(load(x[i])), s.pos.value(), s.neg.value());
-    x_grad[i] = store<T>(static_cast<acc_t<T>>(g));
+    x_grad[i] = store<T>(g);
     if (exclusive && contributes) (negative ? s.neg : s.pos).add(term);
   });
 }

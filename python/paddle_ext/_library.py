@@ -32,6 +32,16 @@ def library_path() -> str:
     raise ImportError(f"paddle_ext: no shared library next to {module.__file__}; {BUILD_HINT}")
 
 
+def build_info() -> dict:
+    """What setup.py recorded: whether CUDA kernels were compiled in, and against which Paddle."""
+    path = pathlib.Path(__file__).with_name("build_info.json")
+    return json.loads(path.read_text()) if path.exists() else {"with_cuda": False, "paddle": "unknown"}
+
+
+def built_with_cuda() -> bool:
+    return bool(build_info().get("with_cuda"))
+
+
 @functools.lru_cache(maxsize=None)
 def manifest() -> list[dict]:
     """The ops declared in ops/*.yaml, as the build saw them."""

@@ -8,6 +8,8 @@
 #include <limits>
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #define PE_HOSTDEVICE __host__ __device__
 #define PE_DEVICE __device__
 #else
@@ -28,7 +30,7 @@ struct bfloat16_t {
   uint16_t bits;
 };
 
-inline float half_bits_to_float(uint16_t h) {
+PE_HOSTDEVICE inline float half_bits_to_float(uint16_t h) {
   const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t man = h & 0x3ffu;
@@ -53,7 +55,7 @@ inline float half_bits_to_float(uint16_t h) {
 }
 
 // Round to nearest even, like __float2half_rn.
-inline uint16_t float_to_half_bits(float value) {
+PE_HOSTDEVICE inline uint16_t float_to_half_bits(float value) {
   uint32_t f;
   std::memcpy(&f, &value, 4);
   const uint16_t sign = (uint16_t)((f >> 16) & 0x8000u);
@@ -77,14 +79,14 @@ inline uint16_t float_to_half_bits(float value) {
   return sign | (uint16_t)h;
 }
 
-inline float bf16_bits_to_float(uint16_t b) {
+PE_HOSTDEVICE inline float bf16_bits_to_float(uint16_t b) {
   const uint32_t f = (uint32_t)b << 16;
   float out;
   std::memcpy(&out, &f, 4);
   return out;
 }
 
-inline uint16_t float_to_bf16_bits(float value) {
+PE_HOSTDEVICE inline uint16_t float_to_bf16_bits(float value) {
   uint32_t f;
   std::memcpy(&f, &value, 4);
   if ((f & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((f >> 16) | 0x40u);  // quiet nan
@@ -108,25 +110,54 @@ struct Acc<bfloat16_t> {
 template <typename T>
 using acc_t = typename Acc<T>::type;
 
-// Load/store through the accumulation type. Overloads, so templates stay generic.
+// Load/store through the accumulation type, on host and device alike (CUDA intrinsics on device).
 template <typename T>
-inline acc_t<T> load(const T& v) {
+PE_HOSTDEVICE inline acc_t<T> load(const T& v) {
   return v;
 }
-inline float load(const float16_t& v) { return half_bits_to_float(v.bits); }
-inline float load(const bfloat16_t& v) { return bf16_bits_to_float(v.bits); }
+PE_HOSTDEVICE inline float load(const float16_t& v) {
+#ifdef __CUDA_ARCH__
+  return __half2float(__ushort_as_half(v.bits));
+#else
+  return half_bits_to_float(v.bits);
+#endif
+}
+PE_HOSTDEVICE inline float load(const bfloat16_t& v) {
+#ifdef __CUDA_ARCH__
+  return __bfloat162float(__ushort_as_bfloat16(v.bits));
+#else
+  return bf16_bits_to_float(v.bits);
+#endif
+}
 
 template <typename T, typename A>
-inline T store(A v) {
-  return static_cast<T>(v);
-}
-template <>
-inline float16_t store<float16_t, float>(float v) {
-  return float16_t{float_to_half_bits(v)};
-}
-template <>
-inline bfloat16_t store<bfloat16_t, float>(float v) {
-  return bfloat16_t{float_to_bf16_bits(v)};
+struct Store {
+  PE_HOSTDEVICE static T apply(A v) { return static_cast<T>(v); }
+};
+template <typename A>
+struct Store<float16_t, A> {
+  PE_HOSTDEVICE static float16_t apply(A v) {
+#ifdef __CUDA_ARCH__
+    return float16_t{__half_as_ushort(__float2half_rn(static_cast<float>(v)))};
+#else
+    return float16_t{float_to_half_bits(static_cast<float>(v))};
+#endif
+  }
+};
+template <typename A>
+struct Store<bfloat16_t, A> {
+  PE_HOSTDEVICE static bfloat16_t apply(A v) {
+#ifdef __CUDA_ARCH__
+    return bfloat16_t{__bfloat16_as_ushort(__float2bfloat16_rn(static_cast<float>(v)))};
+#else
+    return bfloat16_t{float_to_bf16_bits(static_cast<float>(v))};
+#endif
+  }
+};
+// store<T>(v): v (any accumulation type) rounded once to T.
+template <typename T, typename A>
+PE_HOSTDEVICE inline T store(A v) {
+  return Store<T, A>::apply(v);
 }
 
 template <typename T>

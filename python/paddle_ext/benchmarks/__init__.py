@@ -1,0 +1,108 @@
+"""`paddle-ext bench`: paddle_ext's ops side by side with Paddle's built-ins, NumPy and PyTorch.
+
+Each module in this package defines ``cases(quick: bool) -> list[Case]``. A case names the
+candidates that compute the same thing; the runner times each in this one process (median of
+repeats after a warm-up) and reports every other candidate's time as a ratio to paddle_ext's
+(``4.0x`` = paddle_ext is four times faster). Benchmarks are never tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import statistics
+import time
+from typing import Callable
+
+
+@dataclasses.dataclass
+class Case:
+    op: str
+    name: str
+    candidates: dict[str, Callable[[], object]]  # "paddle_ext" first; others: "paddle", "numpy", "torch", ...
+    baseline: str = "paddle_ext"
+    note: str = ""
+    repeats: int | None = None  # fewer for slow cases
+
+
+@dataclasses.dataclass
+class Result:
+    op: str
+    name: str
+    medians_ms: dict[str, float]
+    ratios: dict[str, float]  # candidate time / baseline time
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def modules():
+    import paddle_ext.benchmarks as pkg  # noqa: PLC0415
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            yield info.name, importlib.import_module(f"{pkg.__name__}.{info.name}")
+
+
+def time_median(fn: Callable[[], object], repeats: int, min_seconds: float = 0.0) -> float:
+    fn()  # warm-up: library load, allocations, caches
+    samples, start = [], time.perf_counter()
+    while len(samples) < repeats or (time.perf_counter() - start < min_seconds and len(samples) < 100):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples) * 1e3
+
+
+def run(selected=None, quick=False, repeats=7, log=print) -> list[Result]:
+    results = []
+    for name, module in modules():
+        if selected and name not in selected:
+            continue
+        for case in module.cases(quick):
+            medians = {}
+            for cand, fn in case.candidates.items():
+                medians[cand] = time_median(fn, case.repeats or repeats)
+            base = medians[case.baseline]
+            ratios = {k: v / base for k, v in medians.items() if k != case.baseline}
+            results.append(Result(case.op, case.name, medians, ratios, case.note))
+            log(format_row(results[-1]))
+    return results
+
+
+def format_row(r: Result) -> str:
+    parts = [f"{r.op:<22} {r.name:<44}"]
+    for cand, ms in r.medians_ms.items():
+        ratio = f" ({r.ratios[cand]:.2f}x)" if cand in r.ratios else ""
+        parts.append(f"{cand} {ms:9.3f} ms{ratio}")
+    return "  ".join(parts) + (f"  [{r.note}]" if r.note else "")
+
+
+def format_markdown(results: list[Result]) -> str:
+    """A table for docs/: one row per case, ratios as 'other / paddle_ext'."""
+    cands = []
+    for r in results:
+        cands += [c for c in r.medians_ms if c not in cands]
+    head = "| op | case | " + " | ".join(f"{c} ms" for c in cands) + " |"
+    lines = [head, "|" + "---|" * (len(cands) + 2)]
+    for r in results:
+        cells = []
+        for c in cands:
+            if c not in r.medians_ms:
+                cells.append("–")
+            else:
+                cells.append(f"{r.medians_ms[c]:.3f}" + (f" ({r.ratios[c]:.2f}×)" if c in r.ratios else ""))
+        lines.append(f"| {r.op} | {r.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def torch_or_none():
+    """PyTorch when it happens to be installed (never a dependency)."""
+    try:
+        import torch  # noqa: PLC0415
+
+        return torch
+    except ImportError:
+        return None

@@ -1,0 +1,83 @@
+"""paddle-ext demo | bench | info"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import sys
+
+
+def _info(_args) -> int:
+    import paddle  # noqa: PLC0415
+
+    import paddle_ext  # noqa: PLC0415
+    from paddle_ext import _library  # noqa: PLC0415
+
+    lib = _library.ops()
+    print(f"paddle_ext     {paddle_ext.__version__}")
+    print(f"paddle         {paddle.__version__} (CUDA: {paddle.is_compiled_with_cuda()})")
+    print(f"library        {_library.library_path()}")
+    print(f"CUDA kernels   {'built' if _library.built_with_cuda() else 'not built (CPU-only Paddle)'}")
+    print(f"machine        {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print("ops (from ops/*.yaml):")
+    for op in _library.manifest():
+        if op["forward"]:
+            continue
+        registered = "registered" if hasattr(lib, op["name"]) else "MISSING"
+        args = ", ".join([i["name"] + ("?" if i["optional"] else "") for i in op["inputs"]]
+                         + [f"{a['name']}:{a['type']}" for a in op["attrs"]])
+        grad = f"grad {op['backward']}" if op["backward"] else "no grad"
+        print(f"  {op['name']:<34} ({args}) -> {', '.join(op['outputs'])}; {grad}; {registered}")
+    return 0
+
+
+def _bench(args) -> int:
+    from paddle_ext import benchmarks  # noqa: PLC0415
+
+    import paddle  # noqa: PLC0415
+
+    print(f"paddle-ext bench on {platform.machine()}, {os.cpu_count()} cores, paddle {paddle.__version__}; "
+          "ratios = other / paddle_ext (higher means paddle_ext is faster)")
+    results = benchmarks.run(selected=args.op, quick=args.quick, repeats=args.repeats)
+    print()
+    print(benchmarks.format_markdown(results))
+    if args.json:
+        path = pathlib.Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps([r.to_json() for r in results], indent=1))
+        print(f"\nwrote {path}")
+    return 0
+
+
+def _demo(args) -> int:
+    from paddle_ext import demo  # noqa: PLC0415
+
+    return demo.main(task=args.task, steps=args.steps, seed=args.seed, out_dir=args.out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="paddle-ext", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("info", help="versions, CUDA kernels, registered ops")
+    p.set_defaults(func=_info)
+    p = sub.add_parser("bench", help="benchmark the ops against Paddle, NumPy (and PyTorch)")
+    p.add_argument("--op", action="append", help="only this op family (repeatable)")
+    p.add_argument("--quick", action="store_true", help="small shapes, for a smoke run")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.set_defaults(func=_bench)
+    p = sub.add_parser("demo", help="train small models with the ops, export and serve them")
+    p.add_argument("--task", action="append", help="run only this task (repeatable)")
+    p.add_argument("--steps", type=int, default=None, help="training steps per task (default: each task's own)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="demo-out", help="directory for results.json, models and plots")
+    p.set_defaults(func=_demo)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

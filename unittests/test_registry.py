@@ -1,0 +1,76 @@
+"""Every op declared in ops/*.yaml is registered once paddle_ext is imported, and the codegen rejects
+YAML that cannot be built."""
+
+import pathlib
+
+import pytest
+
+import paddle_ext
+from paddle_ext import _library
+from paddle_ext.codegen import opgen
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_manifest_matches_source_yaml():
+    source = [op.to_json() for op in opgen.load_ops(ROOT / "ops")]
+    assert _library.manifest() == source, "the installed library is stale: run `make build`"
+
+
+def test_every_forward_op_is_registered():
+    lib = _library.ops()
+    for op in _library.manifest():
+        if not op["forward"]:
+            assert callable(getattr(lib, op["name"], None)), f"{op['name']} is not registered"
+
+
+def test_every_backward_is_declared_for_its_forward():
+    names = {op["name"]: op for op in _library.manifest()}
+    for op in names.values():
+        if op["backward"]:
+            assert names[op["backward"]]["forward"] == op["name"]
+
+
+def test_library_path_and_build_info():
+    assert pathlib.Path(paddle_ext.library_path()).exists()
+    assert "with_cuda" in _library.build_info()
+
+
+def _write(tmp_path, text):
+    (tmp_path / "fam.yaml").write_text(text)
+    return tmp_path
+
+
+GOOD = """
+- op : foo
+  args : (Tensor x, int axis = -1)
+  output : Tensor(out)
+  kernel : FooKernel
+  backward : foo_grad
+- backward_op : foo_grad
+  forward : foo (Tensor x, int axis) -> Tensor(out)
+  args : (Tensor x, Tensor out_grad, int axis)
+  output : Tensor(x_grad)
+  kernel : FooGradKernel
+"""
+
+
+def test_codegen_emits_registration_and_signature_check(tmp_path):
+    opgen.generate(_write(tmp_path, GOOD), tmp_path / "gen")
+    text = (tmp_path / "gen" / "fam.ops.cc").read_text()
+    assert '#include "paddle_ext/binding/fam.cc"' in text
+    assert "PD_BUILD_OP(foo)" in text and "PD_BUILD_GRAD_OP(foo)" in text
+    assert 'paddle::Grad("out")' in text and 'paddle::Grad("x")' in text
+    assert "static_assert(std::is_same<decltype(&paddle_ext::FooKernel), std::vector<paddle::Tensor> (*)(const paddle::Tensor&, int)>" in text
+
+
+@pytest.mark.parametrize("bad,message", [
+    (GOOD.replace("int axis = -1", "double axis"), "type 'double'"),
+    (GOOD.replace("(Tensor x, Tensor out_grad, int axis)", "(Tensor x, Tensor out_grad, bool axis)"), "not a forward attr"),
+    (GOOD.replace("Tensor(x_grad)", "Tensor(y_grad)"), "must be <forward input>_grad"),
+    (GOOD.replace("backward : foo_grad", "backward : bar_grad"), "missing or names another forward"),
+    (GOOD.replace("(Tensor x, int axis = -1)", "(int axis, Tensor x)"), "tensors go first"),
+])
+def test_codegen_rejects_bad_yaml(tmp_path, bad, message):
+    with pytest.raises(opgen.OpSpecError, match=message):
+        opgen.load_ops(_write(tmp_path, bad))
