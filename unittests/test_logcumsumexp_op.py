@@ -136,13 +136,38 @@ def test_float32_long_row_accuracy():
     assert rel <= 1e-6, rel
 
 
-def test_double_grad_through_composition():
-    x = paddle.to_tensor(rand((3, 4), seed=9), stop_gradient=False)
-    y = paddle_ext.logcumsumexp(x, axis=1)
-    (g,) = paddle.grad(y.sum(), x, create_graph=False)
-    # grad of sum(out) is sum_i exp(x_j - out_i): the same as softmax-weights composition
-    xs = x.numpy()
-    np.testing.assert_allclose(g.numpy(), refs.logcumsumexp_grad(xs, np.ones_like(xs), 1), rtol=1e-12)
+@pytest.mark.parametrize("axis", [1, None])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_double_grad(axis, exclusive, reverse):
+    """Grad of grad against central differences of the (analytic, verified) first grad."""
+    x0 = rand((2, 5), seed=9, scale=1.5)
+    w = rand((2, 5), seed=10)
+    v = rand((2, 5), seed=11)
+
+    def first_grad(x_np, create_graph):
+        x = paddle.to_tensor(x_np, stop_gradient=False)
+        out = paddle_ext.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
+        out_w = out * paddle.to_tensor(w if axis is not None else w.reshape(-1))
+        masked = paddle.where(paddle.isfinite(out_w), out_w, paddle.zeros_like(out_w))
+        (g,) = paddle.grad(masked.sum(), x, create_graph=create_graph)
+        return x, g
+
+    x, g = first_grad(x0, True)
+    (gg,) = paddle.grad((g * paddle.to_tensor(v)).sum(), x)
+    delta, numeric = 1e-6, np.zeros_like(x0)
+    for i in np.ndindex(x0.shape):
+        xp, xm = x0.copy(), x0.copy()
+        xp[i] += delta
+        xm[i] -= delta
+        numeric[i] = ((first_grad(xp, False)[1].numpy() - first_grad(xm, False)[1].numpy()) * v).sum() / (2 * delta)
+    np.testing.assert_allclose(gg.numpy(), numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_first_grad_same_with_and_without_create_graph():
+    x = paddle.to_tensor(rand((3, 7), seed=12), stop_gradient=False)
+    g1 = paddle.grad(paddle_ext.logcumsumexp(x, axis=1).sum(), x)[0].numpy()
+    g2 = paddle.grad(paddle_ext.logcumsumexp(x, axis=1).sum(), x, create_graph=True)[0].numpy()
+    np.testing.assert_allclose(g1, g2, rtol=1e-12)
 
 
 @pytest.mark.parametrize("bad_axis", [2, -3, 5])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import paddle
+from paddle.autograd import PyLayer
 
 from . import _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_axis, check_tensor, dtype_name, floating_dtype
@@ -32,5 +33,46 @@ def logcumsumexp(x, axis=None, exclusive=False, reverse=False, dtype=None, name=
         x = paddle.cast(x, "float32")  # as paddle.logcumsumexp does
     flatten = axis is None
     axis = 0 if flatten else check_axis(axis, len(x.shape), "logcumsumexp")
-    return _library.ops().logcumsumexp(x, axis, flatten, bool(exclusive), bool(reverse))
+    attrs = (axis, flatten, bool(exclusive), bool(reverse))
+    if paddle.in_dynamic_mode() and not x.stop_gradient:
+        return _Logcumsumexp.apply(x, attrs)
+    return _library.ops().logcumsumexp(x, *attrs)  # static graphs use the registered grad op
 
+
+class _Logcumsumexp(PyLayer):
+    """Dygraph autograd: the fused grad kernel for first-order grads; a composition of logcumsumexp
+    itself when the backward is recorded (create_graph=True), so grads of any order work."""
+
+    @staticmethod
+    def forward(ctx, x, attrs):
+        out = _library.ops().logcumsumexp(x, *attrs)
+        ctx.save_for_backward(x, out)
+        ctx.attrs = attrs
+        return out
+
+    @staticmethod
+    def backward(ctx, out_grad):
+        x, out = ctx.saved_tensor()
+        if not paddle.is_grad_enabled():
+            return _library.ops().logcumsumexp_vjp(x, out, out_grad, *ctx.attrs)
+        return _differentiable_grad(x, out, out_grad, *ctx.attrs)
+
+
+def _differentiable_grad(x, out, out_grad, axis, flatten, exclusive, reverse):
+    """dx = exp(x + L+) - exp(x + L-), L± = the opposite-direction scan of log(±g) - out (see the docs)."""
+    shape = x.shape
+    if flatten:
+        x, out_grad = x.reshape([-1]), out_grad.reshape([-1])
+    neg_inf = paddle.full_like(out, float("-inf"))
+    live = out > float("-inf")
+
+    def side(mask):
+        safe = paddle.where(mask, out_grad.abs(), paddle.ones_like(out_grad))
+        terms = paddle.where(mask & live, safe.log() - paddle.where(live, out, paddle.zeros_like(out)), neg_inf)
+        return logcumsumexp(terms, axis=axis, exclusive=exclusive, reverse=not reverse)
+
+    finite_x = x > float("-inf")
+    safe_x = paddle.where(finite_x, x, paddle.zeros_like(x))
+    grad = (safe_x + side(out_grad > 0)).exp() - (safe_x + side(out_grad < 0)).exp()
+    grad = paddle.where(finite_x, grad, paddle.zeros_like(grad))
+    return grad.reshape(shape) if flatten else grad
