@@ -4,6 +4,7 @@
 #include "paddle_ext/put_along_axis.h"
 
 #include <sstream>
+#include <type_traits>
 
 #include "paddle_ext/binding/common.h"
 
@@ -79,7 +80,10 @@ paddle::Tensor int_scratch(int64_t numel, paddle::DataType dtype, int64_t fill, 
 void run_forward(paddle::Tensor& acc_tensor, const paddle::Tensor& indices, const paddle::Tensor& values,
                  paddle::DataType dtype, const ScatterView& v, Reduce reduce, bool include_self, const char* op) {
   const int64_t slots = v.outer * v.n * v.inner;
-  const bool need_count = reduce == Reduce::Mean || (!include_self && reduce != Reduce::Assign);
+  // CPU: counts mark written slots (include_self=False) and divide means; GPU: means only (its
+  // include_self=False pass resets written slots to the identity instead).
+  const bool need_count =
+      reduce == Reduce::Mean || (acc_tensor.is_cpu() && !include_self && reduce != Reduce::Assign);
   paddle::Tensor count;
   if (need_count) count = int_scratch(slots, paddle::DataType::INT32, 0, acc_tensor.place());
   dispatch_floating_and_integral(dtype, op, [&](auto tag) {
@@ -94,12 +98,16 @@ void run_forward(paddle::Tensor& acc_tensor, const paddle::Tensor& indices, cons
                                             count_ptr, v.outer, v.n, v.m, v.inner, include_self);
       } else {
 #ifdef PADDLE_EXT_WITH_CUDA
-        paddle::Tensor winner;
-        if (reduce == Reduce::Assign) winner = int_scratch(slots, paddle::DataType::INT64, -1, acc_tensor.place());
-        gpu::put_along_axis_forward<T, Idx>(reduce, mutable_ptr<A>(acc_tensor), ptr<T>(values), ptr<Idx>(indices),
-                                            count_ptr,
-                                            reduce == Reduce::Assign ? mutable_ptr<int64_t>(winner) : nullptr,
-                                            v.outer, v.n, v.m, v.inner, include_self, acc_tensor.stream());
+        if constexpr (sizeof(T) < 4 && std::is_integral<T>::value) {
+          PD_THROW(op, ": int16 and uint8 tensors are supported on the CPU only");
+        } else {
+          paddle::Tensor winner;
+          if (reduce == Reduce::Assign) winner = int_scratch(slots, paddle::DataType::INT64, -1, acc_tensor.place());
+          gpu::put_along_axis_forward<T, Idx>(reduce, mutable_ptr<A>(acc_tensor), ptr<T>(values),
+                                              ptr<Idx>(indices), count_ptr,
+                                              reduce == Reduce::Assign ? mutable_ptr<int64_t>(winner) : nullptr,
+                                              v.outer, v.n, v.m, v.inner, include_self, acc_tensor.stream());
+        }
 #else
         throw_no_cuda(op);
 #endif

@@ -133,27 +133,19 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
     scatter_visit(idx, outer, n, m, inner, [&](index_t s, index_t) { ++count[s]; });
   }
 
+  const A one(1);
+  auto P = [&](index_t s) { return R == Reduce::Mul ? prod[s] : one; };
+  auto X = [&](index_t s) { return aux ? aux[s] : 0; };
+  auto O = [&](index_t s) { return static_cast<A>(load(out[s])); };
   if (values_grad) {
     scatter_visit(idx, outer, n, m, inner, [&](index_t s, index_t p) {
-      A r;
-      if (R == Reduce::Add) r = G(s);
-      else if (R == Reduce::Mean) r = G(s) / static_cast<A>(count[s] + (include_self ? 1 : 0));
-      else if (R == Reduce::Mul) r = G(s) * product_of_others<A>(V(p), prod[s], aux[s]);
-      else r = (V(p) == static_cast<A>(load(out[s])) && aux[s] > 0) ? G(s) / static_cast<A>(aux[s]) : A(0);
-      values_grad[p] = store<T>(r);
+      values_grad[p] = store<T>(values_grad_of<R, A>(G(s), V(p), O(s), count[s], X(s), P(s), include_self));
     });
   }
   if (arr_grad) {
     elementwise(slots, [&](index_t s) {
-      A r = G(s);
-      if (count[s] > 0) {
-        if (!include_self) r = A(0);
-        else if (R == Reduce::Mean) r = r / static_cast<A>(count[s] + 1);
-        else if (R == Reduce::Mul) r = r * product_of_others<A>(static_cast<A>(load(arr[s])), prod[s], aux[s]);
-        else if (R == Reduce::Min || R == Reduce::Max)
-          r = load(arr[s]) == load(out[s]) ? r / static_cast<A>(aux[s]) : A(0);
-      }
-      arr_grad[s] = store<T>(r);
+      arr_grad[s] = store<T>(
+          arr_grad_of<R, A>(G(s), static_cast<A>(load(arr[s])), O(s), count[s], X(s), P(s), include_self));
     });
   }
 }

@@ -82,6 +82,37 @@ PE_HOSTDEVICE inline A product_of_others(A f, A nonzero_product, int zeros) {
   return zeros == 1 ? nonzero_product : A(0);
 }
 
+// The value a slot starts from when arr takes no part in its reduction (GPU: include_self=False).
+template <Reduce R, typename A>
+PE_HOSTDEVICE inline A reduce_identity() {
+  using L = std::numeric_limits<A>;
+  if constexpr (R == Reduce::Mul) return A(1);
+  else if constexpr (R == Reduce::Min) return L::has_infinity ? L::infinity() : L::max();
+  else if constexpr (R == Reduce::Max) return L::has_infinity ? -L::infinity() : L::lowest();
+  else return A(0);
+}
+
+// Backward, from per-slot statistics gathered over the contributions of the slot:
+//   count  contributions; aux: zeros among the factors (Mul) or contributors equal to the result
+//   (Min/Max, arr included when it took part); prod: product of the nonzero factors (Mul).
+// PyTorch's scatter_reduce rules, with mul exact at zeros and min/max ties split evenly.
+template <Reduce R, typename A>
+PE_HOSTDEVICE inline A values_grad_of(A g, A v, A out, int32_t count, int32_t aux, A prod, bool include_self) {
+  if constexpr (R == Reduce::Add) return g;
+  else if constexpr (R == Reduce::Mean) return g / static_cast<A>(count + (include_self ? 1 : 0));
+  else if constexpr (R == Reduce::Mul) return g * product_of_others<A>(v, prod, aux);
+  else return (v == out && aux > 0) ? g / static_cast<A>(aux) : A(0);
+}
+template <Reduce R, typename A>
+PE_HOSTDEVICE inline A arr_grad_of(A g, A a, A out, int32_t count, int32_t aux, A prod, bool include_self) {
+  if (count == 0) return g;  // an unwritten slot passes its grad through
+  if (!include_self) return A(0);
+  if constexpr (R == Reduce::Mean) return g / static_cast<A>(count + 1);
+  else if constexpr (R == Reduce::Mul) return g * product_of_others<A>(a, prod, aux);
+  else if constexpr (R == Reduce::Min || R == Reduce::Max) return a == out ? g / static_cast<A>(aux) : A(0);
+  else return g;
+}
+
 // Python-visible error contract: the binding reports the first bad position of `indices`.
 struct BadIndex {
   index_t position = -1;  // flat position in indices, -1 when all are valid
