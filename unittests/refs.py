@@ -165,3 +165,33 @@ def mutual_information_brute_force(px, py, boundary=None):
             for kind, s, t in edges:
                 (px_grad if kind == "x" else py_grad)[b, s, t] += w
     return ans, px_grad, py_grad
+
+
+def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0):
+    """Per-item RNN-T loss on joiner logits [B, T, S+1, C], by explicit loops over the lattice edges:
+    a symbol edge (t, s) -> s+1 scores log_softmax(logits[t, s])[symbols[s]] (modified/constrained:
+    it also moves to t+1; constrained adds the blank of context s+1 on frame t), a blank edge moves
+    to t+1; regular paths end with a blank on the last frame."""
+    logits = np.asarray(logits, np.float64)
+    B, T, S1, C = logits.shape
+    S = S1 - 1
+    m = logits.max(-1, keepdims=True)
+    logp = logits - (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))
+    regular = rnnt_type == "regular"
+    px = np.full((B, S, T + 1 if regular else T), -np.inf)
+    py = np.zeros((B, S + 1, T))
+    for b in range(B):
+        t_end = T if boundary is None else int(boundary[b][3])
+        for s in range(S + 1):
+            for t in range(T):
+                py[b, s, t] = logp[b, t, s, termination_symbol]
+                if s < S and (not regular or t != t_end):
+                    px[b, s, t] = logp[b, t, s, symbols[b][s]]
+        if rnnt_type == "constrained":
+            px[b] += py[b, 1:, :]
+    if delay_penalty > 0:
+        T0 = px.shape[2]
+        for b in range(B):
+            t_end = T if boundary is None else int(boundary[b][3])
+            px[b] += delay_penalty * ((t_end - 1) / 2 - np.arange(T0))[None, :]
+    return -mutual_information(px, py, boundary)[0]
