@@ -2,8 +2,15 @@
 
 from ._library import library_path
 from .logcumsumexp import logcumsumexp
+from .mutual_information import mutual_information_recursion
 from .put_along_axis import put_along_axis, put_along_axis_
+from .rnnt_loss import (do_rnnt_pruning, get_rnnt_logprobs, get_rnnt_logprobs_joint, get_rnnt_logprobs_pruned,
+                        get_rnnt_logprobs_smoothed, get_rnnt_prune_ranges, rnnt_loss, rnnt_loss_pruned,
+                        rnnt_loss_simple, rnnt_loss_smoothed)
 
 __version__ = "0.1.0"
 
-__all__ = ["logcumsumexp", "put_along_axis", "put_along_axis_", "library_path"]
+__all__ = ["logcumsumexp", "put_along_axis", "put_along_axis_", "mutual_information_recursion",
+           "rnnt_loss_simple", "rnnt_loss_smoothed", "rnnt_loss", "rnnt_loss_pruned", "get_rnnt_prune_ranges",
+           "do_rnnt_pruning", "get_rnnt_logprobs", "get_rnnt_logprobs_joint", "get_rnnt_logprobs_pruned",
+           "get_rnnt_logprobs_smoothed", "library_path"]
