@@ -299,7 +299,7 @@ def check_export(fn_or_layer, inputs: dict, attrs: dict | None = None, rtol=1e-6
         model_file = prefix + ".json" if os.path.exists(prefix + ".json") else prefix + ".pdmodel"
         config = paddle_infer.Config(model_file, prefix + ".pdiparams")
         config.disable_gpu()
-    config.disable_glog_info()
+        config.disable_glog_info()
         predictor = paddle_infer.create_predictor(config)
         for name, array in zip(predictor.get_input_names(), arrays):
             predictor.get_input_handle(name).copy_from_cpu(array)
