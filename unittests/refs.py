@@ -77,8 +77,8 @@ def adaptive_log_softmax_target(logits, target):
 def adaptive_log_softmax_target_grad(logits, target, out_grad):
     logits = np.asarray(logits, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        grad = np.exp(logits - logsumexp_rows(logits)[:, None])
-    grad[np.arange(logits.shape[0]), np.asarray(target)] -= 1.0
+        grad = -np.exp(logits - logsumexp_rows(logits)[:, None])
+    grad[np.arange(logits.shape[0]), np.asarray(target)] += 1.0
     return grad * np.asarray(out_grad)[:, None]
 
 

@@ -4,7 +4,8 @@ The public layer is ``paddle_ext.nn.AdaptiveLogSoftmaxWithLoss`` and the functio
 ``paddle_ext.nn.functional.adaptive_log_softmax_with_loss``; both run on the two ops here:
 
 * ``adaptive_log_softmax_target(logits, target)``: ``logits[m, target[m]] - logsumexp(logits[m])``,
-  without materialising the ``[M, K]`` log-softmax; its grad is ``(softmax - onehot) * out_grad``.
+  without materialising the ``[M, K]`` log-softmax; its grad is ``(onehot - softmax) * out_grad``
+  (so the loss ``-out`` gets PyTorch's ``softmax - onehot``).
 * ``adaptive_log_softmax_full(logits, offset)``: ``logits - logsumexp(row) + offset[:, None]``
   (the full log-probabilities of one cluster, for ``log_prob`` and ``predict``).
 

@@ -3,7 +3,7 @@
 //   lse[m] = logsumexp(logits[m, :])        (max, then sum of exp(x - max): two reads, no temporary)
 // then, per element:
 //   target forward   out[m]       = logits[m, t] - lse[m]                       (one element per row)
-//   target backward  grad[m, k]   = (exp(x - lse) - [k == t]) * g[m]
+//   target backward  grad[m, k]   = ([k == t] - exp(x - lse)) * g[m]   (the loss -out gets softmax - onehot)
 //   full forward     out[m, k]    = x - lse[m] + offset[m]
 //   full backward    grad[m, k]   = g[m, k] - exp(x - lse) * sum_k g[m, k],   offset_grad[m] = sum_k g[m, k]
 // Conventions (as torch/NumPy log_softmax): -inf logits get log-probability -inf and grad -target term
@@ -40,7 +40,7 @@ PE_HOSTDEVICE inline A als_softmax(A x, A lse) {
 
 template <typename A>
 PE_HOSTDEVICE inline A als_target_grad(A x, A lse, A g, bool is_target) {
-  return (als_softmax(x, lse) - (is_target ? A(1) : A(0))) * g;
+  return ((is_target ? A(1) : A(0)) - als_softmax(x, lse)) * g;
 }
 
 template <typename A>
