@@ -303,17 +303,22 @@ def adaptive_log_prob(input, head_weight, tail_weights, cutoffs, head_bias=None)
 
 
 def adaptive_predict(input, head_weight, tail_weights, cutoffs, head_bias=None):
-    """[N] (or 0-D) int64: argmax of the log-probabilities. The full distribution is computed only for
-    the rows whose head argmax is a cluster (a shortlist argmax already beats every cluster member)."""
+    """[N] (or 0-D) int64: argmax of the log-probabilities. In dygraph the full distribution is computed
+    only for the rows whose head argmax is a cluster (a shortlist argmax already beats every cluster
+    member); a static graph computes it for every row, since Paddle's inference kernels (oneDNN concat)
+    crash on the empty batch that the row selection can produce."""
     batched = len(input.shape) == 2
     x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
     if not batched:
         x = x.unsqueeze(0)
     head = F.linear(x, head_weight, head_bias)
-    pred = paddle.argmax(head, axis=1)
-    rows = paddle.nonzero(pred >= cutoffs[0])
-    if not (paddle.in_dynamic_mode() and rows.shape[0] == 0):
-        flat = rows.reshape([-1])
-        lp = _full_log_prob(paddle.gather(x, flat), paddle.gather(head, flat), tail_weights, cutoffs)
-        pred = paddle.scatter(pred, flat, paddle.argmax(lp, axis=1))
+    if not paddle.in_dynamic_mode():
+        pred = paddle.argmax(_full_log_prob(x, head, tail_weights, cutoffs), axis=1)
+    else:
+        pred = paddle.argmax(head, axis=1)
+        rows = paddle.nonzero(pred >= cutoffs[0])
+        if rows.shape[0] > 0:
+            flat = rows.reshape([-1])
+            lp = _full_log_prob(paddle.gather(x, flat), paddle.gather(head, flat), tail_weights, cutoffs)
+            pred = paddle.scatter(pred, flat, paddle.argmax(lp, axis=1))
     return pred if batched else pred.squeeze(0)

@@ -9,6 +9,25 @@ from .. import adaptive_log_softmax as _als
 from .._checks import check_int
 
 
+class _TailPair(paddle.nn.Layer):
+    """[W1, W2] of one tail cluster, registered as parameters "0" and "1" (paddle.nn.ParameterList
+    would do, but it rejects the parameters of a static program)."""
+
+    def __init__(self, w1, w2):
+        super().__init__()
+        self.add_parameter("0", w1)
+        self.add_parameter("1", w2)
+
+    def __getitem__(self, i):
+        return self._parameters[str(range(2)[i])]
+
+    def __len__(self):
+        return 2
+
+    def __iter__(self):
+        return iter((self[0], self[1]))
+
+
 class AdaptiveLogSoftmaxWithLoss(paddle.nn.Layer):
     """Adaptive softmax (Grave et al., "Efficient softmax approximation for GPUs").
 
@@ -66,14 +85,11 @@ class AdaptiveLogSoftmaxWithLoss(paddle.nn.Layer):
         tails = []
         for i in range(self.n_clusters):
             hsz = int(in_features // (div_value ** (i + 1)))
-            if hsz <= 0:
-                raise ValueError(f"{where}: cluster {i} would project to in_features // div_value**{i + 1} = {hsz} "
-                                 f"features (in_features={in_features}, div_value={div_value})")
             osz = self.cutoffs[i + 1] - self.cutoffs[i]
-            tails.append(paddle.nn.ParameterList([
+            tails.append(_TailPair(
                 self.create_parameter(shape=[in_features, hsz], attr=weight_attr, dtype=self._dtype, is_bias=False),
                 self.create_parameter(shape=[hsz, osz], attr=weight_attr, dtype=self._dtype, is_bias=False),
-            ]))
+            ))
         # Unlike Paddle 3.3.1's plain list, registered: the tail weights train, save and load.
         self.tail_weights = paddle.nn.LayerList(tails)
 
