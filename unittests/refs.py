@@ -282,3 +282,58 @@ def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="reg
             t_end = T if boundary is None else int(boundary[b][3])
             px[b] += delay_penalty * ((t_end - 1) / 2 - np.arange(T0))[None, :]
     return -mutual_information(px, py, boundary)[0]
+# ---------------------------------------------------------------------------------------------------
+# adaptive_log_softmax (float64, straight from the definitions; PyTorch's algorithm for the layer)
+
+
+def logsumexp_rows(x):
+    """logsumexp of each row; a row of -inf gives -inf, +inf gives +inf, NaN gives NaN."""
+    x = np.asarray(x, dtype=np.float64)
+    m = np.max(x, axis=1) if x.shape[1] else np.full(x.shape[0], -np.inf)
+    finite = np.isfinite(m)
+    safe = np.where(finite, m, 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = np.sum(np.exp(x - safe[:, None]), axis=1)
+        return np.where(finite, safe + np.log(s), m)
+
+
+def adaptive_log_softmax_target(logits, target):
+    logits = np.asarray(logits, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return logits[np.arange(logits.shape[0]), np.asarray(target)] - logsumexp_rows(logits)
+
+
+def adaptive_log_softmax_target_grad(logits, target, out_grad):
+    logits = np.asarray(logits, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        grad = -np.exp(logits - logsumexp_rows(logits)[:, None])
+    grad[np.arange(logits.shape[0]), np.asarray(target)] += 1.0
+    return grad * np.asarray(out_grad)[:, None]
+
+
+def adaptive_log_softmax_full(logits, offset):
+    logits = np.asarray(logits, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return logits - logsumexp_rows(logits)[:, None] + np.asarray(offset, dtype=np.float64)[:, None]
+
+
+def adaptive_log_prob(x, head_weight, tail_weights, cutoffs, head_bias=None):
+    """[N, n_classes]: head log-softmax for the shortlist; cluster log-softmax + the cluster's head
+    log-probability for each tail cluster. cutoffs is the full list ending in n_classes."""
+    x = np.asarray(x, dtype=np.float64)
+    head = x @ head_weight + (0.0 if head_bias is None else head_bias)
+    head_lp = adaptive_log_softmax_full(head, np.zeros(len(x)))
+    pieces = [head_lp[:, :cutoffs[0]]]
+    for i, (w1, w2) in enumerate(tail_weights):
+        pieces.append(adaptive_log_softmax_full(x @ w1 @ w2, head_lp[:, cutoffs[0] + i]))
+    return np.concatenate(pieces, axis=1)
+
+
+def adaptive_log_softmax_with_loss(x, label, head_weight, tail_weights, cutoffs, head_bias=None):
+    """(output [N], loss): each label's log-probability and their mean negative."""
+    batched = np.ndim(x) == 2
+    x2 = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    label = np.atleast_1d(np.asarray(label))
+    out = adaptive_log_prob(x2, head_weight, tail_weights, cutoffs, head_bias)[np.arange(len(label)), label]
+    loss = -out.mean()
+    return (out if batched else out[0]), loss
