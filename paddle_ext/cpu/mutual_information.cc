@@ -109,6 +109,12 @@ void backward_item(const T* px, const T* py, const P* p, const MIBox& box, index
   }
 }
 
+// Batch items per thread at least: a thread is worth starting for ~64k cells (a few hundred µs);
+// below that the fork/join (and, on a loaded machine, waiting for a descheduled thread) costs more.
+inline index_t item_grain(index_t S, index_t T_) {
+  return std::max<index_t>(1, (index_t(1) << 16) / ((S + 1) * (T_ + 1)));
+}
+
 }  // namespace
 
 index_t mutual_information_check_boundary(const int64_t* boundary, index_t B, index_t S, index_t T_) {
@@ -122,7 +128,7 @@ template <typename T>
 void mutual_information_forward(const T* px, const T* py, const int64_t* boundary, P* p, T* ans, index_t B,
                                 index_t S, index_t T_, bool modified) {
   const index_t T1 = modified ? T_ : T_ + 1;
-  parallel_for(0, B, 1, [&](index_t b0, index_t b1) {
+  parallel_for(0, B, item_grain(S, T_), [&](index_t b0, index_t b1) {
     for (index_t b = b0; b < b1; ++b) {
       const MIBox box = mi_box(boundary, b, S, T_);
       forward_item<T>(px + b * S * T1, py + b * (S + 1) * T_, p + b * (S + 1) * (T_ + 1), box, S, T_, modified,
@@ -137,7 +143,7 @@ void mutual_information_backward(const T* px, const T* py, const int64_t* bounda
                                  bool modified) {
   using A = P;
   const index_t T1 = modified ? T_ : T_ + 1;
-  parallel_for(0, B, 1, [&](index_t b0, index_t b1) {
+  parallel_for(0, B, item_grain(S, T_), [&](index_t b0, index_t b1) {
     std::vector<A> rows(2 * (T_ + 2));
     for (index_t b = b0; b < b1; ++b) {
       const MIBox box = mi_box(boundary, b, S, T_);

@@ -106,6 +106,14 @@ def _add_delay_penalty(px, boundary, rnnt_type, delay_penalty):
     return px + penalty
 
 
+def _logsumexp_last(x):
+    """logsumexp over the last axis; Paddle's CPU paddle.logsumexp is ~2x slower than these four ops on
+    [B, T, S+1, C] joiner output with small C. Rows that are all -inf give -inf (not NaN)."""
+    m = paddle.max(x, axis=-1, keepdim=True)
+    m = paddle.where(paddle.isinf(m), paddle.zeros_like(m), m)
+    return paddle.log(paddle.sum(paddle.exp(x - m), axis=-1)) + m.squeeze(-1)
+
+
 def _symbols64(symbols):
     return symbols if symbols.dtype == paddle.int64 else symbols.astype("int64")
 
@@ -202,7 +210,7 @@ def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, 
     S = S1 - 1
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
     symbols = _symbols64(symbols)
-    normalizers = paddle.logsumexp(logits, axis=3).transpose([0, 2, 1])  # [B, S+1, T]
+    normalizers = _logsumexp_last(logits).transpose([0, 2, 1])  # [B, S+1, T]
     idx = symbols.reshape([B, 1, S, 1]).expand([B, T, S, 1])
     px = paddle.take_along_axis(logits[:, :, :S, :], idx, axis=3).squeeze(-1).transpose([0, 2, 1])  # [B, S, T]
     px = px - normalizers[:, :S, :]
@@ -341,7 +349,7 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
     if R > S + 1:
         raise ValueError(f"{op}: s_range = {R} exceeds S+1 = {S + 1}")
     symbols, ranges = _symbols64(symbols), _symbols64(ranges)
-    normalizers = paddle.logsumexp(logits, axis=3)  # [B, T, R]
+    normalizers = _logsumexp_last(logits)  # [B, T, R]
     with_term = paddle.concat([symbols, paddle.full([B, 1], termination_symbol, dtype="int64")], axis=1)
     pruned_symbols = paddle.take_along_axis(with_term.unsqueeze(1).expand([B, T, S + 1]), ranges, axis=2)
     px = paddle.take_along_axis(logits, pruned_symbols.unsqueeze(-1), axis=3).squeeze(-1) - normalizers
