@@ -196,23 +196,8 @@ def test_get_rnnt_prune_ranges_raises_s_range_to_keep_a_path():
     assert ranges.shape[2] == 3
 
 
-@pytest.fixture
-def no_onednn_predictor(monkeypatch):
-    """paddle.inference's CPU predictor runs elementwise ops with oneDNN and hands their oneDNN-layout
-    outputs to custom ops without reordering (seen with broadcast adds feeding any paddle_ext op,
-    logcumsumexp included): predictors that serve paddle_ext ops need ``config.disable_mkldnn()``."""
-    import paddle.inference as paddle_infer
-
-    class Config(paddle_infer.Config):
-        def __init__(self, *args):
-            super().__init__(*args)
-            self.disable_mkldnn()
-
-    monkeypatch.setattr(paddle_infer, "Config", Config)
-
-
 @pytest.mark.parametrize("rnnt_type", ["regular", "modified"])
-def test_simple_loss_static_and_export(rnnt_type, tmp_path, no_onednn_predictor):
+def test_simple_loss_static_and_export(rnnt_type, tmp_path):
     lm, am, symbols, boundary = problem(seed=14)
 
     def fn(lm, am, symbols, boundary):
