@@ -306,3 +306,21 @@ def test_pruning_errors():
     with pytest.raises(ValueError, match="s_range = 6 exceeds"):
         paddle_ext.rnnt_loss_pruned(_lt(np.zeros((2, 5, 6, 4))), _lt(np.zeros((2, 3), np.int64)),
                                     _lt(np.zeros((2, 5, 6), np.int64)), 0)
+
+
+@pytest.mark.parametrize("rnnt_type", ["regular", "modified"])
+def test_prune_ranges_and_pruning_static_match_dygraph(rnnt_type):
+    B, T, S, C = 3, 10, 5, 4
+    lm, am, symbols, boundary = problem(B=B, T=T, S=S, C=C, seed=18)
+    _, (gx, gy) = paddle_ext.rnnt_loss_simple(t(lm), t(am), t(symbols), 0, t(boundary), rnnt_type=rnnt_type,
+                                              return_grad=True)
+    gx, gy = gx.numpy(), gy.numpy()
+
+    def fn(gx, gy, boundary, am, lm):
+        ranges = paddle_ext.get_rnnt_prune_ranges(gx, gy, boundary, 3)
+        am_p, lm_p = paddle_ext.do_rnnt_pruning(am, lm, ranges)
+        return ranges, am_p, lm_p
+
+    expected = [o.numpy() for o in fn(t(gx), t(gy), t(boundary), t(am), t(lm))]
+    check_output(fn, {"gx": gx, "gy": gy, "boundary": boundary, "am": am, "lm": lm}, lambda *a: expected,
+                 modes=("static",))
