@@ -324,3 +324,21 @@ def test_prune_ranges_and_pruning_static_match_dygraph(rnnt_type):
     expected = [o.numpy() for o in fn(t(gx), t(gy), t(boundary), t(am), t(lm))]
     check_output(fn, {"gx": gx, "gy": gy, "boundary": boundary, "am": am, "lm": lm}, lambda *a: expected,
                  modes=("static",))
+
+
+def test_smoothed_am_only_part_sees_lm_only_through_its_unigram():
+    """am_only_scale = 1: px = am[sym] + log u[sym] - log sum_c exp(am_c) u_c with u the unigram of
+    the normalised lm rows; permuting lm rows inside each item keeps u, so the loss does not change."""
+    lm, am, symbols, boundary = problem(seed=19)
+    kw = dict(lm_only_scale=0.0, am_only_scale=1.0, boundary=t(boundary), reduction="none")
+    base = paddle_ext.rnnt_loss_smoothed(t(lm), t(am), t(symbols), 0, **kw).numpy()
+    perm = paddle_ext.rnnt_loss_smoothed(t(lm[:, ::-1].copy()), t(am), t(symbols), 0, **kw).numpy()
+    np.testing.assert_allclose(perm, base, rtol=1e-10)
+    # and it equals the full loss of log(u) + am, normalised per frame
+    probs = np.exp(lm - lm.max(-1, keepdims=True))
+    u = (probs / probs.sum(-1, keepdims=True)).mean(axis=(0, 1))
+    logits = np.broadcast_to((np.log(u) + am)[:, :, None, :], (3, 7, 5, 5)).copy()
+    np.testing.assert_allclose(base, refs.rnnt_loss(logits, symbols, 0, boundary), rtol=1e-8)
+    lm_only = paddle_ext.rnnt_loss_smoothed(t(lm), t(am), t(symbols), 0, 1.0, 0.0, t(boundary), reduction="none")
+    logits = np.broadcast_to(lm[:, None], (3, 7, 5, 5)).copy()
+    np.testing.assert_allclose(lm_only.numpy(), refs.rnnt_loss(logits, symbols, 0, boundary), rtol=1e-8)
