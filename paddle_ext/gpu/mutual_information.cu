@@ -31,7 +31,7 @@ struct ForwardCell {
   P* p;
   index_t T1, P1, s0, t0;
   bool modified;
-  __device__ void operator()(index_t s, index_t t) const {
+  PE_HOSTDEVICE void operator()(index_t s, index_t t) const {
     P v;
     if (s == s0 && t == t0) {
       v = P(0);
@@ -77,7 +77,7 @@ struct BackwardCell {
   index_t T1, P1, s1, t1;
   P ans_grad;
   bool modified;
-  __device__ void operator()(index_t s, index_t t) const {
+  PE_HOSTDEVICE void operator()(index_t s, index_t t) const {
     if (s == s1 && t == t1) {
       g[s * P1 + t] = ans_grad;
       return;
