@@ -310,3 +310,14 @@ def test_single_item_row_bands_match_the_batch_path(modified, box):
     assert np.isfinite(one[0])
     for a, b in zip(one, two):
         np.testing.assert_array_equal(a, b)
+
+
+def test_non_contiguous_inputs():
+    px, py = make(3, 4, 6, False, seed=30)
+    tpx = paddle.to_tensor(np.ascontiguousarray(px.transpose(0, 2, 1))).transpose([0, 2, 1])
+    tpy = paddle.to_tensor(np.ascontiguousarray(py[:, :, ::-1])).flip([2])
+    ans, (gx, gy) = paddle_ext.mutual_information_recursion(tpx, tpy, return_grad=True)
+    np.testing.assert_allclose(ans.numpy(), refs.mutual_information(px, py)[0], rtol=1e-12)
+    rgx, rgy = refs.mutual_information_grad(px, py)
+    np.testing.assert_allclose(gx.numpy(), rgx, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gy.numpy(), rgy, rtol=1e-12, atol=1e-14)
