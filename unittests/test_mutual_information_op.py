@@ -321,3 +321,12 @@ def test_non_contiguous_inputs():
     rgx, rgy = refs.mutual_information_grad(px, py)
     np.testing.assert_allclose(gx.numpy(), rgx, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(gy.numpy(), rgy, rtol=1e-12, atol=1e-14)
+
+
+def test_empty_batch():
+    tpx = paddle.zeros([0, 3, 5], "float64")
+    tpx.stop_gradient = False
+    ans, (gx, gy) = paddle_ext.mutual_information_recursion(tpx, paddle.zeros([0, 4, 4], "float64"), return_grad=True)
+    assert ans.shape == [0] and gx.shape == [0, 3, 5] and gy.shape == [0, 4, 4]
+    ans.sum().backward()
+    assert tpx.grad.shape == [0, 3, 5]
