@@ -285,3 +285,48 @@ def test_non_tensor_arguments():
         paddle_ext.mutual_information_recursion(px, _t(py))
     with pytest.raises(TypeError, match="boundary must be a paddle.Tensor"):
         paddle_ext.mutual_information_recursion(_t(px), _t(py), [[0, 0, 3, 4]] * 2)
+
+
+@pytest.mark.parametrize("modified", MODES)
+@pytest.mark.parametrize("box", [None, [3, 100, 60, 1900], [0, 0, 70, 2000]])
+def test_single_item_row_bands_match_the_batch_path(modified, box):
+    """B = 1 runs one item on all threads (row bands pipelined over column chunks); B = 2 runs items
+    in parallel with each item on one thread. Same arithmetic per cell: bitwise equal results."""
+    S, T = 70, 2000
+    px, py = make(1, S, T, modified, seed=21)
+    px, py = px - 1.0, py - 0.5
+    boundary = None if box is None else np.array([box], dtype=np.int64)
+
+    def run(n):
+        tb = None if boundary is None else paddle.to_tensor(np.repeat(boundary, n, 0))
+        tpx = paddle.to_tensor(np.repeat(px, n, 0))
+        tpy = paddle.to_tensor(np.repeat(py, n, 0))
+        tpx.stop_gradient = tpy.stop_gradient = False
+        ans = paddle_ext.mutual_information_recursion(tpx, tpy, tb)
+        (ans * paddle.to_tensor(np.linspace(0.5, 1.5, n))).sum().backward()
+        return ans.numpy()[0], tpx.grad.numpy()[0], tpy.grad.numpy()[0]
+
+    one, two = run(1), run(2)
+    assert np.isfinite(one[0])
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_non_contiguous_inputs():
+    px, py = make(3, 4, 6, False, seed=30)
+    tpx = paddle.to_tensor(np.ascontiguousarray(px.transpose(0, 2, 1))).transpose([0, 2, 1])
+    tpy = paddle.to_tensor(np.ascontiguousarray(py[:, :, ::-1])).flip([2])
+    ans, (gx, gy) = paddle_ext.mutual_information_recursion(tpx, tpy, return_grad=True)
+    np.testing.assert_allclose(ans.numpy(), refs.mutual_information(px, py)[0], rtol=1e-12)
+    rgx, rgy = refs.mutual_information_grad(px, py)
+    np.testing.assert_allclose(gx.numpy(), rgx, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gy.numpy(), rgy, rtol=1e-12, atol=1e-14)
+
+
+def test_empty_batch():
+    tpx = paddle.zeros([0, 3, 5], "float64")
+    tpx.stop_gradient = False
+    ans, (gx, gy) = paddle_ext.mutual_information_recursion(tpx, paddle.zeros([0, 4, 4], "float64"), return_grad=True)
+    assert ans.shape == [0] and gx.shape == [0, 3, 5] and gy.shape == [0, 4, 4]
+    ans.sum().backward()
+    assert tpx.grad.shape == [0, 3, 5]

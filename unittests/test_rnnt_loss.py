@@ -196,23 +196,8 @@ def test_get_rnnt_prune_ranges_raises_s_range_to_keep_a_path():
     assert ranges.shape[2] == 3
 
 
-@pytest.fixture
-def no_onednn_predictor(monkeypatch):
-    """paddle.inference's CPU predictor runs elementwise ops with oneDNN and hands their oneDNN-layout
-    outputs to custom ops without reordering (seen with broadcast adds feeding any paddle_ext op,
-    logcumsumexp included): predictors that serve paddle_ext ops need ``config.disable_mkldnn()``."""
-    import paddle.inference as paddle_infer
-
-    class Config(paddle_infer.Config):
-        def __init__(self, *args):
-            super().__init__(*args)
-            self.disable_mkldnn()
-
-    monkeypatch.setattr(paddle_infer, "Config", Config)
-
-
 @pytest.mark.parametrize("rnnt_type", ["regular", "modified"])
-def test_simple_loss_static_and_export(rnnt_type, tmp_path, no_onednn_predictor):
+def test_simple_loss_static_and_export(rnnt_type, tmp_path):
     lm, am, symbols, boundary = problem(seed=14)
 
     def fn(lm, am, symbols, boundary):
@@ -321,3 +306,39 @@ def test_pruning_errors():
     with pytest.raises(ValueError, match="s_range = 6 exceeds"):
         paddle_ext.rnnt_loss_pruned(_lt(np.zeros((2, 5, 6, 4))), _lt(np.zeros((2, 3), np.int64)),
                                     _lt(np.zeros((2, 5, 6), np.int64)), 0)
+
+
+@pytest.mark.parametrize("rnnt_type", ["regular", "modified"])
+def test_prune_ranges_and_pruning_static_match_dygraph(rnnt_type):
+    B, T, S, C = 3, 10, 5, 4
+    lm, am, symbols, boundary = problem(B=B, T=T, S=S, C=C, seed=18)
+    _, (gx, gy) = paddle_ext.rnnt_loss_simple(t(lm), t(am), t(symbols), 0, t(boundary), rnnt_type=rnnt_type,
+                                              return_grad=True)
+    gx, gy = gx.numpy(), gy.numpy()
+
+    def fn(gx, gy, boundary, am, lm):
+        ranges = paddle_ext.get_rnnt_prune_ranges(gx, gy, boundary, 3)
+        am_p, lm_p = paddle_ext.do_rnnt_pruning(am, lm, ranges)
+        return ranges, am_p, lm_p
+
+    expected = [o.numpy() for o in fn(t(gx), t(gy), t(boundary), t(am), t(lm))]
+    check_output(fn, {"gx": gx, "gy": gy, "boundary": boundary, "am": am, "lm": lm}, lambda *a: expected,
+                 modes=("static",))
+
+
+def test_smoothed_am_only_part_sees_lm_only_through_its_unigram():
+    """am_only_scale = 1: px = am[sym] + log u[sym] - log sum_c exp(am_c) u_c with u the unigram of
+    the normalised lm rows; permuting lm rows inside each item keeps u, so the loss does not change."""
+    lm, am, symbols, boundary = problem(seed=19)
+    kw = dict(lm_only_scale=0.0, am_only_scale=1.0, boundary=t(boundary), reduction="none")
+    base = paddle_ext.rnnt_loss_smoothed(t(lm), t(am), t(symbols), 0, **kw).numpy()
+    perm = paddle_ext.rnnt_loss_smoothed(t(lm[:, ::-1].copy()), t(am), t(symbols), 0, **kw).numpy()
+    np.testing.assert_allclose(perm, base, rtol=1e-10)
+    # and it equals the full loss of log(u) + am, normalised per frame
+    probs = np.exp(lm - lm.max(-1, keepdims=True))
+    u = (probs / probs.sum(-1, keepdims=True)).mean(axis=(0, 1))
+    logits = np.broadcast_to((np.log(u) + am)[:, :, None, :], (3, 7, 5, 5)).copy()
+    np.testing.assert_allclose(base, refs.rnnt_loss(logits, symbols, 0, boundary), rtol=1e-8)
+    lm_only = paddle_ext.rnnt_loss_smoothed(t(lm), t(am), t(symbols), 0, 1.0, 0.0, t(boundary), reduction="none")
+    logits = np.broadcast_to(lm[:, None], (3, 7, 5, 5)).copy()
+    np.testing.assert_allclose(lm_only.numpy(), refs.rnnt_loss(logits, symbols, 0, boundary), rtol=1e-8)

@@ -1,4 +1,4 @@
-// CUDA mutual_information_recursion: one block per batch item walks the anti-diagonals of its box
+// CUDA mutual_information_recursion: one block per batch item (up to 256 threads) walks the anti-diagonals of its box
 // (cells with s + t = d depend only on diagonal d - 1, or d + 1 in the backward), all threads of the
 // block sharing each diagonal, one __syncthreads per diagonal. The forward and backward are the same
 // wavefront driver with a different cell functor; the cell math is in paddle_ext/mutual_information.h,
@@ -11,7 +11,12 @@ namespace gpu {
 namespace {
 
 using P = mi_acc_t;
-constexpr int kThreads = 256;
+
+// A diagonal holds at most min(S, T) + 1 cells: no more threads than that (whole warps, 32..256).
+inline int block_threads(index_t S, index_t T_) {
+  const index_t cells = std::min(S, T_) + 1;
+  return (int)std::min<index_t>(256, std::max<index_t>(32, (cells + 31) / 32 * 32));
+}
 
 // Calls cell(s, t) for every cell of the box, diagonal by diagonal (reversed for the backward).
 template <bool kReverse, typename Cell>
@@ -31,7 +36,7 @@ struct ForwardCell {
   P* p;
   index_t T1, P1, s0, t0;
   bool modified;
-  __device__ void operator()(index_t s, index_t t) const {
+  PE_HOSTDEVICE void operator()(index_t s, index_t t) const {
     P v;
     if (s == s0 && t == t0) {
       v = P(0);
@@ -77,7 +82,7 @@ struct BackwardCell {
   index_t T1, P1, s1, t1;
   P ans_grad;
   bool modified;
-  __device__ void operator()(index_t s, index_t t) const {
+  PE_HOSTDEVICE void operator()(index_t s, index_t t) const {
     if (s == s1 && t == t1) {
       g[s * P1 + t] = ans_grad;
       return;
@@ -119,7 +124,7 @@ template <typename T>
 void mutual_information_forward(const T* px, const T* py, const int64_t* boundary, P* p, T* ans, index_t B,
                                 index_t S, index_t T_, bool modified, cudaStream_t stream) {
   if (B == 0) return;
-  forward_kernel<T><<<(unsigned)B, kThreads, 0, stream>>>(px, py, boundary, p, ans, S, T_, modified);
+  forward_kernel<T><<<(unsigned)B, block_threads(S, T_), 0, stream>>>(px, py, boundary, p, ans, S, T_, modified);
   check_launch("mutual_information_forward");
 }
 
@@ -137,8 +142,8 @@ void mutual_information_backward(const T* px, const T* py, const int64_t* bounda
     check_launch("mutual_information_backward: workspace");
     throw std::runtime_error("mutual_information_backward: cannot allocate the p_grad workspace");
   }
-  backward_kernel<T><<<(unsigned)B, kThreads, 0, stream>>>(px, py, boundary, p, ans_grad, g, px_grad, py_grad, S, T_,
-                                                          modified);
+  backward_kernel<T><<<(unsigned)B, block_threads(S, T_), 0, stream>>>(px, py, boundary, p, ans_grad, g, px_grad,
+                                                                        py_grad, S, T_, modified);
   check_launch("mutual_information_backward");
   cudaFreeAsync(g, stream);
 }
