@@ -85,11 +85,6 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, name=
     dtype = px.dtype
     if dtype in (paddle.float16, paddle.bfloat16):
         px, py = px.astype("float32"), py.astype("float32")
-    if not paddle.in_dynamic_mode():
-        # paddle.inference's CPU predictor (oneDNN on) can hand a custom op the wrong buffer for the
-        # output of fused elementwise chains (seen: broadcast adds building py); an explicit copy
-        # in the static graph makes the op's inputs plain tensors. Costs one copy of px and py.
-        px, py = paddle.assign(px), paddle.assign(py)
     ans, p = _library.ops().mutual_information(px, py, boundary)
     if dtype != ans.dtype:
         ans = ans.astype(dtype)
