@@ -190,6 +190,9 @@ def _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, w
         size = cutoffs[i + 1] - cutoffs[i]
         if len(w1.shape) != 2 or w1.shape[0] != in_features:
             raise ValueError(f"{where}: tail_weights[{i}][0] has shape {list(w1.shape)}, expected [{in_features}, hsz]")
+        if i == n_clusters - 1 and len(w2.shape) == 2 and w2.shape[0] == w1.shape[1] and w2.shape[1] != size:
+            raise ValueError(f"{where}: cutoffs must end in n_classes = {cutoffs[i] + w2.shape[1]} (tail_weights[{i}][1] "
+                             f"has {w2.shape[1]} columns for classes from {cutoffs[i]}), got {cutoffs}")
         if list(w2.shape) != [w1.shape[1], size]:
             raise ValueError(f"{where}: tail_weights[{i}][1] has shape {list(w2.shape)}, expected "
                              f"[{w1.shape[1]}, {size}] (cluster {i} holds classes [{cutoffs[i]}, {cutoffs[i + 1]}))")
