@@ -165,3 +165,30 @@ def test_float32_accuracy_over_the_exp_range():
     np.testing.assert_allclose(gx.numpy(), refs.adaptive_log_softmax_target_grad(x32, t, g), rtol=1e-5, atol=1e-7)
     full = paddle_ext.adaptive_log_softmax_full(xt).numpy()
     np.testing.assert_allclose(full, refs.adaptive_log_softmax_full(x32, np.zeros(3)), rtol=1e-6, atol=2e-5)
+
+
+def test_baseline_and_avx2_cpu_kernels_agree(tmp_path):
+    # The CPU kernels exist twice (baseline ISA and AVX2+FMA, picked at run time); PADDLE_EXT_NO_AVX2=1
+    # forces the baseline copy, run here in a subprocess on the same data.
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, numpy as np, paddle, paddle_ext\n"
+        "x = np.linspace(-100, 20, 3 * 5001).reshape(3, 5001).astype(np.float32)\n"
+        "t = np.array([5000, 3, 2500])\n"
+        "xt = paddle.to_tensor(x, stop_gradient=False)\n"
+        "out = paddle_ext.adaptive_log_softmax_target(xt, paddle.to_tensor(t))\n"
+        "(g,) = paddle.grad(out, xt, grad_outputs=paddle.to_tensor(np.array([1.0, -2.0, 0.5], np.float32)))\n"
+        "full = paddle_ext.adaptive_log_softmax_full(xt)\n"
+        "np.savez(sys.argv[1], out=out.numpy(), g=g.numpy(), full=full.numpy())\n")
+    results = {}
+    for name, extra in (("avx2", {}), ("baseline", {"PADDLE_EXT_NO_AVX2": "1"})):
+        env = dict(os.environ, **extra)
+        subprocess.run([sys.executable, str(script), str(tmp_path / f"{name}.npz")], check=True, env=env,
+                       capture_output=True)
+        results[name] = np.load(tmp_path / f"{name}.npz")
+    for key in ("out", "g", "full"):
+        np.testing.assert_allclose(results["baseline"][key], results["avx2"][key], rtol=1e-6, atol=1e-7)
