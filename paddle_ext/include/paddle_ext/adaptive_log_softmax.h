@@ -6,8 +6,8 @@
 //   target backward  grad[m, k]   = ([k == t] - exp(x - lse)) * g[m]   (the loss -out gets softmax - onehot)
 //   full forward     out[m, k]    = x - lse[m] + offset[m]
 //   full backward    grad[m, k]   = g[m, k] - exp(x - lse) * sum_k g[m, k],   offset_grad[m] = sum_k g[m, k]
-// Conventions (as torch/NumPy log_softmax): -inf logits get log-probability -inf and grad -target term
-// only; a row of only -inf (or with +inf/NaN) gives NaN. Half types accumulate in float32, and lse is
+// Conventions (as torch/NumPy log_softmax): -inf logits get log-probability -inf and softmax 0 (the grad
+// keeps only the target term g); a row of only -inf (or with +inf/NaN) gives NaN. Half types accumulate in float32, and lse is
 // stored in the accumulation type (float32 for half types) so the grads do not see a rounded lse.
 #pragma once
 
@@ -23,9 +23,10 @@ namespace paddle_ext {
 
 // exp on the host for float: Cephes' range reduction (x = n ln2 + r, |r| <= ln2/2) and degree-5
 // minimax polynomial, within ~1 ulp of std::exp; branch-free so the CPU row loops vectorise (glibc's expf
-// does not). exp(x) for x < -87.3 (including -inf) is 0; NaN stays NaN. Device code and double use std::exp.
+// does not). exp(x) for x < -87.3 (including -inf) is 0, for x > 88 +inf (the kernels only pass x - max or
+// x - lse, <= ~0); NaN stays NaN. Device code and double use std::exp.
 inline float als_expf_host(float x) {
-  const float kMax = 88.3762626647949f, kMin = -87.3365447504019f;
+  const float kMax = 88.0f, kMin = -87.3365447504019f;
   float xc = x > kMax ? kMax : x;
   xc = xc < kMin ? kMin : xc;
   const float kRound = 12582912.0f;  // 1.5 * 2^23: (v + kRound) - kRound rounds v to nearest, no libm call
