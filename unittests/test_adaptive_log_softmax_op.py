@@ -192,3 +192,18 @@ def test_baseline_and_avx2_cpu_kernels_agree(tmp_path):
         results[name] = np.load(tmp_path / f"{name}.npz")
     for key in ("out", "g", "full"):
         np.testing.assert_allclose(results["baseline"][key], results["avx2"][key], rtol=1e-6, atol=1e-7)
+
+
+def test_rows_split_across_threads():
+    # >= 2M elements: the CPU kernels split the rows over the threads (below that they stay serial)
+    x = rand((40, 60000), seed=13).astype(np.float32)
+    t = targets(40, 60000, seed=14)
+    g = rand((40,), seed=15).astype(np.float32)
+    xt = paddle.to_tensor(x, stop_gradient=False)
+    out = paddle_ext.adaptive_log_softmax_target(xt, paddle.to_tensor(t))
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(out.numpy(), refs.adaptive_log_softmax_target(x64, t), rtol=1e-6, atol=1e-5)
+    (gx,) = paddle.grad(out, xt, grad_outputs=paddle.to_tensor(g))
+    np.testing.assert_allclose(gx.numpy(), refs.adaptive_log_softmax_target_grad(x64, t, g), rtol=1e-5, atol=1e-7)
+    full = paddle_ext.adaptive_log_softmax_full(paddle.to_tensor(x), paddle.to_tensor(g)).numpy()
+    np.testing.assert_allclose(full, refs.adaptive_log_softmax_full(x64, g), rtol=1e-6, atol=2e-5)
