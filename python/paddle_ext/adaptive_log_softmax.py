@@ -280,6 +280,11 @@ def adaptive_log_softmax_with_loss(input, label, head_weight, tail_weights, cuto
     label = _check_input_label(input, label, in_features, _OP)
     _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, _OP)
     _check_label_range(label, cutoffs[-1], _OP)
+    return adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias)
+
+
+def adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias=None):
+    """The computation of adaptive_log_softmax_with_loss on arguments already validated (by the layer)."""
     batched = len(input.shape) == 2
     out_dtype = input.dtype
     x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
