@@ -6,7 +6,6 @@ import numpy as np
 import paddle
 import pytest
 
-import paddle_ext
 import refs
 from paddle_ext.nn import AdaptiveLogSoftmaxWithLoss
 from paddle_ext.nn.functional import adaptive_log_softmax_with_loss
@@ -38,10 +37,6 @@ def data(n=16, seed=0, labels=None, in_features=IN, n_classes=N_CLASSES):
     x = rng.normal(size=(n, in_features))
     y = rng.integers(0, n_classes, size=n) if labels is None else np.asarray(labels)
     return x, y.astype(np.int64)
-
-
-def full_cutoffs(layer):
-    return layer.cutoffs
 
 
 @pytest.mark.parametrize("head_bias", [False, True])
