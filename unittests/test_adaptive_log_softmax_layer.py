@@ -369,3 +369,32 @@ def test_functional_errors():
         adaptive_log_softmax_with_loss(x, paddle.to_tensor([0, 1, 2, 31]), hw, tw, [5, 12, 20, 30])
     with pytest.raises(ValueError, match=r"input has 3 features"):
         adaptive_log_softmax_with_loss(paddle.ones([4, 3]), y, hw, tw, [5, 12, 20, 30])
+
+
+def test_export_with_dynamic_batch(tmp_path):
+    import paddle.inference as paddle_infer
+
+    model = _Model(head_bias=True)
+    model.eval()
+    specs = [paddle.static.InputSpec([None, IN], "float32", "x"), paddle.static.InputSpec([None], "int64", "y")]
+    prefix = str(tmp_path / "model")
+    paddle.jit.save(paddle.jit.to_static(model, input_spec=specs, full_graph=True), prefix)
+    loaded = paddle.jit.load(prefix)
+    config = paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
+    config.disable_gpu()
+    predictor = paddle_infer.create_predictor(config)
+    for n, labels in ((3, None), (11, None), (5, [12, 13, 19, 12, 18])):
+        x, y = data(n, seed=n, labels=labels)
+        x = x.astype(np.float32)
+        expected = [t.numpy() for t in model(paddle.to_tensor(x), paddle.to_tensor(y))]
+        got = [t.numpy() for t in loaded(paddle.to_tensor(x), paddle.to_tensor(y))]
+        for name, value in zip(predictor.get_input_names(), (x, y)):
+            handle = predictor.get_input_handle(name)
+            handle.reshape(list(value.shape))
+            handle.copy_from_cpu(value)
+        predictor.run()
+        served = [predictor.get_output_handle(o).copy_to_cpu() for o in predictor.get_output_names()]
+        assert len(got) == len(served) == len(expected) == 4
+        for g, s, e in zip(got, served, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(s, e, rtol=1e-5, atol=1e-6)

@@ -52,7 +52,8 @@ def _as_int64(label, arg, op):
 
 
 def _dims_known(*dims):
-    return all(d is not None and d >= 0 for d in dims)
+    """Static sizes only: -1/None in a static program, a Tensor under to_static with a dynamic batch."""
+    return all(isinstance(d, int) and d >= 0 for d in dims)
 
 
 def adaptive_log_softmax_target(logits, target, name=None):
@@ -145,7 +146,7 @@ def _check_input_label(input, label, in_features, where):
     if len(input.shape) not in (1, 2):
         raise ValueError(f"{where}: input must be 1-D [in_features] or 2-D [N, in_features], got shape "
                          f"{list(input.shape)}")
-    if input.shape[-1] is not None and input.shape[-1] >= 0 and input.shape[-1] != in_features:
+    if _dims_known(input.shape[-1]) and input.shape[-1] != in_features:
         raise ValueError(f"{where}: input has {input.shape[-1]} features (shape {list(input.shape)}), "
                          f"expected in_features={in_features}")
     if label is None:
