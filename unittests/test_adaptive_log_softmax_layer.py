@@ -6,7 +6,6 @@ import numpy as np
 import paddle
 import pytest
 
-import paddle_ext
 import refs
 from paddle_ext.nn import AdaptiveLogSoftmaxWithLoss
 from paddle_ext.nn.functional import adaptive_log_softmax_with_loss
@@ -38,10 +37,6 @@ def data(n=16, seed=0, labels=None, in_features=IN, n_classes=N_CLASSES):
     x = rng.normal(size=(n, in_features))
     y = rng.integers(0, n_classes, size=n) if labels is None else np.asarray(labels)
     return x, y.astype(np.int64)
-
-
-def full_cutoffs(layer):
-    return layer.cutoffs
 
 
 @pytest.mark.parametrize("head_bias", [False, True])
@@ -359,13 +354,13 @@ def test_functional_errors():
     layer = make_layer(dtype="float32")
     x, y = paddle.ones([4, IN]), paddle.to_tensor([0, 1, 2, 3])
     hw, tw = layer.head_weight, [list(p) for p in layer.tail_weights]
-    with pytest.raises(ValueError, match=r"cutoffs must end in n_classes=30, got \[5, 12, 20, 29\]"):
-        adaptive_log_softmax_with_loss(x, y, hw, tw, [5, 12, 20, 29], None) if False else \
-            __import__("paddle_ext").adaptive_log_softmax.check_cutoffs([5, 12, 20, 29], 30, "f", True)
+    with pytest.raises(ValueError, match=r"cutoffs must end in n_classes = 30 \(tail_weights\[2\]\[1\] has 10 "
+                                         r"columns for classes from 20\), got \[5, 12, 20, 29\]"):
+        adaptive_log_softmax_with_loss(x, y, hw, tw, [5, 12, 20, 29])
+    with pytest.raises(ValueError, match=r"tail_weights\[1\]\[1\] has shape \[2, 8\], expected \[2, 9\]"):
+        adaptive_log_softmax_with_loss(x, y, hw, tw, [5, 12, 21, 30])
     with pytest.raises(ValueError, match=r"head_weight has shape \[8, 8\], expected \[8, 7\]"):
         adaptive_log_softmax_with_loss(x, y, hw, tw[:2], [5, 12, 30])
-    with pytest.raises(ValueError, match=r"tail_weights\[2\]\[1\] has shape \[1, 10\], expected \[1, 9\]"):
-        adaptive_log_softmax_with_loss(x, y, hw, tw, [5, 12, 20, 29])
     with pytest.raises(ValueError, match=r"strictly increasing"):
         adaptive_log_softmax_with_loss(x, y, hw, tw, [5, 20, 12, 30])
     with pytest.raises(ValueError, match=r"tail_weights has 2 clusters"):
@@ -374,3 +369,32 @@ def test_functional_errors():
         adaptive_log_softmax_with_loss(x, paddle.to_tensor([0, 1, 2, 31]), hw, tw, [5, 12, 20, 30])
     with pytest.raises(ValueError, match=r"input has 3 features"):
         adaptive_log_softmax_with_loss(paddle.ones([4, 3]), y, hw, tw, [5, 12, 20, 30])
+
+
+def test_export_with_dynamic_batch(tmp_path):
+    import paddle.inference as paddle_infer
+
+    model = _Model(head_bias=True)
+    model.eval()
+    specs = [paddle.static.InputSpec([None, IN], "float32", "x"), paddle.static.InputSpec([None], "int64", "y")]
+    prefix = str(tmp_path / "model")
+    paddle.jit.save(paddle.jit.to_static(model, input_spec=specs, full_graph=True), prefix)
+    loaded = paddle.jit.load(prefix)
+    config = paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
+    config.disable_gpu()
+    predictor = paddle_infer.create_predictor(config)
+    for n, labels in ((3, None), (11, None), (5, [12, 13, 19, 12, 18])):
+        x, y = data(n, seed=n, labels=labels)
+        x = x.astype(np.float32)
+        expected = [t.numpy() for t in model(paddle.to_tensor(x), paddle.to_tensor(y))]
+        got = [t.numpy() for t in loaded(paddle.to_tensor(x), paddle.to_tensor(y))]
+        for name, value in zip(predictor.get_input_names(), (x, y)):
+            handle = predictor.get_input_handle(name)
+            handle.reshape(list(value.shape))
+            handle.copy_from_cpu(value)
+        predictor.run()
+        served = [predictor.get_output_handle(o).copy_to_cpu() for o in predictor.get_output_names()]
+        assert len(got) == len(served) == len(expected) == 4
+        for g, s, e in zip(got, served, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(s, e, rtol=1e-5, atol=1e-6)

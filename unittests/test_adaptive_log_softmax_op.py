@@ -148,3 +148,62 @@ def test_static_program_rejects_bad_target_in_cpp():
 def test_export_round_trip():
     check_export(target_op, {"logits": rand((4, 9)).astype(np.float32), "target": targets(4, 9)})
     check_export(full_op, {"logits": rand((4, 9)).astype(np.float32), "offset": rand((4,)).astype(np.float32)})
+
+
+def test_float32_accuracy_over_the_exp_range():
+    # The CPU float path uses its own vectorised exp: check it where exp underflows (x - lse < -87.3)
+    # and across the whole useful range, through the forward and both grads.
+    x = np.linspace(-120.0, 30.0, 4001).reshape(1, -1)
+    x = np.concatenate([x, x[:, ::-1], x * 0.1], axis=0)
+    t = np.array([4000, 17, 2500])
+    xt = paddle.to_tensor(x.astype(np.float32), stop_gradient=False)
+    x32 = x.astype(np.float32).astype(np.float64)
+    out = paddle_ext.adaptive_log_softmax_target(xt, paddle.to_tensor(t))
+    np.testing.assert_allclose(out.numpy(), refs.adaptive_log_softmax_target(x32, t), rtol=1e-6, atol=2e-6)
+    g = np.array([0.5, -1.0, 2.0])
+    (gx,) = paddle.grad(out, xt, grad_outputs=paddle.to_tensor(g.astype(np.float32)))
+    np.testing.assert_allclose(gx.numpy(), refs.adaptive_log_softmax_target_grad(x32, t, g), rtol=1e-5, atol=1e-7)
+    full = paddle_ext.adaptive_log_softmax_full(xt).numpy()
+    np.testing.assert_allclose(full, refs.adaptive_log_softmax_full(x32, np.zeros(3)), rtol=1e-6, atol=2e-5)
+
+
+def test_baseline_and_avx2_cpu_kernels_agree(tmp_path):
+    # The CPU kernels exist twice (baseline ISA and AVX2+FMA, picked at run time); PADDLE_EXT_NO_AVX2=1
+    # forces the baseline copy, run here in a subprocess on the same data.
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, numpy as np, paddle, paddle_ext\n"
+        "x = np.linspace(-100, 20, 3 * 5001).reshape(3, 5001).astype(np.float32)\n"
+        "t = np.array([5000, 3, 2500])\n"
+        "xt = paddle.to_tensor(x, stop_gradient=False)\n"
+        "out = paddle_ext.adaptive_log_softmax_target(xt, paddle.to_tensor(t))\n"
+        "(g,) = paddle.grad(out, xt, grad_outputs=paddle.to_tensor(np.array([1.0, -2.0, 0.5], np.float32)))\n"
+        "full = paddle_ext.adaptive_log_softmax_full(xt)\n"
+        "np.savez(sys.argv[1], out=out.numpy(), g=g.numpy(), full=full.numpy())\n")
+    results = {}
+    for name, extra in (("avx2", {}), ("baseline", {"PADDLE_EXT_NO_AVX2": "1"})):
+        env = dict(os.environ, **extra)
+        subprocess.run([sys.executable, str(script), str(tmp_path / f"{name}.npz")], check=True, env=env,
+                       capture_output=True)
+        results[name] = np.load(tmp_path / f"{name}.npz")
+    for key in ("out", "g", "full"):
+        np.testing.assert_allclose(results["baseline"][key], results["avx2"][key], rtol=1e-6, atol=1e-7)
+
+
+def test_rows_split_across_threads():
+    # >= 2M elements: the CPU kernels split the rows over the threads (below that they stay serial)
+    x = rand((40, 60000), seed=13).astype(np.float32)
+    t = targets(40, 60000, seed=14)
+    g = rand((40,), seed=15).astype(np.float32)
+    xt = paddle.to_tensor(x, stop_gradient=False)
+    out = paddle_ext.adaptive_log_softmax_target(xt, paddle.to_tensor(t))
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(out.numpy(), refs.adaptive_log_softmax_target(x64, t), rtol=1e-6, atol=1e-5)
+    (gx,) = paddle.grad(out, xt, grad_outputs=paddle.to_tensor(g))
+    np.testing.assert_allclose(gx.numpy(), refs.adaptive_log_softmax_target_grad(x64, t, g), rtol=1e-5, atol=1e-7)
+    full = paddle_ext.adaptive_log_softmax_full(paddle.to_tensor(x), paddle.to_tensor(g)).numpy()
+    np.testing.assert_allclose(full, refs.adaptive_log_softmax_full(x64, g), rtol=1e-6, atol=2e-5)

@@ -1,104 +1,74 @@
 // CPU adaptive_log_softmax kernels on raw pointers (no Paddle header): rows split across the cores,
 // each row read twice for its lse (max, then sum of exp) and once more for an elementwise output.
+// The bodies (adaptive_log_softmax_kernels.inc) are compiled for the baseline ISA and for AVX2+FMA;
+// the AVX2 copy (8-wide exp) runs where the CPU has it — about 2x on the exp-bound loops.
+// FP compares may not trap here, so GCC can turn the clamps/selects of als_expf_host into vector blends
+// (with the default -ftrapping-math the exp loops stay scalar and branchy). No FP exceptions are used.
+#pragma GCC optimize("no-trapping-math")
+
 #include "paddle_ext/adaptive_log_softmax.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "paddle_ext/parallel.h"
 
 namespace paddle_ext {
 namespace cpu {
+
+namespace baseline {
+#include "adaptive_log_softmax_kernels.inc"
+}  // namespace baseline
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PE_ALS_AVX2 1
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+#include "adaptive_log_softmax_kernels.inc"
+}  // namespace avx2
+#pragma GCC pop_options
+#endif
+
 namespace {
-
-// Rows per thread chunk: at least ~32k elements of work per thread, so tiny calls stay serial.
-inline index_t row_grain(index_t k) { return std::max<index_t>(1, (index_t(1) << 15) / std::max<index_t>(k, 1)); }
-
-// The sum of exp runs in double for float rows: 10^5-wide rows keep ~1e-7 relative accuracy.
-template <typename A>
-struct SumAcc {
-  using type = double;
-};
-
-template <typename T>
-acc_t<T> row_lse(const T* x, index_t k) {
-  using A = acc_t<T>;
-  A max = neg_inf<A>();
-  bool nan = false;
-  for (index_t j = 0; j < k; ++j) {
-    const A v = load(x[j]);
-    max = v > max ? v : max;
-    nan |= v != v;
-  }
-  if (nan) return std::numeric_limits<A>::quiet_NaN();
-  if (max == neg_inf<A>() || max == -neg_inf<A>()) return max;
-  typename SumAcc<A>::type sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (index_t j = 0; j < k; ++j) sum += als_exp_term<A>(load(x[j]), max);
-  return als_lse<A>(max, static_cast<A>(sum));
+inline bool use_avx2() {
+#ifdef PE_ALS_AVX2
+  // PADDLE_EXT_NO_AVX2=1 forces the baseline copy (tests compare the two).
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          std::getenv("PADDLE_EXT_NO_AVX2") == nullptr;
+  return yes;
+#else
+  return false;
+#endif
 }
-
-template <typename Fn>
-void for_rows(index_t m, index_t k, const Fn& fn) {
-  parallel_for(0, m, row_grain(k), [&](index_t begin, index_t end) {
-    for (index_t r = begin; r < end; ++r) fn(r);
-  });
-}
-
 }  // namespace
+
+#ifdef PE_ALS_AVX2
+#define PE_ALS_DISPATCH(fn, ...) (use_avx2() ? avx2::fn(__VA_ARGS__) : baseline::fn(__VA_ARGS__))
+#else
+#define PE_ALS_DISPATCH(fn, ...) baseline::fn(__VA_ARGS__)
+#endif
 
 template <typename T>
 void als_target_forward(const T* logits, const int64_t* target, T* out, acc_t<T>* lse, index_t m, index_t k) {
-  using A = acc_t<T>;
-  for_rows(m, k, [&](index_t r) {
-    const T* x = logits + r * k;
-    const A l = row_lse(x, k);
-    lse[r] = l;
-    const int64_t t = target[r];
-    out[r] = store<T>(als_target_ok(t, k) ? static_cast<A>(load(x[t])) - l : std::numeric_limits<A>::quiet_NaN());
-  });
+  PE_ALS_DISPATCH(als_target_forward_impl<T>, logits, target, out, lse, m, k);
 }
 
 template <typename T>
 void als_target_backward(const T* logits, const int64_t* target, const acc_t<T>* lse, const T* out_grad,
                          T* logits_grad, index_t m, index_t k) {
-  using A = acc_t<T>;
-  for_rows(m, k, [&](index_t r) {
-    const T* x = logits + r * k;
-    T* dx = logits_grad + r * k;
-    const A l = lse[r], g = load(out_grad[r]);
-    for (index_t j = 0; j < k; ++j) dx[j] = store<T>(als_target_grad<A>(load(x[j]), l, g, false));
-    const int64_t t = target[r];
-    if (als_target_ok(t, k)) dx[t] = store<T>(als_target_grad<A>(load(x[t]), l, g, true));
-  });
+  PE_ALS_DISPATCH(als_target_backward_impl<T>, logits, target, lse, out_grad, logits_grad, m, k);
 }
 
 template <typename T>
 void als_full_forward(const T* logits, const T* offset, T* out, acc_t<T>* lse, index_t m, index_t k) {
-  using A = acc_t<T>;
-  for_rows(m, k, [&](index_t r) {
-    const T* x = logits + r * k;
-    T* y = out + r * k;
-    const A l = row_lse(x, k), off = load(offset[r]);
-    lse[r] = l;
-    for (index_t j = 0; j < k; ++j) y[j] = store<T>(als_full_value<A>(load(x[j]), l, off));
-  });
+  PE_ALS_DISPATCH(als_full_forward_impl<T>, logits, offset, out, lse, m, k);
 }
 
 template <typename T>
 void als_full_backward(const T* logits, const acc_t<T>* lse, const T* out_grad, T* logits_grad, T* offset_grad,
                        index_t m, index_t k) {
-  using A = acc_t<T>;
-  for_rows(m, k, [&](index_t r) {
-    const T* x = logits + r * k;
-    const T* g = out_grad + r * k;
-    T* dx = logits_grad + r * k;
-    typename SumAcc<A>::type sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (index_t j = 0; j < k; ++j) sum += load(g[j]);
-    const A l = lse[r], s = static_cast<A>(sum);
-    for (index_t j = 0; j < k; ++j) dx[j] = store<T>(als_full_grad<A>(load(x[j]), l, load(g[j]), s));
-    offset_grad[r] = store<T>(s);
-  });
+  PE_ALS_DISPATCH(als_full_backward_impl<T>, logits, lse, out_grad, logits_grad, offset_grad, m, k);
 }
 
 #define PE_INSTANTIATE(T)                                                                                     \

@@ -52,7 +52,8 @@ def _as_int64(label, arg, op):
 
 
 def _dims_known(*dims):
-    return all(d is not None and d >= 0 for d in dims)
+    """Static sizes only: -1/None in a static program, a Tensor under to_static with a dynamic batch."""
+    return all(isinstance(d, int) and d >= 0 for d in dims)
 
 
 def adaptive_log_softmax_target(logits, target, name=None):
@@ -145,7 +146,7 @@ def _check_input_label(input, label, in_features, where):
     if len(input.shape) not in (1, 2):
         raise ValueError(f"{where}: input must be 1-D [in_features] or 2-D [N, in_features], got shape "
                          f"{list(input.shape)}")
-    if input.shape[-1] is not None and input.shape[-1] >= 0 and input.shape[-1] != in_features:
+    if _dims_known(input.shape[-1]) and input.shape[-1] != in_features:
         raise ValueError(f"{where}: input has {input.shape[-1]} features (shape {list(input.shape)}), "
                          f"expected in_features={in_features}")
     if label is None:
@@ -190,6 +191,9 @@ def _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, w
         size = cutoffs[i + 1] - cutoffs[i]
         if len(w1.shape) != 2 or w1.shape[0] != in_features:
             raise ValueError(f"{where}: tail_weights[{i}][0] has shape {list(w1.shape)}, expected [{in_features}, hsz]")
+        if i == n_clusters - 1 and len(w2.shape) == 2 and w2.shape[0] == w1.shape[1] and w2.shape[1] != size:
+            raise ValueError(f"{where}: cutoffs must end in n_classes = {cutoffs[i] + w2.shape[1]} (tail_weights[{i}][1] "
+                             f"has {w2.shape[1]} columns for classes from {cutoffs[i]}), got {cutoffs}")
         if list(w2.shape) != [w1.shape[1], size]:
             raise ValueError(f"{where}: tail_weights[{i}][1] has shape {list(w2.shape)}, expected "
                              f"[{w1.shape[1]}, {size}] (cluster {i} holds classes [{cutoffs[i]}, {cutoffs[i + 1]}))")
@@ -277,6 +281,11 @@ def adaptive_log_softmax_with_loss(input, label, head_weight, tail_weights, cuto
     label = _check_input_label(input, label, in_features, _OP)
     _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, _OP)
     _check_label_range(label, cutoffs[-1], _OP)
+    return adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias)
+
+
+def adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias=None):
+    """The computation of adaptive_log_softmax_with_loss on arguments already validated (by the layer)."""
     batched = len(input.shape) == 2
     out_dtype = input.dtype
     x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
