@@ -60,10 +60,6 @@ def _demo(args) -> int:
 
 
 def main(argv=None) -> int:
-    # Before Paddle (and with it libgomp) loads: idle OpenMP threads sleep instead of spinning, which
-    # on a small shared machine keeps one op's helpers from starving the next (and steadies timings).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's interpreter chatter
     warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface")  # from Paddle's to_static
     parser = argparse.ArgumentParser(prog="paddle-ext", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
