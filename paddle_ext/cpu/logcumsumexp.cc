@@ -1,45 +1,412 @@
 // CPU logcumsumexp kernels on raw pointers (no Paddle header).
-#include "paddle_ext/logcumsumexp.h"
+//
+// Every dtype is computed in double lanes with the SIMD exp/log of vec_math.h (about 1 ulp of double),
+// so float32/float16/bfloat16 results are rounded once, at the store.
+//   Contiguous axis (inner == 1): a blocked two-level scan. A row is cut into chunks of kChunk
+//     elements; in a chunk every term is exp(x - M) with M the chunk's max (and the carry), prefix sums
+//     run across SIMD lanes, and out = M + log(carry + prefix). The serial chain is one add per vector,
+//     not one log-add-exp per element. The carry between chunks is a log value.
+//   Strided axis (inner > 1): the online (max, sum of exp) update of LogSumAcc, one column per lane,
+//     across neighbouring columns, so every step reads contiguous memory.
+// Chunks (or lanes) holding NaN or +inf, or spanning more than kMaxRange in log space (where exp(x - M)
+// would underflow), take the scalar LogSumAcc path, so the edge semantics are exactly those of
+// log_math.h. The backward is the same scan run in the opposite direction over log|g| - out, split by
+// the sign of g (logcumsumexp.h).
+#include <algorithm>
+#include <cmath>
+#include <limits>
 
-#include "paddle_ext/scan.h"
+#include "paddle_ext/logcumsumexp.h"
+#include "paddle_ext/parallel.h"
+#include "paddle_ext/vec_math.h"
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 namespace paddle_ext {
 namespace cpu {
+namespace {
+
+using simd::vd;
+using simd::vl;
+
+constexpr index_t kChunk = 512;     // elements per chunk of a contiguous row (4 KiB of doubles per buffer)
+constexpr index_t kColumns = 256;   // columns advanced together on a strided axis
+constexpr double kMaxRange = 640.;  // exp(x - M) stays a normal double (> e^-708) within this range
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 template <typename T>
-void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t inner,
-                          bool exclusive, bool reverse) {
-  using A = typename LogcumsumexpAcc<T>::type;
-  scan_lines(outer, n, inner, reverse, LogSumAcc<A>{}, [&](LogSumAcc<A>& acc, index_t i) {
-    const A v = static_cast<A>(load(x[i]));
-    if (exclusive) {
-      out[i] = store<T>(acc.value());
+inline double to_double(const T& v) {
+  return static_cast<double>(load(v));
+}
+
+inline LogSumAcc<double> acc_from_log(double carry) {
+  LogSumAcc<double> acc;
+  if (carry != -kInf) {
+    acc.max = carry;
+    acc.sum = 1.0;
+  }
+  return acc;
+}
+
+// The exact scalar scan of one chunk in scan order, in place; returns the new carry.
+template <bool kExclusive>
+inline double scan_chunk_scalar(double* buf, index_t k, double carry) {
+  LogSumAcc<double> acc = acc_from_log(carry);
+  for (index_t j = 0; j < k; ++j) {
+    const double v = buf[j];
+    if (kExclusive) {
+      buf[j] = acc.value();
       acc.add(v);
     } else {
       acc.add(v);
-      out[i] = store<T>(acc.value());
+      buf[j] = acc.value();
     }
-  });
+  }
+  return acc.value();
+}
+
+// buf[j] <- log(exp(carry) + sum of exp(buf[i]) for i <= j (i < j if exclusive)), in place; k is a
+// multiple of W (pad with -inf). Returns the log of the whole sum, the carry of the next chunk.
+template <int W, bool kExclusive>
+PE_VINLINE double scan_chunk(double* buf, index_t k, double carry) {
+  // One cheap pass: max, min and sum. A NaN or +inf makes the sum NaN or +inf (so does an overflow:
+  // then the scalar path is merely slower); -inf is fine (exp gives 0).
+  vd<W> hi = simd::splat<W>(-kInf), lo = simd::splat<W>(kInf), sum = vd<W>{};
+  for (index_t i = 0; i < k; i += W) {
+    const vd<W> v = simd::loadu<W>(buf + i);
+    hi = simd::vmax<W>(hi, v);
+    lo = simd::vmin<W>(lo, v);
+    sum += v;
+  }
+  double total = simd::hsum<W>(sum);
+  if (total != total || total == kInf || carry != carry || carry == kInf) {
+    return scan_chunk_scalar<kExclusive>(buf, k, carry);
+  }
+  const double M = std::max(simd::hmax<W>(hi), carry);
+  if (M == -kInf) {  // nothing but -inf so far
+    std::fill(buf, buf + k, -kInf);
+    return -kInf;
+  }
+  double low = simd::hmin<W>(lo);
+  if (low == -kInf) {  // the range counts finite terms only
+    lo = simd::splat<W>(kInf);
+    for (index_t i = 0; i < k; i += W) {
+      const vd<W> v = simd::loadu<W>(buf + i);
+      lo = simd::select<W>(v == -kInf, lo, simd::vmin<W>(lo, v));
+    }
+    low = simd::hmin<W>(lo);
+  }
+  if (carry != -kInf) low = std::min(low, carry);
+  if (M - low > kMaxRange) return scan_chunk_scalar<kExclusive>(buf, k, carry);
+
+  const vd<W> Mv = simd::splat<W>(M);
+  vd<W> c = simd::splat<W>(carry == -kInf ? 0.0 : std::exp(carry - M));
+  for (index_t i = 0; i < k; i += W) {
+    const vd<W> e = simd::vexp<W>(simd::loadu<W>(buf + i) - Mv);  // -inf gives 0
+    const vd<W> p = simd::prefix_sum<W>(e);
+    const vd<W> s = c + (kExclusive ? simd::shift_up<1, W>(p) : p);
+    c += simd::broadcast_last<W>(p);
+    simd::storeu<W>(buf + i, Mv + simd::vlog<W>(s));  // s == 0 (an empty prefix) gives -inf
+  }
+  return M + std::log(c[0]);
+}
+
+// True when buf[0, k) holds no NaN and no +inf (-inf is fine). One add per lane: a NaN or +inf makes the
+// sum NaN or +inf; so may an overflow of huge values, which then merely take the exact scalar path.
+template <int W>
+PE_VINLINE bool no_nan_or_pos_inf(const double* buf, index_t k) {
+  vd<W> sum = vd<W>{};
+  for (index_t i = 0; i < k; i += W) sum += simd::loadu<W>(buf + i);
+  const double total = simd::hsum<W>(sum);
+  return total == total && total != kInf;
+}
+template <int W>
+PE_VINLINE bool all_finite(const double* buf, index_t k) {
+  vd<W> sum = vd<W>{};
+  for (index_t i = 0; i < k; i += W) sum += simd::loadu<W>(buf + i) * 0.0;  // inf * 0 and NaN give NaN
+  const double total = simd::hsum<W>(sum);
+  return total == total;
+}
+
+// One backward element, exactly as logcumsumexp.h defines it (scalar path).
+inline double backward_step(double x, double g, double o, LogSumAcc<double>& pos, LogSumAcc<double>& neg,
+                            bool exclusive) {
+  double term;
+  bool negative;
+  const bool contributes = logcumsumexp_grad_term<double>(g, o, &term, &negative);
+  if (!exclusive && contributes) (negative ? neg : pos).add(term);
+  const double value = logcumsumexp_grad_value<double>(x, pos.value(), neg.value());
+  if (exclusive && contributes) (negative ? neg : pos).add(term);
+  return value;
+}
+
+// Copies k elements of a line into buf in scan order (converted to double) and pads to a multiple of W.
+template <int W, typename T>
+PE_VINLINE index_t gather(const T* line, index_t n, index_t start, index_t k, bool reverse, double* buf, double pad) {
+  if (reverse) {
+    const T* src = line + (n - 1 - start);
+    for (index_t j = 0; j < k; ++j) buf[j] = to_double(src[-j]);
+  } else {
+    const T* src = line + start;
+    for (index_t j = 0; j < k; ++j) buf[j] = to_double(src[j]);
+  }
+  const index_t kp = (k + W - 1) / W * W;
+  for (index_t j = k; j < kp; ++j) buf[j] = pad;
+  return kp;
 }
 
 template <typename T>
-void logcumsumexp_backward(const T* x, const T* out, const T* out_grad, T* x_grad, index_t outer,
-                           index_t n, index_t inner, bool exclusive, bool reverse) {
-  using A = typename LogcumsumexpAcc<T>::type;
-  struct State {
-    LogSumAcc<A> pos, neg;
-  };
+inline void scatter(const double* buf, index_t n, index_t start, index_t k, bool reverse, T* line) {
+  if (reverse) {
+    T* dst = line + (n - 1 - start);
+    for (index_t j = 0; j < k; ++j) dst[-j] = store<T>(buf[j]);
+  } else {
+    T* dst = line + start;
+    for (index_t j = 0; j < k; ++j) dst[j] = store<T>(buf[j]);
+  }
+}
+
+template <typename T>
+struct ForwardRows {
+  const T* x;
+  T* out;
+  index_t n;
+  bool exclusive, reverse;
+
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    alignas(64) double buf[kChunk];
+    for (index_t r = r0; r < r1; ++r) {
+      double carry = -kInf;
+      for (index_t start = 0; start < n; start += kChunk) {
+        const index_t k = std::min(kChunk, n - start);
+        const index_t kp = gather<W>(x + r * n, n, start, k, reverse, buf, -kInf);
+        carry = exclusive ? scan_chunk<W, true>(buf, kp, carry) : scan_chunk<W, false>(buf, kp, carry);
+        scatter(buf, n, start, k, reverse, out + r * n);
+      }
+    }
+  }
+};
+
+// The grad of a contiguous row: scanned from the end of the forward's order (`reverse` here is the
+// backward scan direction).
+template <typename T>
+struct BackwardRows {
+  const T *x, *out, *out_grad;
+  T* x_grad;
+  index_t n;
+  bool exclusive, reverse;
+
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    alignas(64) double bx[kChunk], bg[kChunk], bo[kChunk];
+    for (index_t r = r0; r < r1; ++r) {
+      double carry_pos = -kInf, carry_neg = -kInf;
+      for (index_t start = 0; start < n; start += kChunk) {
+        const index_t k = std::min(kChunk, n - start);
+        const index_t kp = gather<W>(x + r * n, n, start, k, reverse, bx, -kInf);
+        gather<W>(out_grad + r * n, n, start, k, reverse, bg, 0.0);
+        gather<W>(out + r * n, n, start, k, reverse, bo, -kInf);
+        const bool fast = no_nan_or_pos_inf<W>(bx, kp) && all_finite<W>(bg, kp) && no_nan_or_pos_inf<W>(bo, kp);
+        if (!fast || carry_pos != carry_pos || carry_neg != carry_neg || carry_pos == kInf || carry_neg == kInf) {
+          LogSumAcc<double> pos = acc_from_log(carry_pos), neg = acc_from_log(carry_neg);
+          for (index_t j = 0; j < k; ++j) bx[j] = backward_step(bx[j], bg[j], bo[j], pos, neg, exclusive);
+          carry_pos = pos.value();
+          carry_neg = neg.value();
+        } else {
+          // bg <- positive terms, bo <- negative terms (log|g| - out, -inf where nothing is contributed).
+          for (index_t i = 0; i < kp; i += W) {
+            const vd<W> g = simd::loadu<W>(bg + i), o = simd::loadu<W>(bo + i);
+            const vd<W> ag = simd::select<W>(g < 0.0, -g, g);
+            const vd<W> term = simd::vlog<W>(ag) - o;
+            const vl<W> live = (g != 0.0) & (o != -kInf);
+            simd::storeu<W>(bg + i, simd::select<W>(live & (g > 0.0), term, simd::splat<W>(-kInf)));
+            simd::storeu<W>(bo + i, simd::select<W>(live & (g < 0.0), term, simd::splat<W>(-kInf)));
+          }
+          carry_pos = exclusive ? scan_chunk<W, true>(bg, kp, carry_pos) : scan_chunk<W, false>(bg, kp, carry_pos);
+          carry_neg = exclusive ? scan_chunk<W, true>(bo, kp, carry_neg) : scan_chunk<W, false>(bo, kp, carry_neg);
+          for (index_t i = 0; i < kp; i += W) {
+            const vd<W> xv = simd::loadu<W>(bx + i);
+            const vd<W> value = simd::vexp<W>(xv + simd::loadu<W>(bg + i)) - simd::vexp<W>(xv + simd::loadu<W>(bo + i));
+            simd::storeu<W>(bx + i, simd::select<W>(xv == -kInf, vd<W>{}, value));
+          }
+        }
+        scatter(bx, n, start, k, reverse, x_grad + r * n);
+      }
+    }
+  }
+};
+
+// One online step of LogSumAcc on W lanes; lanes must hold no NaN or +inf (in v or in the state).
+template <int W>
+PE_VINLINE void online_add(vd<W>& m, vd<W>& s, vd<W> v) {
+  const vl<W> gt = v > m;
+  const vd<W> d = simd::select<W>(gt, m - v, v - m);
+  const vd<W> e = simd::select<W>(v == -kInf, vd<W>{}, simd::vexp<W>(d));
+  s = simd::select<W>(gt, s * e + 1.0, s + e);
+  m = simd::select<W>(gt, v, m);
+}
+template <int W>
+PE_VINLINE vd<W> online_value(vd<W> m, vd<W> s) {
+  return m + simd::vlog<W>(s);  // m = -inf, s = 0 gives -inf
+}
+
+// A block of columns of one outer slice of a strided axis: task t covers columns [c0, c0 + kColumns).
+template <typename T>
+struct ForwardColumns {
+  const T* x;
+  T* out;
+  index_t n, inner;
+  bool exclusive, reverse;
+
+  template <int W>
+  PE_VINLINE void run(index_t t0, index_t t1) const {
+    alignas(64) double m[kColumns], s[kColumns], buf[kColumns];
+    const index_t blocks = (inner + kColumns - 1) / kColumns;
+    for (index_t t = t0; t < t1; ++t) {
+      const index_t o = t / blocks, c0 = (t % blocks) * kColumns;
+      const index_t w = std::min(kColumns, inner - c0), wp = (w + W - 1) / W * W;
+      std::fill(m, m + wp, -kInf);
+      std::fill(s, s + wp, 0.0);
+      bool clean = true;
+      for (index_t step = 0; step < n; ++step) {
+        const index_t row = o * n + (reverse ? n - 1 - step : step);
+        gather<W>(x + row * inner + c0, w, 0, w, false, buf, -kInf);
+        // The states hold no NaN or +inf unless an input did: then this and every later step of the
+        // block run the exact scalar update.
+        clean = clean && no_nan_or_pos_inf<W>(buf, wp);
+        for (index_t i = 0; i < wp; i += W) {
+          const vd<W> v = simd::loadu<W>(buf + i);
+          vd<W> mv = simd::loadu<W>(m + i), sv = simd::loadu<W>(s + i);
+          if (!clean) {
+            for (int l = 0; l < W; ++l) {
+              LogSumAcc<double> acc{m[i + l], s[i + l]};
+              if (exclusive) buf[i + l] = acc.value();
+              acc.add(v[l]);
+              if (!exclusive) buf[i + l] = acc.value();
+              m[i + l] = acc.max;
+              s[i + l] = acc.sum;
+            }
+            continue;
+          }
+          vd<W> value;
+          if (exclusive) value = online_value<W>(mv, sv);
+          online_add<W>(mv, sv, v);
+          if (!exclusive) value = online_value<W>(mv, sv);
+          simd::storeu<W>(m + i, mv);
+          simd::storeu<W>(s + i, sv);
+          simd::storeu<W>(buf + i, value);
+        }
+        scatter(buf, w, 0, w, false, out + row * inner + c0);
+      }
+    }
+  }
+};
+
+template <typename T>
+struct BackwardColumns {
+  const T *x, *out, *out_grad;
+  T* x_grad;
+  index_t n, inner;
+  bool exclusive, reverse;  // reverse: the backward scan direction
+
+  template <int W>
+  PE_VINLINE void run(index_t t0, index_t t1) const {
+    alignas(64) double mp[kColumns], sp[kColumns], mn[kColumns], sn[kColumns];
+    alignas(64) double bx[kColumns], bg[kColumns], bo[kColumns];
+    const index_t blocks = (inner + kColumns - 1) / kColumns;
+    for (index_t t = t0; t < t1; ++t) {
+      const index_t o = t / blocks, c0 = (t % blocks) * kColumns;
+      const index_t w = std::min(kColumns, inner - c0), wp = (w + W - 1) / W * W;
+      std::fill(mp, mp + wp, -kInf);
+      std::fill(sp, sp + wp, 0.0);
+      std::fill(mn, mn + wp, -kInf);
+      std::fill(sn, sn + wp, 0.0);
+      bool clean = true;
+      for (index_t step = 0; step < n; ++step) {
+        const index_t offset = (o * n + (reverse ? n - 1 - step : step)) * inner + c0;
+        gather<W>(x + offset, w, 0, w, false, bx, -kInf);
+        gather<W>(out_grad + offset, w, 0, w, false, bg, 0.0);
+        gather<W>(out + offset, w, 0, w, false, bo, -kInf);
+        clean = clean && no_nan_or_pos_inf<W>(bx, wp) && all_finite<W>(bg, wp) && no_nan_or_pos_inf<W>(bo, wp);
+        for (index_t i = 0; i < wp; i += W) {
+          const vd<W> xv = simd::loadu<W>(bx + i), g = simd::loadu<W>(bg + i), ov = simd::loadu<W>(bo + i);
+          vd<W> mpv = simd::loadu<W>(mp + i), spv = simd::loadu<W>(sp + i);
+          vd<W> mnv = simd::loadu<W>(mn + i), snv = simd::loadu<W>(sn + i);
+          if (!clean) {
+            for (int l = 0; l < W; ++l) {
+              LogSumAcc<double> pos{mp[i + l], sp[i + l]}, neg{mn[i + l], sn[i + l]};
+              bx[i + l] = backward_step(xv[l], g[l], ov[l], pos, neg, exclusive);
+              mp[i + l] = pos.max;
+              sp[i + l] = pos.sum;
+              mn[i + l] = neg.max;
+              sn[i + l] = neg.sum;
+            }
+            continue;
+          }
+          const vd<W> ag = simd::select<W>(g < 0.0, -g, g);
+          const vd<W> term = simd::vlog<W>(ag) - ov;
+          const vl<W> live = (g != 0.0) & (ov != -kInf);
+          const vd<W> tp = simd::select<W>(live & (g > 0.0), term, simd::splat<W>(-kInf));
+          const vd<W> tn = simd::select<W>(live & (g < 0.0), term, simd::splat<W>(-kInf));
+          if (!exclusive) {
+            online_add<W>(mpv, spv, tp);
+            online_add<W>(mnv, snv, tn);
+          }
+          const vd<W> value = simd::vexp<W>(xv + online_value<W>(mpv, spv)) - simd::vexp<W>(xv + online_value<W>(mnv, snv));
+          if (exclusive) {
+            online_add<W>(mpv, spv, tp);
+            online_add<W>(mnv, snv, tn);
+          }
+          simd::storeu<W>(mp + i, mpv);
+          simd::storeu<W>(sp + i, spv);
+          simd::storeu<W>(mn + i, mnv);
+          simd::storeu<W>(sn + i, snv);
+          simd::storeu<W>(bx + i, simd::select<W>(xv == -kInf, vd<W>{}, value));
+        }
+        scatter(bx, w, 0, w, false, x_grad + offset);
+      }
+    }
+  }
+};
+
+inline index_t grain_for(index_t work_per_task) {  // ~32k elements per thread at least
+  return std::max<index_t>(1, (index_t(1) << 15) / std::max<index_t>(work_per_task, 1));
+}
+
+}  // namespace
+
+template <typename T>
+void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t inner, bool exclusive,
+                          bool reverse) {
+  if (outer == 0 || n == 0 || inner == 0) return;
+  if (inner == 1) {
+    const ForwardRows<T> k{x, out, n, exclusive, reverse};
+    parallel_for(0, outer, grain_for(n), [&](index_t r0, index_t r1) { simd::dispatch(k, r0, r1); });
+  } else {
+    const ForwardColumns<T> k{x, out, n, inner, exclusive, reverse};
+    const index_t tasks = outer * ((inner + kColumns - 1) / kColumns);
+    parallel_for(0, tasks, grain_for(n * std::min(inner, kColumns)),
+                 [&](index_t t0, index_t t1) { simd::dispatch(k, t0, t1); });
+  }
+}
+
+template <typename T>
+void logcumsumexp_backward(const T* x, const T* out, const T* out_grad, T* x_grad, index_t outer, index_t n,
+                           index_t inner, bool exclusive, bool reverse) {
+  if (outer == 0 || n == 0 || inner == 0) return;
   // The grad of x[j] collects the outputs that j fed, so it runs in the opposite direction.
-  scan_lines(outer, n, inner, !reverse, State{}, [&](State& s, index_t i) {
-    A term;
-    bool negative;
-    const bool contributes = logcumsumexp_grad_term<A>(static_cast<A>(load(out_grad[i])),
-                                                       static_cast<A>(load(out[i])), &term, &negative);
-    if (!exclusive && contributes) (negative ? s.neg : s.pos).add(term);
-    const A g = logcumsumexp_grad_value<A>(static_cast<A>(load(x[i])), s.pos.value(), s.neg.value());
-    x_grad[i] = store<T>(g);
-    if (exclusive && contributes) (negative ? s.neg : s.pos).add(term);
-  });
+  if (inner == 1) {
+    const BackwardRows<T> k{x, out, out_grad, x_grad, n, exclusive, !reverse};
+    parallel_for(0, outer, grain_for(n), [&](index_t r0, index_t r1) { simd::dispatch(k, r0, r1); });
+  } else {
+    const BackwardColumns<T> k{x, out, out_grad, x_grad, n, inner, exclusive, !reverse};
+    const index_t tasks = outer * ((inner + kColumns - 1) / kColumns);
+    parallel_for(0, tasks, grain_for(n * std::min(inner, kColumns)),
+                 [&](index_t t0, index_t t1) { simd::dispatch(k, t0, t1); });
+  }
 }
 
 #define PE_INSTANTIATE(T)                                                                    \
