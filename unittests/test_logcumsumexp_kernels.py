@@ -184,7 +184,7 @@ def test_backward_nan_and_inf_agree_between_row_and_column_kernels(exclusive, re
     assert np.all(rows[2, 100:103] == 0.0) and np.isfinite(rows[2]).all()
     if not exclusive and not reverse:  # +inf: outputs from it on are +inf and pass no gradient back
         np.testing.assert_allclose(rows[1, :300], _grad(x[1:2, :300], g[1:2, :300], 1, False, False)[0], rtol=1e-12,
-                                   atol=1e-15)
+                                   atol=1e-13)  # exp(x + L+) - exp(x + L-) cancels
         assert np.all(rows[1, 300:] == 0.0)
 
 

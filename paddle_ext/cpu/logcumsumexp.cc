@@ -69,7 +69,7 @@ inline double scan_chunk_scalar(double* buf, index_t k, double carry) {
 
 // buf[j] <- log(exp(carry) + sum of exp(buf[i]) for i <= j (i < j if exclusive)), in place; k is a
 // multiple of W (pad with -inf). Returns the log of the whole sum, the carry of the next chunk.
-template <int W, bool kExclusive>
+template <int W, bool kFull, bool kExclusive>
 PE_VINLINE double scan_chunk(double* buf, index_t k, double carry) {
   // One cheap pass: max, min and sum. A NaN or +inf makes the sum NaN or +inf (so does an overflow:
   // then the scalar path is merely slower); -inf is fine (exp gives 0).
@@ -104,11 +104,11 @@ PE_VINLINE double scan_chunk(double* buf, index_t k, double carry) {
   const vd<W> Mv = simd::splat<W>(M);
   vd<W> c = simd::splat<W>(carry == -kInf ? 0.0 : std::exp(carry - M));
   for (index_t i = 0; i < k; i += W) {
-    const vd<W> e = simd::vexp<W>(simd::loadu<W>(buf + i) - Mv);  // -inf gives 0
+    const vd<W> e = simd::vexp_neg<W, kFull>(simd::loadu<W>(buf + i) - Mv);  // -inf gives 0
     const vd<W> p = simd::prefix_sum<W>(e);
     const vd<W> s = c + (kExclusive ? simd::shift_up<1, W>(p) : p);
     c += simd::broadcast_last<W>(p);
-    simd::storeu<W>(buf + i, Mv + simd::vlog<W>(s));  // s == 0 (an empty prefix) gives -inf
+    simd::storeu<W>(buf + i, Mv + simd::vlog<W, kFull>(s));  // s == 0 (an empty prefix) gives -inf
   }
   return M + std::log(c[0]);
 }
@@ -157,6 +157,19 @@ PE_VINLINE index_t gather(const T* line, index_t n, index_t start, index_t k, bo
   return kp;
 }
 
+// Asks for the chunk after this one (input, and the output lines about to be written) while this one
+// is computed: a chunk takes ~1 us, about ten memory latencies.
+template <typename T>
+inline void prefetch_next(const T* in, T* out, index_t n, index_t start, bool reverse) {
+  if (start >= n) return;
+  const index_t k = std::min(kChunk, n - start);
+  const index_t first = reverse ? n - start - k : start;
+  for (index_t j = 0; j < k; j += 64 / sizeof(T)) {
+    __builtin_prefetch(in + first + j, 0);
+    __builtin_prefetch(out + first + j, 1);
+  }
+}
+
 template <typename T>
 inline void scatter(const double* buf, index_t n, index_t start, index_t k, bool reverse, T* line) {
   if (reverse) {
@@ -175,6 +188,8 @@ struct ForwardRows {
   index_t n;
   bool exclusive, reverse;
 
+  static constexpr bool kFull = sizeof(T) == 8;  // double: full precision; narrower outputs: ~1e-13
+
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
     alignas(64) double buf[kChunk];
@@ -182,8 +197,9 @@ struct ForwardRows {
       double carry = -kInf;
       for (index_t start = 0; start < n; start += kChunk) {
         const index_t k = std::min(kChunk, n - start);
+        prefetch_next(x + r * n, out + r * n, n, start + kChunk, reverse);
         const index_t kp = gather<W>(x + r * n, n, start, k, reverse, buf, -kInf);
-        carry = exclusive ? scan_chunk<W, true>(buf, kp, carry) : scan_chunk<W, false>(buf, kp, carry);
+        carry = exclusive ? scan_chunk<W, kFull, true>(buf, kp, carry) : scan_chunk<W, kFull, false>(buf, kp, carry);
         scatter(buf, n, start, k, reverse, out + r * n);
       }
     }
@@ -198,6 +214,8 @@ struct BackwardRows {
   T* x_grad;
   index_t n;
   bool exclusive, reverse;
+
+  static constexpr bool kFull = sizeof(T) == 8;  // double: full precision; narrower outputs: ~1e-13
 
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
@@ -220,16 +238,17 @@ struct BackwardRows {
           for (index_t i = 0; i < kp; i += W) {
             const vd<W> g = simd::loadu<W>(bg + i), o = simd::loadu<W>(bo + i);
             const vd<W> ag = simd::select<W>(g < 0.0, -g, g);
-            const vd<W> term = simd::vlog<W>(ag) - o;
+            const vd<W> term = simd::vlog<W, kFull>(ag) - o;
             const vl<W> live = (g != 0.0) & (o != -kInf);
             simd::storeu<W>(bg + i, simd::select<W>(live & (g > 0.0), term, simd::splat<W>(-kInf)));
             simd::storeu<W>(bo + i, simd::select<W>(live & (g < 0.0), term, simd::splat<W>(-kInf)));
           }
-          carry_pos = exclusive ? scan_chunk<W, true>(bg, kp, carry_pos) : scan_chunk<W, false>(bg, kp, carry_pos);
-          carry_neg = exclusive ? scan_chunk<W, true>(bo, kp, carry_neg) : scan_chunk<W, false>(bo, kp, carry_neg);
+          carry_pos = exclusive ? scan_chunk<W, kFull, true>(bg, kp, carry_pos) : scan_chunk<W, kFull, false>(bg, kp, carry_pos);
+          carry_neg = exclusive ? scan_chunk<W, kFull, true>(bo, kp, carry_neg) : scan_chunk<W, kFull, false>(bo, kp, carry_neg);
           for (index_t i = 0; i < kp; i += W) {
             const vd<W> xv = simd::loadu<W>(bx + i);
-            const vd<W> value = simd::vexp<W>(xv + simd::loadu<W>(bg + i)) - simd::vexp<W>(xv + simd::loadu<W>(bo + i));
+            const vd<W> value = simd::vexp<W, kFull>(xv + simd::loadu<W>(bg + i)) -
+                                simd::vexp<W, kFull>(xv + simd::loadu<W>(bo + i));
             simd::storeu<W>(bx + i, simd::select<W>(xv == -kInf, vd<W>{}, value));
           }
         }
@@ -240,17 +259,17 @@ struct BackwardRows {
 };
 
 // One online step of LogSumAcc on W lanes; lanes must hold no NaN or +inf (in v or in the state).
-template <int W>
+template <int W, bool kFull>
 PE_VINLINE void online_add(vd<W>& m, vd<W>& s, vd<W> v) {
   const vl<W> gt = v > m;
   const vd<W> d = simd::select<W>(gt, m - v, v - m);
-  const vd<W> e = simd::select<W>(v == -kInf, vd<W>{}, simd::vexp<W>(d));
+  const vd<W> e = simd::select<W>(v == -kInf, vd<W>{}, simd::vexp_neg<W, kFull>(d));
   s = simd::select<W>(gt, s * e + 1.0, s + e);
   m = simd::select<W>(gt, v, m);
 }
-template <int W>
+template <int W, bool kFull>
 PE_VINLINE vd<W> online_value(vd<W> m, vd<W> s) {
-  return m + simd::vlog<W>(s);  // m = -inf, s = 0 gives -inf
+  return m + simd::vlog<W, kFull>(s);  // m = -inf, s = 0 gives -inf
 }
 
 // A block of columns of one outer slice of a strided axis: task t covers columns [c0, c0 + kColumns).
@@ -260,6 +279,8 @@ struct ForwardColumns {
   T* out;
   index_t n, inner;
   bool exclusive, reverse;
+
+  static constexpr bool kFull = sizeof(T) == 8;  // double: full precision; narrower outputs: ~1e-13
 
   template <int W>
   PE_VINLINE void run(index_t t0, index_t t1) const {
@@ -273,6 +294,10 @@ struct ForwardColumns {
       bool clean = true;
       for (index_t step = 0; step < n; ++step) {
         const index_t row = o * n + (reverse ? n - 1 - step : step);
+        if (step + 2 < n) {  // the next rows of this block are far away: fetch them ahead
+          const T* ahead = x + (row + (reverse ? -2 : 2)) * inner + c0;
+          for (index_t c = 0; c < w; c += 64 / sizeof(T)) __builtin_prefetch(ahead + c);
+        }
         gather<W>(x + row * inner + c0, w, 0, w, false, buf, -kInf);
         // The states hold no NaN or +inf unless an input did: then this and every later step of the
         // block run the exact scalar update.
@@ -292,9 +317,9 @@ struct ForwardColumns {
             continue;
           }
           vd<W> value;
-          if (exclusive) value = online_value<W>(mv, sv);
-          online_add<W>(mv, sv, v);
-          if (!exclusive) value = online_value<W>(mv, sv);
+          if (exclusive) value = online_value<W, kFull>(mv, sv);
+          online_add<W, kFull>(mv, sv, v);
+          if (!exclusive) value = online_value<W, kFull>(mv, sv);
           simd::storeu<W>(m + i, mv);
           simd::storeu<W>(s + i, sv);
           simd::storeu<W>(buf + i, value);
@@ -311,6 +336,8 @@ struct BackwardColumns {
   T* x_grad;
   index_t n, inner;
   bool exclusive, reverse;  // reverse: the backward scan direction
+
+  static constexpr bool kFull = sizeof(T) == 8;  // double: full precision; narrower outputs: ~1e-13
 
   template <int W>
   PE_VINLINE void run(index_t t0, index_t t1) const {
@@ -347,18 +374,18 @@ struct BackwardColumns {
             continue;
           }
           const vd<W> ag = simd::select<W>(g < 0.0, -g, g);
-          const vd<W> term = simd::vlog<W>(ag) - ov;
+          const vd<W> term = simd::vlog<W, kFull>(ag) - ov;
           const vl<W> live = (g != 0.0) & (ov != -kInf);
           const vd<W> tp = simd::select<W>(live & (g > 0.0), term, simd::splat<W>(-kInf));
           const vd<W> tn = simd::select<W>(live & (g < 0.0), term, simd::splat<W>(-kInf));
           if (!exclusive) {
-            online_add<W>(mpv, spv, tp);
-            online_add<W>(mnv, snv, tn);
+            online_add<W, kFull>(mpv, spv, tp);
+            online_add<W, kFull>(mnv, snv, tn);
           }
-          const vd<W> value = simd::vexp<W>(xv + online_value<W>(mpv, spv)) - simd::vexp<W>(xv + online_value<W>(mnv, snv));
+          const vd<W> value = simd::vexp<W, kFull>(xv + online_value<W, kFull>(mpv, spv)) - simd::vexp<W, kFull>(xv + online_value<W, kFull>(mnv, snv));
           if (exclusive) {
-            online_add<W>(mpv, spv, tp);
-            online_add<W>(mnv, snv, tn);
+            online_add<W, kFull>(mpv, spv, tp);
+            online_add<W, kFull>(mnv, snv, tn);
           }
           simd::storeu<W>(mp + i, mpv);
           simd::storeu<W>(sp + i, spv);

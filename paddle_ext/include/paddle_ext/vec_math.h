@@ -126,44 +126,71 @@ PE_VINLINE vd<W> prefix_sum(vd<W> v) {
   return v;
 }
 
-// exp(x) for every double x: 0 below -745.2 (and for -inf), subnormals, +inf above 709.78.
-// n = round(x / ln2), r = x - n ln2 (Cody-Waite), e^r by its degree-13 Taylor polynomial (|r| <= ln2/2,
-// truncation < 2^-60), 2^n applied as two factors so that subnormal and overflowing results are exact.
-template <int W>
+// 2^(j/16), j = 0..15, correctly rounded: the table of the exp reduction.
+constexpr double kExp2Sixteenths[16] = {
+    1.0, 1.0442737824274138, 1.0905077326652577, 1.1387886347566916, 1.189207115002721, 1.241857812073484,
+    1.2968395546510096, 1.3542555469368927, 1.4142135623730951, 1.4768261459394993, 1.5422108254079407,
+    1.6104903319492543, 1.681792830507429, 1.7562521603732995, 1.8340080864093424, 1.9152065613971474};
+
+// The shared core of the exps: x = (k S + j) ln2 / S + r with S = 2W table entries (one two-vector
+// shuffle picks 2^(j/S)), |r| <= ln2 / 2S, e^r by its Taylor polynomial. kFull: within 1 ulp of double
+// (truncation < 1e-17); otherwise within ~1e-13, ample for outputs rounded to float32 or narrower.
+// Returns p = e^r 2^(j/S) in [0.97, 2.03] and k.
+template <int W, bool kFull>
+PE_VINLINE vd<W> exp_core(vd<W> x, vl<W>& k) {
+  constexpr int S = 2 * W;
+  constexpr int kLogS = W == 8 ? 4 : W == 4 ? 3 : 2;
+  constexpr int kDegree = W == 8 ? (kFull ? 7 : 5) : W == 4 ? (kFull ? 8 : 6) : (kFull ? 10 : 7);
+  const double magic = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer in the low bits
+  const vd<W> t = x * (S * 1.4426950408889634) + magic;
+  const vd<W> n = t - magic;
+  // ln2 / S in two parts (the high one has 32 significant bits, so n * high is exact).
+  const vd<W> r = (x - n * (0.04332169877307024 * (16.0 / S))) - n * (1.1926343307941173e-11 * (16.0 / S));
+  const vl<W> ni = as_int<W>(t) - as_int<W>(splat<W>(magic));
+  const vl<W> j = ni & (S - 1);
+  k = (vl<W>)((vu<W>)(ni - j + (int64_t(S) << 20)) >> kLogS) - (int64_t(1) << 20);  // floor(n / S)
+  vd<W> lo, hi;
+  for (int i = 0; i < W; ++i) {
+    lo[i] = kExp2Sixteenths[i * (16 / S)];
+    hi[i] = kExp2Sixteenths[(i + W) * (16 / S)];
+  }
+  const vd<W> table = __builtin_shuffle(lo, hi, j);
+  constexpr double kInvFactorial[11] = {1.0,         1.0,          0.5,           1.0 / 6,        1.0 / 24,
+                                        1.0 / 120,   1.0 / 720,    1.0 / 5040,    1.0 / 40320,    1.0 / 362880,
+                                        1.0 / 3628800};
+  vd<W> p = splat<W>(kInvFactorial[kDegree]);
+  for (int d = kDegree - 1; d >= 0; --d) p = p * r + kInvFactorial[d];
+  return p * table;
+}
+
+// exp(x) for every double x: 0 below -745.2 (and for -inf), subnormals, +inf above 709.78; NaN is not
+// supported. 2^k is applied as two factors so that subnormal and overflowing results come out right.
+template <int W, bool kFull = true>
 PE_VINLINE vd<W> vexp(vd<W> x) {
   const vd<W> xc = vmin<W>(vmax<W>(x, splat<W>(-746.0)), splat<W>(710.0));
-  const double magic = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer in the low bits
-  const vd<W> t = xc * 1.4426950408889634 + magic;
-  const vd<W> n = t - magic;
-  const vd<W> r = (xc - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
-  vd<W> p = splat<W>(1.0 / 6227020800.0);  // 1/13!
-  p = p * r + 1.0 / 479001600.0;
-  p = p * r + 1.0 / 39916800.0;
-  p = p * r + 1.0 / 3628800.0;
-  p = p * r + 1.0 / 362880.0;
-  p = p * r + 1.0 / 40320.0;
-  p = p * r + 1.0 / 5040.0;
-  p = p * r + 1.0 / 720.0;
-  p = p * r + 1.0 / 120.0;
-  p = p * r + 1.0 / 24.0;
-  p = p * r + 1.0 / 6.0;
-  p = p * r + 0.5;
-  p = p * r + 1.0;
-  p = p * r + 1.0;
-  // n in [-1077, 1025]: k = n + 2048 >= 0, n1 = floor(n / 2) via a logical shift, n2 = n - n1.
-  const vl<W> ni = as_int<W>(t) - as_int<W>(splat<W>(magic));
-  const vl<W> n1 = (vl<W>)((vu<W>)(ni + 2048) >> 1) - 1024;
-  const vl<W> n2 = ni - n1;
-  const vd<W> s1 = as_double<W>((n1 + 1023) << 52);
-  const vd<W> s2 = as_double<W>((n2 + 1023) << 52);
-  const vd<W> result = p * s1 * s2;
+  vl<W> k;
+  const vd<W> p = exp_core<W, kFull>(xc, k);
+  // k in [-1077, 1025]: k1 = floor(k / 2) via a logical shift of k + 2048, k2 = k - k1.
+  const vl<W> k1 = (vl<W>)((vu<W>)(k + 2048) >> 1) - 1024;
+  const vl<W> k2 = k - k1;
+  const vd<W> result = p * as_double<W>((k1 + 1023) << 52) * as_double<W>((k2 + 1023) << 52);
   return select<W>(x < -745.2, vd<W>{}, result);
+}
+
+// exp(x) for x <= 0 where only sums of such terms matter: 0 below -707 (and for -inf), so no subnormal
+// results; 2^k goes straight into the exponent.
+template <int W, bool kFull = true>
+PE_VINLINE vd<W> vexp_neg(vd<W> x) {
+  const vd<W> xc = vmax<W>(x, splat<W>(-707.0));
+  vl<W> k;
+  const vd<W> p = exp_core<W, kFull>(xc, k);
+  return select<W>(x < -707.0, vd<W>{}, as_double<W>(as_int<W>(p) + (k << 52)));
 }
 
 // log(x) for x > 0 (subnormals included); x == 0 gives -inf. Inputs must not be negative, inf or NaN.
 // x = 2^k m with m in [sqrt(1/2), sqrt(2)); log m from f = m - 1, s = f / (2 + f) and the classic
 // minimax series in s^2 (error < 2^-58), then k ln2 added in two parts.
-template <int W>
+template <int W, bool kFull = true>
 PE_VINLINE vd<W> vlog(vd<W> x) {
   const vl<W> tiny = x < 2.2250738585072014e-308;
   const vd<W> xs = select<W>(tiny, x * 18014398509481984.0, x);  // * 2^54 lifts subnormals
@@ -176,12 +203,12 @@ PE_VINLINE vd<W> vlog(vd<W> x) {
   const vd<W> kd = __builtin_convertvector(k, vd<W>);
   const vd<W> f = m - 1.0;
   // s = f / (2 + f) without a divide (a divide costs 2 cycles per lane): 1/d for d in [1.71, 2.42] from a
-  // quadratic fit (8 bits) refined by three Newton steps (64 bits).
+  // quadratic fit (8 bits) refined by Newton steps (2 give 2e-11, 3 give full precision).
   const vd<W> d = f + 2.0;
   vd<W> y = (0.11723899 * d - 0.72292647) * d + 1.47711562;
   y = y * (2.0 - d * y);
-  y = y * (2.0 - d * y);
-  y = y + y * (1.0 - d * y);
+  y = y + y * (1.0 - d * y);  // 2e-11
+  if (kFull) y = y + y * (1.0 - d * y);
   const vd<W> s = f * y;
   const vd<W> z = s * s;
   const vd<W> w = z * z;
