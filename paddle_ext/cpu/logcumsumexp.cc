@@ -206,8 +206,73 @@ struct ForwardRows {
   }
 };
 
-// The grad of a contiguous row: scanned from the end of the forward's order (`reverse` here is the
-// backward scan direction).
+// The backward in linear form. With P(i) the inputs of output i, the grad is
+//   dx[j] = exp(x[j] + M) * S[j],   S[j] = sum over outputs i fed by j of g[i] exp(-out[i] - M),
+// for any common scale M: no log at all, two exps per element. It equals the log-domain formula of
+// logcumsumexp.h (exp(x + L+) - exp(x + L-) = exp(x + M) (S+ - S-)). The carry between chunks is the
+// signed sum `sum` at scale `scale` (scale = -inf: nothing yet). As out never decreases in forward
+// order, -out never decreases in the backward's order: rescaling the carry only shrinks it.
+struct LinearCarry {
+  double sum = 0.0, scale = -kInf;
+};
+
+// Converts to the scalar path's state (and back): pos/neg log sums.
+inline void carry_to_accs(const LinearCarry& c, LogSumAcc<double>& pos, LogSumAcc<double>& neg) {
+  pos = acc_from_log(c.sum > 0.0 ? c.scale + std::log(c.sum) : -kInf);
+  neg = acc_from_log(c.sum < 0.0 ? c.scale + std::log(-c.sum) : -kInf);
+}
+// False when the scalar state holds NaN or +inf: the rest of the line stays on the scalar path.
+inline bool accs_to_carry(const LogSumAcc<double>& pos, const LogSumAcc<double>& neg, LinearCarry& c) {
+  const double lp = pos.value(), ln = neg.value();
+  if (lp != lp || ln != ln || lp == kInf || ln == kInf) return false;
+  c.scale = std::max(lp, ln);
+  c.sum = c.scale == -kInf ? 0.0 : (lp == -kInf ? 0.0 : std::exp(lp - c.scale)) - (ln == -kInf ? 0.0 : std::exp(ln - c.scale));
+  return true;
+}
+
+// One chunk of the row backward in scan order (bx: x, bg: g, bo: out, bv: scratch; the grads go to bx). Returns
+// false (touching nothing) when the chunk needs the exact scalar path.
+template <int W, bool kFull, bool kExclusive>
+PE_VINLINE bool backward_chunk(double* bx, const double* bg, const double* bo, double* bv, index_t kp,
+                               LinearCarry& carry) {
+  // bv <- v = -out where the element contributes (g != 0, out > -inf), else -inf; stats on the way.
+  vd<W> hi = simd::splat<W>(-kInf), lo = simd::splat<W>(kInf), xhi = simd::splat<W>(-kInf);
+  vd<W> check = vd<W>{};
+  for (index_t i = 0; i < kp; i += W) {
+    const vd<W> xv = simd::loadu<W>(bx + i), g = simd::loadu<W>(bg + i), o = simd::loadu<W>(bo + i);
+    check += xv + g * 0.0 + o;  // NaN or +inf in x or out, or a non-finite g, spoils it
+    const vl<W> live = (g != 0.0) & (o > -kInf);
+    const vd<W> v = simd::select<W>(live, -o, simd::splat<W>(-kInf));
+    simd::storeu<W>(bv + i, v);
+    hi = simd::vmax<W>(hi, v);
+    lo = simd::select<W>(live, simd::vmin<W>(lo, v), lo);
+    xhi = simd::vmax<W>(xhi, xv);
+  }
+  const double total = simd::hsum<W>(check);
+  if (total != total || total == kInf) return false;
+  const double M = std::max(simd::hmax<W>(hi), carry.scale);
+  if (M == -kInf) {  // nothing contributes yet: every grad is 0
+    std::fill(bx, bx + kp, 0.0);
+    return true;
+  }
+  const double low = std::min(simd::hmin<W>(lo), carry.scale == -kInf ? kInf : carry.scale);
+  if (M - low > kMaxRange || simd::hmax<W>(xhi) + M > 700.0) return false;
+  const vd<W> Mv = simd::splat<W>(M);
+  vd<W> c = simd::splat<W>(carry.scale == -kInf ? 0.0 : carry.sum * std::exp(carry.scale - M));
+  for (index_t i = 0; i < kp; i += W) {
+    const vd<W> e = simd::loadu<W>(bg + i) * simd::vexp_neg<W, kFull>(simd::loadu<W>(bv + i) - Mv);
+    const vd<W> p = simd::prefix_sum<W>(e);
+    const vd<W> sum = c + (kExclusive ? simd::shift_up<1, W>(p) : p);
+    c += simd::broadcast_last<W>(p);
+    simd::storeu<W>(bx + i, simd::vexp<W, kFull>(simd::loadu<W>(bx + i) + Mv) * sum);  // x = -inf gives 0
+  }
+  carry.sum = c[0];
+  carry.scale = M;
+  return true;
+}
+
+// The grad of a contiguous row, scanned from the end of the forward's order (`reverse` here is the
+// backward's scan direction).
 template <typename T>
 struct BackwardRows {
   const T *x, *out, *out_grad;
@@ -219,38 +284,25 @@ struct BackwardRows {
 
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
-    alignas(64) double bx[kChunk], bg[kChunk], bo[kChunk];
+    alignas(64) double bx[kChunk], bg[kChunk], bo[kChunk], bv[kChunk];
     for (index_t r = r0; r < r1; ++r) {
-      double carry_pos = -kInf, carry_neg = -kInf;
+      LinearCarry carry;
+      bool scalar = false;  // the state went NaN/+inf: stay on the scalar path
+      LogSumAcc<double> pos, neg;
       for (index_t start = 0; start < n; start += kChunk) {
         const index_t k = std::min(kChunk, n - start);
         const index_t kp = gather<W>(x + r * n, n, start, k, reverse, bx, -kInf);
         gather<W>(out_grad + r * n, n, start, k, reverse, bg, 0.0);
         gather<W>(out + r * n, n, start, k, reverse, bo, -kInf);
-        const bool fast = no_nan_or_pos_inf<W>(bx, kp) && all_finite<W>(bg, kp) && no_nan_or_pos_inf<W>(bo, kp);
-        if (!fast || carry_pos != carry_pos || carry_neg != carry_neg || carry_pos == kInf || carry_neg == kInf) {
-          LogSumAcc<double> pos = acc_from_log(carry_pos), neg = acc_from_log(carry_neg);
+        bool done = false;
+        if (!scalar) {
+          done = exclusive ? backward_chunk<W, kFull, true>(bx, bg, bo, bv, kp, carry)
+                           : backward_chunk<W, kFull, false>(bx, bg, bo, bv, kp, carry);
+          if (!done) carry_to_accs(carry, pos, neg);
+        }
+        if (!done) {
           for (index_t j = 0; j < k; ++j) bx[j] = backward_step(bx[j], bg[j], bo[j], pos, neg, exclusive);
-          carry_pos = pos.value();
-          carry_neg = neg.value();
-        } else {
-          // bg <- positive terms, bo <- negative terms (log|g| - out, -inf where nothing is contributed).
-          for (index_t i = 0; i < kp; i += W) {
-            const vd<W> g = simd::loadu<W>(bg + i), o = simd::loadu<W>(bo + i);
-            const vd<W> ag = simd::select<W>(g < 0.0, -g, g);
-            const vd<W> term = simd::vlog<W, kFull>(ag) - o;
-            const vl<W> live = (g != 0.0) & (o != -kInf);
-            simd::storeu<W>(bg + i, simd::select<W>(live & (g > 0.0), term, simd::splat<W>(-kInf)));
-            simd::storeu<W>(bo + i, simd::select<W>(live & (g < 0.0), term, simd::splat<W>(-kInf)));
-          }
-          carry_pos = exclusive ? scan_chunk<W, kFull, true>(bg, kp, carry_pos) : scan_chunk<W, kFull, false>(bg, kp, carry_pos);
-          carry_neg = exclusive ? scan_chunk<W, kFull, true>(bo, kp, carry_neg) : scan_chunk<W, kFull, false>(bo, kp, carry_neg);
-          for (index_t i = 0; i < kp; i += W) {
-            const vd<W> xv = simd::loadu<W>(bx + i);
-            const vd<W> value = simd::vexp<W, kFull>(xv + simd::loadu<W>(bg + i)) -
-                                simd::vexp<W, kFull>(xv + simd::loadu<W>(bo + i));
-            simd::storeu<W>(bx + i, simd::select<W>(xv == -kInf, vd<W>{}, value));
-          }
+          scalar = !accs_to_carry(pos, neg, carry);
         }
         scatter(bx, n, start, k, reverse, x_grad + r * n);
       }
@@ -330,6 +382,9 @@ struct ForwardColumns {
   }
 };
 
+// The column backward in the same linear form, one column per lane: the lane's carry is rescaled to
+// the newest -out at each step (exp of minus the difference), so two exps per element. Lanes go over to
+// the scalar path, for good, at the first NaN/+inf of their block.
 template <typename T>
 struct BackwardColumns {
   const T *x, *out, *out_grad;
@@ -337,61 +392,48 @@ struct BackwardColumns {
   index_t n, inner;
   bool exclusive, reverse;  // reverse: the backward scan direction
 
-  static constexpr bool kFull = sizeof(T) == 8;  // double: full precision; narrower outputs: ~1e-13
+  static constexpr bool kFull = sizeof(T) == 8;
 
   template <int W>
   PE_VINLINE void run(index_t t0, index_t t1) const {
-    alignas(64) double mp[kColumns], sp[kColumns], mn[kColumns], sn[kColumns];
-    alignas(64) double bx[kColumns], bg[kColumns], bo[kColumns];
+    alignas(64) double sum[kColumns], scale[kColumns], bx[kColumns], bg[kColumns], bo[kColumns];
+    LogSumAcc<double> pos[kColumns], neg[kColumns];
     const index_t blocks = (inner + kColumns - 1) / kColumns;
     for (index_t t = t0; t < t1; ++t) {
       const index_t o = t / blocks, c0 = (t % blocks) * kColumns;
       const index_t w = std::min(kColumns, inner - c0), wp = (w + W - 1) / W * W;
-      std::fill(mp, mp + wp, -kInf);
-      std::fill(sp, sp + wp, 0.0);
-      std::fill(mn, mn + wp, -kInf);
-      std::fill(sn, sn + wp, 0.0);
+      std::fill(sum, sum + wp, 0.0);
+      std::fill(scale, scale + wp, -kInf);
       bool clean = true;
       for (index_t step = 0; step < n; ++step) {
         const index_t offset = (o * n + (reverse ? n - 1 - step : step)) * inner + c0;
         gather<W>(x + offset, w, 0, w, false, bx, -kInf);
         gather<W>(out_grad + offset, w, 0, w, false, bg, 0.0);
         gather<W>(out + offset, w, 0, w, false, bo, -kInf);
-        clean = clean && no_nan_or_pos_inf<W>(bx, wp) && all_finite<W>(bg, wp) && no_nan_or_pos_inf<W>(bo, wp);
-        for (index_t i = 0; i < wp; i += W) {
-          const vd<W> xv = simd::loadu<W>(bx + i), g = simd::loadu<W>(bg + i), ov = simd::loadu<W>(bo + i);
-          vd<W> mpv = simd::loadu<W>(mp + i), spv = simd::loadu<W>(sp + i);
-          vd<W> mnv = simd::loadu<W>(mn + i), snv = simd::loadu<W>(sn + i);
-          if (!clean) {
-            for (int l = 0; l < W; ++l) {
-              LogSumAcc<double> pos{mp[i + l], sp[i + l]}, neg{mn[i + l], sn[i + l]};
-              bx[i + l] = backward_step(xv[l], g[l], ov[l], pos, neg, exclusive);
-              mp[i + l] = pos.max;
-              sp[i + l] = pos.sum;
-              mn[i + l] = neg.max;
-              sn[i + l] = neg.sum;
-            }
-            continue;
+        if (clean && !(no_nan_or_pos_inf<W>(bx, wp) && all_finite<W>(bg, wp) && no_nan_or_pos_inf<W>(bo, wp))) {
+          clean = false;
+          for (index_t l = 0; l < wp; ++l) carry_to_accs(LinearCarry{sum[l], scale[l]}, pos[l], neg[l]);
+        }
+        if (!clean) {
+          for (index_t l = 0; l < w; ++l) bx[l] = backward_step(bx[l], bg[l], bo[l], pos[l], neg[l], exclusive);
+        } else {
+          for (index_t i = 0; i < wp; i += W) {
+            const vd<W> xv = simd::loadu<W>(bx + i), g = simd::loadu<W>(bg + i), ov = simd::loadu<W>(bo + i);
+            vd<W> sv = simd::loadu<W>(sum + i), mv = simd::loadu<W>(scale + i);
+            const vl<W> live = (g != 0.0) & (ov > -kInf);
+            const vd<W> v = simd::select<W>(live, -ov, simd::splat<W>(-kInf));
+            // One exp serves both: the carry's rescale (v above the scale) or the new term's (below).
+            const vl<W> up = v > mv;
+            const vd<W> e = simd::vexp_neg<W, kFull>(simd::select<W>(up, mv - v, v - mv));  // -inf - -inf: NaN,
+            const vd<W> term = simd::select<W>(live, g * simd::select<W>(up, simd::splat<W>(1.0), e), vd<W>{});
+            sv = simd::select<W>(up, sv * e, sv);  // ... only where neither lane side is used
+            mv = simd::vmax<W>(mv, v);
+            if (!exclusive) sv += term;
+            simd::storeu<W>(bx + i, simd::vexp<W, kFull>(xv + mv) * sv);  // scale -inf: sum is 0, exp 0
+            if (exclusive) sv += term;
+            simd::storeu<W>(sum + i, sv);
+            simd::storeu<W>(scale + i, mv);
           }
-          const vd<W> ag = simd::select<W>(g < 0.0, -g, g);
-          const vd<W> term = simd::vlog<W, kFull>(ag) - ov;
-          const vl<W> live = (g != 0.0) & (ov != -kInf);
-          const vd<W> tp = simd::select<W>(live & (g > 0.0), term, simd::splat<W>(-kInf));
-          const vd<W> tn = simd::select<W>(live & (g < 0.0), term, simd::splat<W>(-kInf));
-          if (!exclusive) {
-            online_add<W, kFull>(mpv, spv, tp);
-            online_add<W, kFull>(mnv, snv, tn);
-          }
-          const vd<W> value = simd::vexp<W, kFull>(xv + online_value<W, kFull>(mpv, spv)) - simd::vexp<W, kFull>(xv + online_value<W, kFull>(mnv, snv));
-          if (exclusive) {
-            online_add<W, kFull>(mpv, spv, tp);
-            online_add<W, kFull>(mnv, snv, tn);
-          }
-          simd::storeu<W>(mp + i, mpv);
-          simd::storeu<W>(sp + i, spv);
-          simd::storeu<W>(mn + i, mnv);
-          simd::storeu<W>(sn + i, snv);
-          simd::storeu<W>(bx + i, simd::select<W>(xv == -kInf, vd<W>{}, value));
         }
         scatter(bx, w, 0, w, false, x_grad + offset);
       }
