@@ -14,6 +14,7 @@
 // the sign of g (logcumsumexp.h).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "paddle_ext/logcumsumexp.h"
@@ -36,9 +37,57 @@ constexpr index_t kColumns = 256;   // columns advanced together on a strided ax
 constexpr double kMaxRange = 640.;  // exp(x - M) stays a normal double (> e^-708) within this range
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// Loads and stores between T and double. The float16 conversions are branch-free versions of
+// common.h's (bit-identical results, round to nearest even), so the copy loops vectorize.
 template <typename T>
-inline double to_double(const T& v) {
+PE_VINLINE double to_double(const T& v) {
   return static_cast<double>(load(v));
+}
+PE_VINLINE double to_double(const float16_t& v) {
+  const uint32_t h = v.bits;
+  const uint32_t magnitude = (h & 0x7fffu) << 13;  // exponent and mantissa in float position
+  float f;
+  uint32_t bits = magnitude;
+  std::memcpy(&f, &bits, 4);
+  f *= 5.192296858534828e+33f;  // 2^112 rebiases the exponent (and normalises subnormals)
+  std::memcpy(&bits, &f, 4);
+  bits = (h & 0x7c00u) == 0x7c00u ? (magnitude | 0x7f800000u) : bits;  // inf / nan
+  bits |= (h & 0x8000u) << 16;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+template <typename T>
+PE_VINLINE T from_double(double v) {
+  return store<T>(v);
+}
+template <>
+PE_VINLINE bfloat16_t from_double<bfloat16_t>(double v) {
+  const float value = static_cast<float>(v);
+  uint32_t f;
+  std::memcpy(&f, &value, 4);
+  const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
+  const uint32_t nan = (f >> 16) | 0x40u;
+  return bfloat16_t{static_cast<uint16_t>((f & 0x7fffffffu) > 0x7f800000u ? nan : rounded)};
+}
+template <>
+PE_VINLINE float16_t from_double<float16_t>(double v) {
+  const float value = static_cast<float>(v);
+  uint32_t f;
+  std::memcpy(&f, &value, 4);
+  const uint32_t sign = f & 0x80000000u;
+  f ^= sign;
+  // Subnormal results: adding 0.5f rounds at the half's subnormal step (2^-24), to nearest even.
+  float sub;
+  std::memcpy(&sub, &f, 4);
+  sub += 0.5f;
+  uint32_t sub_bits;
+  std::memcpy(&sub_bits, &sub, 4);
+  const uint32_t subnormal = sub_bits - 0x3f000000u;
+  // Normal results: rebias, round the 13 dropped bits to nearest even (a carry may reach inf: right).
+  const uint32_t normal = (f + 0xc8000fffu + ((f >> 13) & 1u)) >> 13;
+  uint32_t o = f < 0x38800000u ? subnormal : normal;
+  o = f >= 0x47800000u ? (f > 0x7f800000u ? 0x7e00u : 0x7c00u) : o;
+  return float16_t{static_cast<uint16_t>(o | (sign >> 16))};
 }
 
 inline LogSumAcc<double> acc_from_log(double carry) {
@@ -144,7 +193,8 @@ inline double backward_step(double x, double g, double o, LogSumAcc<double>& pos
 
 // Copies k elements of a line into buf in scan order (converted to double) and pads to a multiple of W.
 template <int W, typename T>
-PE_VINLINE index_t gather(const T* line, index_t n, index_t start, index_t k, bool reverse, double* buf, double pad) {
+PE_VINLINE index_t gather(const T* __restrict line, index_t n, index_t start, index_t k, bool reverse,
+                          double* __restrict buf, double pad) {
   if (reverse) {
     const T* src = line + (n - 1 - start);
     for (index_t j = 0; j < k; ++j) buf[j] = to_double(src[-j]);
@@ -171,13 +221,14 @@ inline void prefetch_next(const T* in, T* out, index_t n, index_t start, bool re
 }
 
 template <typename T>
-inline void scatter(const double* buf, index_t n, index_t start, index_t k, bool reverse, T* line) {
+PE_VINLINE void scatter(const double* __restrict buf, index_t n, index_t start, index_t k, bool reverse,
+                        T* __restrict line) {
   if (reverse) {
     T* dst = line + (n - 1 - start);
-    for (index_t j = 0; j < k; ++j) dst[-j] = store<T>(buf[j]);
+    for (index_t j = 0; j < k; ++j) dst[-j] = from_double<T>(buf[j]);
   } else {
     T* dst = line + start;
-    for (index_t j = 0; j < k; ++j) dst[j] = store<T>(buf[j]);
+    for (index_t j = 0; j < k; ++j) dst[j] = from_double<T>(buf[j]);
   }
 }
 
