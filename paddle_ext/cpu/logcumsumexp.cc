@@ -361,21 +361,10 @@ struct BackwardRows {
   }
 };
 
-// One online step of LogSumAcc on W lanes; lanes must hold no NaN or +inf (in v or in the state).
-template <int W, bool kFull>
-PE_VINLINE void online_add(vd<W>& m, vd<W>& s, vd<W> v) {
-  const vl<W> gt = v > m;
-  const vd<W> d = simd::select<W>(gt, m - v, v - m);
-  const vd<W> e = simd::select<W>(v == -kInf, vd<W>{}, simd::vexp_neg<W, kFull>(d));
-  s = simd::select<W>(gt, s * e + 1.0, s + e);
-  m = simd::select<W>(gt, v, m);
-}
-template <int W, bool kFull>
-PE_VINLINE vd<W> online_value(vd<W> m, vd<W> s) {
-  return m + simd::vlog<W, kFull>(s);  // m = -inf, s = 0 gives -inf
-}
-
-// A block of columns of one outer slice of a strided axis: task t covers columns [c0, c0 + kColumns).
+// A block of columns of one outer slice of a strided axis (task t: columns [c0, c0 + kColumns)), in
+// the rows' linear form with one column per lane: kSteps steps are gathered, each lane gets its max M
+// over them (and its carry), then c += exp(x - M) and out = M + log(c) step by step. A lane-vector with
+// NaN/+inf, or a range too wide for exp(x - M), takes LogSumAcc for those steps.
 template <typename T>
 struct ForwardColumns {
   const T* x;
@@ -384,50 +373,62 @@ struct ForwardColumns {
   bool exclusive, reverse;
 
   static constexpr bool kFull = sizeof(T) == 8;  // double: full precision; narrower outputs: ~1e-13
+  static constexpr index_t kSteps = 16;
 
   template <int W>
   PE_VINLINE void run(index_t t0, index_t t1) const {
-    alignas(64) double m[kColumns], s[kColumns], buf[kColumns];
+    alignas(64) double carry[kColumns], buf[kSteps][kColumns];
     const index_t blocks = (inner + kColumns - 1) / kColumns;
     for (index_t t = t0; t < t1; ++t) {
       const index_t o = t / blocks, c0 = (t % blocks) * kColumns;
       const index_t w = std::min(kColumns, inner - c0), wp = (w + W - 1) / W * W;
-      std::fill(m, m + wp, -kInf);
-      std::fill(s, s + wp, 0.0);
-      bool clean = true;
-      for (index_t step = 0; step < n; ++step) {
-        const index_t row = o * n + (reverse ? n - 1 - step : step);
-        if (step + 2 < n) {  // the next rows of this block are far away: fetch them ahead
-          const T* ahead = x + (row + (reverse ? -2 : 2)) * inner + c0;
-          for (index_t c = 0; c < w; c += 64 / sizeof(T)) __builtin_prefetch(ahead + c);
+      std::fill(carry, carry + wp, -kInf);
+      for (index_t step0 = 0; step0 < n; step0 += kSteps) {
+        const index_t steps = std::min(kSteps, n - step0);
+        for (index_t k = 0; k < steps; ++k) {
+          const index_t row = o * n + (reverse ? n - 1 - (step0 + k) : step0 + k);
+          gather<W>(x + row * inner + c0, w, 0, w, false, buf[k], -kInf);
         }
-        gather<W>(x + row * inner + c0, w, 0, w, false, buf, -kInf);
-        // The states hold no NaN or +inf unless an input did: then this and every later step of the
-        // block run the exact scalar update.
-        clean = clean && no_nan_or_pos_inf<W>(buf, wp);
         for (index_t i = 0; i < wp; i += W) {
-          const vd<W> v = simd::loadu<W>(buf + i);
-          vd<W> mv = simd::loadu<W>(m + i), sv = simd::loadu<W>(s + i);
-          if (!clean) {
+          vd<W> hi = simd::splat<W>(-kInf), lo = simd::splat<W>(kInf), check = vd<W>{};
+          for (index_t k = 0; k < steps; ++k) {
+            const vd<W> v = simd::loadu<W>(buf[k] + i);
+            check += v;  // NaN or +inf shows
+            hi = simd::vmax<W>(hi, v);
+            lo = simd::select<W>(v == -kInf, lo, simd::vmin<W>(lo, v));
+          }
+          const vd<W> L = simd::loadu<W>(carry + i);
+          const vd<W> M = simd::vmax<W>(hi, L);
+          lo = simd::select<W>(L == -kInf, lo, simd::vmin<W>(lo, L));
+          const vl<W> wide = (M - lo > kMaxRange) & (M > -kInf);
+          const vl<W> bad = (check != check) | (check == kInf) | (L != L) | (L == kInf) | wide;
+          if (simd::any<W>(bad)) {
             for (int l = 0; l < W; ++l) {
-              LogSumAcc<double> acc{m[i + l], s[i + l]};
-              if (exclusive) buf[i + l] = acc.value();
-              acc.add(v[l]);
-              if (!exclusive) buf[i + l] = acc.value();
-              m[i + l] = acc.max;
-              s[i + l] = acc.sum;
+              LogSumAcc<double> acc = acc_from_log(carry[i + l]);
+              for (index_t k = 0; k < steps; ++k) {
+                const double v = buf[k][i + l];
+                if (exclusive) buf[k][i + l] = acc.value();
+                acc.add(v);
+                if (!exclusive) buf[k][i + l] = acc.value();
+              }
+              carry[i + l] = acc.value();
             }
             continue;
           }
-          vd<W> value;
-          if (exclusive) value = online_value<W, kFull>(mv, sv);
-          online_add<W, kFull>(mv, sv, v);
-          if (!exclusive) value = online_value<W, kFull>(mv, sv);
-          simd::storeu<W>(m + i, mv);
-          simd::storeu<W>(s + i, sv);
-          simd::storeu<W>(buf + i, value);
+          const vl<W> empty = M == -kInf;  // nothing but -inf so far: c stays 0, outputs -inf
+          vd<W> c = simd::select<W>(empty, vd<W>{}, simd::vexp_neg<W, kFull>(L - M));
+          for (index_t k = 0; k < steps; ++k) {
+            const vd<W> e = simd::select<W>(empty, vd<W>{}, simd::vexp_neg<W, kFull>(simd::loadu<W>(buf[k] + i) - M));
+            if (!exclusive) c += e;
+            simd::storeu<W>(buf[k] + i, M + simd::vlog<W, kFull>(c));  // c == 0 gives -inf
+            if (exclusive) c += e;
+          }
+          simd::storeu<W>(carry + i, M + simd::vlog<W, kFull>(c));
         }
-        scatter(buf, w, 0, w, false, out + row * inner + c0);
+        for (index_t k = 0; k < steps; ++k) {
+          const index_t row = o * n + (reverse ? n - 1 - (step0 + k) : step0 + k);
+          scatter(buf[k], w, 0, w, false, out + row * inner + c0);
+        }
       }
     }
   }
