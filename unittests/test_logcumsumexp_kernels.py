@@ -210,3 +210,22 @@ def test_narrower_simd_paths(level):
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k", tests],
                             env=env, capture_output=True, text=True, cwd=os.path.dirname(__file__))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("special", [None, "nan_first_part", "inf_first_part", "neg_inf_prefix", "wide"])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_single_long_row_split_over_threads(special, exclusive, reverse):
+    # One row of >= 2^16 is scanned by two threads: the second reduces the first part to a carry.
+    n = 70000
+    x = _rand((n,), seed=12)
+    pos = (lambda i: i) if not reverse else (lambda i: n - 1 - i)  # scan-order position -> index
+    if special == "nan_first_part":
+        x[pos(1000)] = np.nan
+    elif special == "inf_first_part":
+        x[pos(40000)] = np.inf
+    elif special == "neg_inf_prefix":
+        x[[pos(i) for i in range(50000)]] = -np.inf
+    elif special == "wide":
+        x[pos(47000)] = 800.0
+    got = _run(x.reshape(1, n), 1, exclusive, reverse)[0]
+    _assert_close_with_specials(got, refs.logcumsumexp(x, 0, exclusive, reverse), rtol=1e-12, atol=1e-12)

@@ -232,6 +232,30 @@ PE_VINLINE void scatter(const double* __restrict buf, index_t n, index_t start, 
   }
 }
 
+// log(exp(carry) + sum of exp(buf[0, k))): the chunk's total without its prefix values (one exp per
+// element, no log); NaN/+inf and wide ranges go through LogSumAcc.
+template <int W, bool kFull>
+PE_VINLINE double reduce_chunk(double* buf, index_t k, double carry) {
+  vd<W> hi = simd::splat<W>(-kInf), lo = simd::splat<W>(kInf), check = vd<W>{};
+  for (index_t i = 0; i < k; i += W) {
+    const vd<W> v = simd::loadu<W>(buf + i);
+    hi = simd::vmax<W>(hi, v);
+    lo = simd::select<W>(v == -kInf, lo, simd::vmin<W>(lo, v));
+    check += v;
+  }
+  const double total = simd::hsum<W>(check);
+  const double M = std::max(simd::hmax<W>(hi), carry);
+  const double low = carry == -kInf ? simd::hmin<W>(lo) : std::min(simd::hmin<W>(lo), carry);
+  if (total != total || total == kInf || carry != carry || carry == kInf || (M > -kInf && M - low > kMaxRange)) {
+    return scan_chunk_scalar<false>(buf, k, carry);
+  }
+  if (M == -kInf) return -kInf;
+  const vd<W> Mv = simd::splat<W>(M);
+  vd<W> sum = vd<W>{};
+  for (index_t i = 0; i < k; i += W) sum += simd::vexp_neg<W, kFull>(simd::loadu<W>(buf + i) - Mv);
+  return M + std::log((carry == -kInf ? 0.0 : std::exp(carry - M)) + simd::hsum<W>(sum));
+}
+
 template <typename T>
 struct ForwardRows {
   const T* x;
@@ -241,19 +265,49 @@ struct ForwardRows {
 
   static constexpr bool kFull = sizeof(T) == 8;  // double: full precision; narrower outputs: ~1e-13
 
+  // Scans positions [s0, s1) (in scan order) of row r from `carry`.
+  template <int W>
+  PE_VINLINE void scan_range(index_t r, index_t s0, index_t s1, double carry) const {
+    alignas(64) double buf[kChunk];
+    for (index_t start = s0; start < s1; start += kChunk) {
+      const index_t k = std::min(kChunk, s1 - start);
+      prefetch_next(x + r * n, out + r * n, n, start + kChunk, reverse);
+      const index_t kp = gather<W>(x + r * n, n, start, k, reverse, buf, -kInf);
+      carry = exclusive ? scan_chunk<W, kFull, true>(buf, kp, carry) : scan_chunk<W, kFull, false>(buf, kp, carry);
+      scatter(buf, n, start, k, reverse, out + r * n);
+    }
+  }
+
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
-    alignas(64) double buf[kChunk];
-    for (index_t r = r0; r < r1; ++r) {
-      double carry = -kInf;
-      for (index_t start = 0; start < n; start += kChunk) {
-        const index_t k = std::min(kChunk, n - start);
-        prefetch_next(x + r * n, out + r * n, n, start + kChunk, reverse);
-        const index_t kp = gather<W>(x + r * n, n, start, k, reverse, buf, -kInf);
-        carry = exclusive ? scan_chunk<W, kFull, true>(buf, kp, carry) : scan_chunk<W, kFull, false>(buf, kp, carry);
-        scatter(buf, n, start, k, reverse, out + r * n);
-      }
+    for (index_t r = r0; r < r1; ++r) scan_range<W>(r, 0, n, -kInf);
+  }
+
+  // One long row on two threads: part 0 scans [0, split); part 1 first reduces [0, split) to its total
+  // (an exp per element, about half a scan's cost), then scans [split, n) from it.
+  template <int W>
+  PE_VINLINE void run_split(index_t part, index_t split) const {
+    if (part == 0) {
+      scan_range<W>(0, 0, split, -kInf);
+      return;
     }
+    alignas(64) double buf[kChunk];
+    double carry = -kInf;
+    for (index_t start = 0; start < split; start += kChunk) {
+      const index_t k = std::min(kChunk, split - start);
+      carry = reduce_chunk<W, kFull>(buf, gather<W>(x, n, start, k, reverse, buf, -kInf), carry);
+    }
+    scan_range<W>(0, split, n, carry);
+  }
+};
+
+template <typename T>
+struct ForwardSplitRow {
+  ForwardRows<T> rows;
+  index_t split;
+  template <int W>
+  PE_VINLINE void run(index_t part) const {
+    rows.template run_split<W>(part, split);
   }
 };
 
@@ -503,7 +557,13 @@ template <typename T>
 void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t inner, bool exclusive,
                           bool reverse) {
   if (outer == 0 || n == 0 || inner == 0) return;
-  if (inner == 1) {
+  if (inner == 1 && outer == 1 && n >= (index_t(1) << 16) && max_threads() >= 2) {
+    // Split so that both threads finish together: the reducing thread's first part costs ~0.45 scans.
+    const ForwardSplitRow<T> k{{x, out, n, exclusive, reverse}, n * 11 / 16};
+    parallel_for(0, 2, 1, [&](index_t p0, index_t p1) {
+      for (index_t p = p0; p < p1; ++p) simd::dispatch(k, p);
+    });
+  } else if (inner == 1) {
     const ForwardRows<T> k{x, out, n, exclusive, reverse};
     parallel_for(0, outer, grain_for(n), [&](index_t r0, index_t r1) { simd::dispatch(k, r0, r1); });
   } else {

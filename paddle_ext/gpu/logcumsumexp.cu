@@ -7,7 +7,9 @@
 //     (or spanning too wide a range for exp(x - M)) take the exact log-add-exp BlockScan instead, so
 //     the edge semantics are those of log_math.h. float32 accumulates in double, half types in float.
 //   inner  > 1 (strided axis): one thread per column, walking the axis; neighbouring threads read
-//     neighbouring addresses, so every step is coalesced, and no transpose buffer is needed.
+//     neighbouring addresses, so every step is coalesced, and no transpose buffer is needed. When there
+//     are few lines (e.g. axis 0 of [4096, 4096]), each column's axis is split over 32 threads of a block
+//     (reduce, combine the pieces, rescan), so the device has enough warps.
 // The per-element math lives in paddle_ext/logcumsumexp.h and log_math.h, shared with the CPU.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -309,12 +311,64 @@ __global__ void __launch_bounds__(kRowThreads) backward_rows_kernel(const T* x, 
   }
 }
 
+// A strided axis with many columns but few (outer, column) lines: the axis of each column is cut into
+// kSegments pieces scanned by different threads of one block (32 neighbouring columns x kSegments), so
+// the walk is kSegments times shorter and the device gets enough warps. Each thread reduces its piece,
+// the block combines the pieces' totals, then each thread scans its piece again from its carry. Reads
+// stay coalesced (a warp covers 32 neighbouring columns); the op and the semantics are those of the
+// one-thread-per-column kernel.
+constexpr int kSegments = 32;
+template <typename IO>
+__global__ void __launch_bounds__(32 * kSegments) scan_column_segments_kernel(IO io, index_t outer, index_t n,
+                                                                             index_t inner, bool exclusive,
+                                                                             bool reverse) {
+  using V = typename IO::Value;
+  const typename IO::Op op;
+  __shared__ V totals[kSegments][32];
+  const index_t groups = (inner + 31) / 32;
+  const index_t piece = (n + kSegments - 1) / kSegments;
+  const int lane = threadIdx.x % 32, segment = threadIdx.x / 32;
+  for (index_t group = blockIdx.x; group < outer * groups; group += gridDim.x) {
+    const index_t o = group / groups, c = (group % groups) * 32 + lane;
+    const index_t s0 = std::min(n, segment * piece), s1 = std::min(n, s0 + piece);
+    const index_t base = o * n * inner + c;
+    V acc = IO::identity();
+    if (c < inner) {
+      for (index_t s = s0; s < s1; ++s) acc = op(acc, io.read(base + (reverse ? n - 1 - s : s) * inner));
+    }
+    totals[segment][lane] = acc;
+    __syncthreads();
+    acc = IO::identity();
+    for (int q = 0; q < segment; ++q) acc = op(acc, totals[q][lane]);
+    if (c < inner) {
+      for (index_t s = s0; s < s1; ++s) {
+        const index_t i = base + (reverse ? n - 1 - s : s) * inner;
+        const V v = io.read(i);
+        if (exclusive) {
+          io.write(i, acc);
+          acc = op(acc, v);
+        } else {
+          acc = op(acc, v);
+          io.write(i, acc);
+        }
+      }
+    }
+    __syncthreads();  // totals is reused by the next group
+  }
+}
+
 template <typename IO>
 void launch_columns(const IO& io, index_t outer, index_t n, index_t inner, bool exclusive, bool reverse,
                     cudaStream_t stream, const char* what) {
   constexpr int kThreads = 256;
-  scan_columns_kernel<IO><<<grid_size(outer * inner, kThreads), kThreads, 0, stream>>>(io, outer, n, inner,
+  if (inner >= 32 && n >= 4 * kSegments && outer * inner < (index_t(1) << 17)) {
+    const index_t groups = outer * ((inner + 31) / 32);
+    scan_column_segments_kernel<IO><<<grid_size(groups, 1), 32 * kSegments, 0, stream>>>(io, outer, n, inner,
                                                                                         exclusive, reverse);
+  } else {
+    scan_columns_kernel<IO><<<grid_size(outer * inner, kThreads), kThreads, 0, stream>>>(io, outer, n, inner,
+                                                                                          exclusive, reverse);
+  }
   check_launch(what);
 }
 

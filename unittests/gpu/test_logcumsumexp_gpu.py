@@ -134,3 +134,28 @@ def test_backward_rows_nan_and_inf_take_the_exact_path(exclusive, reverse):
     got16 = _run("pe_logcumsumexp_backward", "float16", [x[1:], out[1:], g[1:]], (1, 2100, 1), exclusive, reverse)
     ref = _grad_ref_cumsum(x[1:], g[1:], exclusive, reverse).reshape(got16.shape)
     np.testing.assert_allclose(got16, ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+@pytest.mark.parametrize("shape3", [(1, 600, 64), (2, 300, 45), (3, 50, 7)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_strided_forward_and_backward(dtype, shape3, exclusive, reverse):
+    # (1, 600, 64) and (2, 300, 45) split each column's axis over the threads of a block; (3, 50, 7) does not.
+    rng = np.random.default_rng(6)
+    x = rng.normal(0, 1, size=shape3)
+    x[0, 7, 3] = -np.inf
+    g = rng.normal(size=shape3)
+    x = to_float64(host_array(x, dtype), dtype)
+    g = to_float64(host_array(g, dtype), dtype)
+    out = refs.logcumsumexp(x, 1, exclusive, reverse)
+    got = _run("pe_logcumsumexp_forward", dtype, [x], shape3, exclusive, reverse)
+    finite = np.isfinite(out)
+    assert np.array_equal(np.isneginf(got), np.isneginf(out))
+    np.testing.assert_allclose(got[finite], out[finite], rtol=TOL[dtype], atol=TOL[dtype])
+    o, n, c = shape3
+    rows = lambda a: np.ascontiguousarray(np.moveaxis(a, 1, 2).reshape(o * c, n))  # noqa: E731
+    ref = _grad_ref_cumsum(rows(x), rows(g), exclusive, reverse).reshape(o, c, n).transpose(0, 2, 1)
+    got = _run("pe_logcumsumexp_backward", dtype, [x, out, g], shape3, exclusive, reverse)
+    tol = TOL[dtype] * 10 if dtype != "float16" else 2e-2
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+    assert got[0, 7, 3] == 0.0
