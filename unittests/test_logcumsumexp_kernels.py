@@ -229,3 +229,24 @@ def test_single_long_row_split_over_threads(special, exclusive, reverse):
         x[pos(47000)] = 800.0
     got = _run(x.reshape(1, n), 1, exclusive, reverse)[0]
     _assert_close_with_specials(got, refs.logcumsumexp(x, 0, exclusive, reverse), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape,axis", [((3, 1037), 1), ((1037, 3), 0), ((2, 77, 19), 1)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_half_types_round_once_like_float32(dtype, shape, axis, exclusive, reverse):
+    # The 16-bit loads/stores are vectorized bit arithmetic: the half result must be exactly the float32
+    # result rounded to the half type (both are computed from the same doubles).
+    x = _rand(shape, seed=13, scale=4.0)
+    flat = x.reshape(-1)
+    flat[::97] = 1e-6  # subnormal halves
+    flat[5::101] = -3e4
+    flat[7] = np.nan
+    flat[11] = -np.inf
+    flat[13] = 6e4  # outputs near the half's overflow
+    xt = paddle.to_tensor(x).astype(dtype)
+    got = paddle_ext.logcumsumexp(xt, axis=axis, exclusive=exclusive, reverse=reverse)
+    via32 = paddle_ext.logcumsumexp(xt.astype("float32"), axis=axis, exclusive=exclusive, reverse=reverse).astype(dtype)
+    a, b = got.astype("float32").numpy(), via32.astype("float32").numpy()
+    assert np.array_equal(np.isnan(a), np.isnan(b))
+    assert np.array_equal(a[~np.isnan(a)], b[~np.isnan(b)])

@@ -1,21 +1,24 @@
 // CPU logcumsumexp kernels on raw pointers (no Paddle header).
 //
-// Every dtype is computed in double lanes with the SIMD exp/log of vec_math.h (about 1 ulp of double),
-// so float32/float16/bfloat16 results are rounded once, at the store.
+// Every dtype is computed in double lanes with the SIMD exp/log of vec_math.h (within ~1.5 ulp for
+// float64 outputs, ~1e-13 for narrower ones), so results are rounded once, at the store. Kernels are
+// templates on the SIMD width W, compiled for AVX-512/AVX2/SSE2 and picked at run time (simd::dispatch).
 //   Contiguous axis (inner == 1): a blocked two-level scan. A row is cut into chunks of kChunk
-//     elements; in a chunk every term is exp(x - M) with M the chunk's max (and the carry), prefix sums
-//     run across SIMD lanes, and out = M + log(carry + prefix). The serial chain is one add per vector,
-//     not one log-add-exp per element. The carry between chunks is a log value.
-//   Strided axis (inner > 1): the online (max, sum of exp) update of LogSumAcc, one column per lane,
-//     across neighbouring columns, so every step reads contiguous memory.
-// Chunks (or lanes) holding NaN or +inf, or spanning more than kMaxRange in log space (where exp(x - M)
-// would underflow), take the scalar LogSumAcc path, so the edge semantics are exactly those of
-// log_math.h. The backward is the same scan run in the opposite direction over log|g| - out, split by
-// the sign of g (logcumsumexp.h).
+//     elements; in a chunk every term is exp(x - M) with M the chunk's max (and the carry's), prefix
+//     sums run across SIMD lanes, and out = M + log(carry + prefix). The serial chain is one add per
+//     vector, not one log-add-exp per element. The carry between chunks is a log value. A single long
+//     row is split over both threads (the second reduces the first part to its carry).
+//   Strided axis (inner > 1): the same linear form with one column per lane, kColumns neighbouring
+//     columns and kSteps steps at a time, so every step reads contiguous memory.
+//   Backward: the same scans run in the opposite direction, in linear form (see LinearCarry).
+// Chunks (or lane blocks) holding NaN or +inf, or spanning more than kMaxRange in log space (where
+// exp(x - M) would underflow), take the scalar LogSumAcc path, so the edge semantics are exactly those
+// of log_math.h and logcumsumexp.h.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "paddle_ext/logcumsumexp.h"
 #include "paddle_ext/parallel.h"
@@ -37,14 +40,9 @@ constexpr index_t kColumns = 256;   // columns advanced together on a strided ax
 constexpr double kMaxRange = 640.;  // exp(x - M) stays a normal double (> e^-708) within this range
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Loads and stores between T and double. The float16 conversions are branch-free versions of
-// common.h's (bit-identical results, round to nearest even), so the copy loops vectorize.
-template <typename T>
-PE_VINLINE double to_double(const T& v) {
-  return static_cast<double>(load(v));
-}
-PE_VINLINE double to_double(const float16_t& v) {
-  const uint32_t h = v.bits;
+// Loads and stores between T and double. The 16-bit types are converted on their bits, branch-free
+// (bit-identical to common.h's conversions, round to nearest even), so the copy loops vectorize.
+PE_VINLINE double half_bits_to_double(uint32_t h) {
   const uint32_t magnitude = (h & 0x7fffu) << 13;  // exponent and mantissa in float position
   float f;
   uint32_t bits = magnitude;
@@ -56,21 +54,7 @@ PE_VINLINE double to_double(const float16_t& v) {
   std::memcpy(&f, &bits, 4);
   return f;
 }
-template <typename T>
-PE_VINLINE T from_double(double v) {
-  return store<T>(v);
-}
-template <>
-PE_VINLINE bfloat16_t from_double<bfloat16_t>(double v) {
-  const float value = static_cast<float>(v);
-  uint32_t f;
-  std::memcpy(&f, &value, 4);
-  const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
-  const uint32_t nan = (f >> 16) | 0x40u;
-  return bfloat16_t{static_cast<uint16_t>((f & 0x7fffffffu) > 0x7f800000u ? nan : rounded)};
-}
-template <>
-PE_VINLINE float16_t from_double<float16_t>(double v) {
+PE_VINLINE uint16_t double_to_half_bits(double v) {
   const float value = static_cast<float>(v);
   uint32_t f;
   std::memcpy(&f, &value, 4);
@@ -87,8 +71,43 @@ PE_VINLINE float16_t from_double<float16_t>(double v) {
   const uint32_t normal = (f + 0xc8000fffu + ((f >> 13) & 1u)) >> 13;
   uint32_t o = f < 0x38800000u ? subnormal : normal;
   o = f >= 0x47800000u ? (f > 0x7f800000u ? 0x7e00u : 0x7c00u) : o;
-  return float16_t{static_cast<uint16_t>(o | (sign >> 16))};
+  return static_cast<uint16_t>(o | (sign >> 16));
 }
+PE_VINLINE double bf16_bits_to_double(uint32_t b) {
+  const uint32_t bits = b << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+PE_VINLINE uint16_t double_to_bf16_bits(double v) {
+  const float value = static_cast<float>(v);
+  uint32_t f;
+  std::memcpy(&f, &value, 4);
+  const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
+  const uint32_t nan = (f >> 16) | 0x40u;
+  return static_cast<uint16_t>((f & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+// T as the element type the copy loops see: float16_t/bfloat16_t as their uint16_t bits.
+template <typename T>
+struct Storage {
+  using type = T;
+  PE_VINLINE static double to_double(T v) { return static_cast<double>(v); }
+  PE_VINLINE static T from_double(double v) { return static_cast<T>(v); }
+};
+template <>
+struct Storage<float16_t> {
+  using type = uint16_t;
+  PE_VINLINE static double to_double(uint16_t v) { return half_bits_to_double(v); }
+  PE_VINLINE static uint16_t from_double(double v) { return double_to_half_bits(v); }
+};
+template <>
+struct Storage<bfloat16_t> {
+  using type = uint16_t;
+  PE_VINLINE static double to_double(uint16_t v) { return bf16_bits_to_double(v); }
+  PE_VINLINE static uint16_t from_double(double v) { return double_to_bf16_bits(v); }
+};
+static_assert(sizeof(float16_t) == 2 && sizeof(bfloat16_t) == 2, "16-bit storage");
 
 inline LogSumAcc<double> acc_from_log(double carry) {
   LogSumAcc<double> acc;
@@ -191,19 +210,78 @@ inline double backward_step(double x, double g, double o, LogSumAcc<double>& pos
   return value;
 }
 
+// W 16-bit values <-> W doubles with vector bit arithmetic (the same formulas as the scalar ones above).
+template <int W>
+struct Types16 {  // (outside Vec16: GCC 12 rejects __builtin_convertvector on the enclosing class's own typedefs)
+  typedef uint16_t vh __attribute__((vector_size(2 * W)));
+  typedef uint32_t vu __attribute__((vector_size(4 * W)));
+  typedef float vf __attribute__((vector_size(4 * W)));
+};
+template <int W>
+struct Vec16 {
+  using vh = typename Types16<W>::vh;
+  using vu = typename Types16<W>::vu;
+  using vf = typename Types16<W>::vf;
+  PE_VINLINE static vu bitsel(vu mask, vu a, vu b) { return (mask & a) | (~mask & b); }
+  PE_VINLINE static vd<W> to_double(vh h16, bool half) {
+    const vu h = __builtin_convertvector(h16, vu);
+    if (!half) return __builtin_convertvector((vf)(h << 16), vd<W>);
+    const vu magnitude = (h & 0x7fffu) << 13;
+    vu bits = (vu)((vf)magnitude * 5.192296858534828e+33f);
+    bits = bitsel((vu)((h & 0x7c00u) == 0x7c00u), magnitude | 0x7f800000u, bits);
+    return __builtin_convertvector((vf)(bits | ((h & 0x8000u) << 16)), vd<W>);
+  }
+  PE_VINLINE static vh from_double(vd<W> v, bool half) {
+    vu f = (vu)__builtin_convertvector(v, vf);
+    if (!half) {
+      const vu rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
+      return __builtin_convertvector(bitsel((vu)((f & 0x7fffffffu) > 0x7f800000u), (f >> 16) | 0x40u, rounded), vh);
+    }
+    const vu sign = f & 0x80000000u;
+    f ^= sign;
+    const vu subnormal = (vu)((vf)f + 0.5f) - 0x3f000000u;
+    const vu normal = (f + 0xc8000fffu + ((f >> 13) & 1u)) >> 13;
+    vu o = bitsel((vu)(f < 0x38800000u), subnormal, normal);
+    o = bitsel((vu)(f >= 0x47800000u), bitsel((vu)(f > 0x7f800000u), o * 0 + 0x7e00u, o * 0 + 0x7c00u), o);
+    return __builtin_convertvector(o | (sign >> 16), vh);
+  }
+  PE_VINLINE static vh reversed(vh v) {
+    vh idx;
+    for (int i = 0; i < W; ++i) idx[i] = (uint16_t)(W - 1 - i);
+    return __builtin_shuffle(v, idx);
+  }
+};
+
 // Copies k elements of a line into buf in scan order (converted to double) and pads to a multiple of W.
 template <int W, typename T>
-PE_VINLINE index_t gather(const T* __restrict line, index_t n, index_t start, index_t k, bool reverse,
+PE_VINLINE index_t gather(const T* line_in, index_t n, index_t start, index_t k, bool reverse,
                           double* __restrict buf, double pad) {
+  using S = Storage<T>;
+  const typename S::type* __restrict line = reinterpret_cast<const typename S::type*>(line_in);
+  index_t j = 0;
+  if (sizeof(T) == 2) {  // the 16-bit types: explicit vectors (GCC does not vectorize their conversions)
+    using V = Vec16<W>;
+    const bool half = std::is_same<T, float16_t>::value;
+    for (; j + W <= k; j += W) {
+      typename V::vh h;
+      if (reverse) {
+        std::memcpy(&h, line + (n - 1 - start - j - (W - 1)), sizeof(h));
+        h = V::reversed(h);
+      } else {
+        std::memcpy(&h, line + start + j, sizeof(h));
+      }
+      simd::storeu<W>(buf + j, V::to_double(h, half));
+    }
+  }
   if (reverse) {
-    const T* src = line + (n - 1 - start);
-    for (index_t j = 0; j < k; ++j) buf[j] = to_double(src[-j]);
+    const typename S::type* src = line + (n - 1 - start);
+    for (; j < k; ++j) buf[j] = S::to_double(src[-j]);
   } else {
-    const T* src = line + start;
-    for (index_t j = 0; j < k; ++j) buf[j] = to_double(src[j]);
+    const typename S::type* src = line + start;
+    for (; j < k; ++j) buf[j] = S::to_double(src[j]);
   }
   const index_t kp = (k + W - 1) / W * W;
-  for (index_t j = k; j < kp; ++j) buf[j] = pad;
+  for (index_t i = k; i < kp; ++i) buf[i] = pad;
   return kp;
 }
 
@@ -220,15 +298,31 @@ inline void prefetch_next(const T* in, T* out, index_t n, index_t start, bool re
   }
 }
 
-template <typename T>
+template <int W, typename T>
 PE_VINLINE void scatter(const double* __restrict buf, index_t n, index_t start, index_t k, bool reverse,
-                        T* __restrict line) {
+                        T* line_out) {
+  using S = Storage<T>;
+  typename S::type* __restrict line = reinterpret_cast<typename S::type*>(line_out);
+  index_t j = 0;
+  if (sizeof(T) == 2) {
+    using V = Vec16<W>;
+    const bool half = std::is_same<T, float16_t>::value;
+    for (; j + W <= k; j += W) {
+      typename V::vh h = V::from_double(simd::loadu<W>(buf + j), half);
+      if (reverse) {
+        h = V::reversed(h);
+        std::memcpy(line + (n - 1 - start - j - (W - 1)), &h, sizeof(h));
+      } else {
+        std::memcpy(line + start + j, &h, sizeof(h));
+      }
+    }
+  }
   if (reverse) {
-    T* dst = line + (n - 1 - start);
-    for (index_t j = 0; j < k; ++j) dst[-j] = from_double<T>(buf[j]);
+    typename S::type* dst = line + (n - 1 - start);
+    for (; j < k; ++j) dst[-j] = S::from_double(buf[j]);
   } else {
-    T* dst = line + start;
-    for (index_t j = 0; j < k; ++j) dst[j] = from_double<T>(buf[j]);
+    typename S::type* dst = line + start;
+    for (; j < k; ++j) dst[j] = S::from_double(buf[j]);
   }
 }
 
@@ -274,7 +368,7 @@ struct ForwardRows {
       prefetch_next(x + r * n, out + r * n, n, start + kChunk, reverse);
       const index_t kp = gather<W>(x + r * n, n, start, k, reverse, buf, -kInf);
       carry = exclusive ? scan_chunk<W, kFull, true>(buf, kp, carry) : scan_chunk<W, kFull, false>(buf, kp, carry);
-      scatter(buf, n, start, k, reverse, out + r * n);
+      scatter<W>(buf, n, start, k, reverse, out + r * n);
     }
   }
 
@@ -409,7 +503,7 @@ struct BackwardRows {
           for (index_t j = 0; j < k; ++j) bx[j] = backward_step(bx[j], bg[j], bo[j], pos, neg, exclusive);
           scalar = !accs_to_carry(pos, neg, carry);
         }
-        scatter(bx, n, start, k, reverse, x_grad + r * n);
+        scatter<W>(bx, n, start, k, reverse, x_grad + r * n);
       }
     }
   }
@@ -481,7 +575,7 @@ struct ForwardColumns {
         }
         for (index_t k = 0; k < steps; ++k) {
           const index_t row = o * n + (reverse ? n - 1 - (step0 + k) : step0 + k);
-          scatter(buf[k], w, 0, w, false, out + row * inner + c0);
+          scatter<W>(buf[k], w, 0, w, false, out + row * inner + c0);
         }
       }
     }
@@ -541,7 +635,7 @@ struct BackwardColumns {
             simd::storeu<W>(scale + i, mv);
           }
         }
-        scatter(bx, w, 0, w, false, x_grad + offset);
+        scatter<W>(bx, w, 0, w, false, x_grad + offset);
       }
     }
   }
