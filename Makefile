@@ -19,7 +19,7 @@ build: $(DEPS)
 	$(VPY) -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps .
 
 test: build
-	$(VPY) -m pytest unittests -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(VPY) -m pytest unittests -q -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 
 # The CUDA runtime suite alone (skips without a GPU).
 test-gpu: build

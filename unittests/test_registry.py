@@ -74,3 +74,13 @@ def test_codegen_emits_registration_and_signature_check(tmp_path):
 def test_codegen_rejects_bad_yaml(tmp_path, bad, message):
     with pytest.raises(opgen.OpSpecError, match=message):
         opgen.load_ops(_write(tmp_path, bad))
+
+
+def test_codegen_inplace_kernel_returns_void(tmp_path):
+    # Paddle's custom-op API: a kernel whose outputs are all inplace takes `Tensor&` and returns void.
+    inplace = GOOD.replace("  output : Tensor(out)\n  kernel : FooKernel", "  output : Tensor(out)\n  inplace : (x -> out)\n  kernel : FooKernel")
+    opgen.generate(_write(tmp_path, inplace), tmp_path / "gen")
+    text = (tmp_path / "gen" / "fam.ops.cc").read_text()
+    assert '.SetInplaceMap({{"x", "out"}})' in text
+    assert "std::is_same<decltype(&paddle_ext::FooKernel), void (*)(paddle::Tensor&, int)>" in text
+    assert "std::is_same<decltype(&paddle_ext::FooGradKernel), std::vector<paddle::Tensor> (*)(const paddle::Tensor&, const paddle::Tensor&, int)>" in text

@@ -11,19 +11,8 @@ FLOATING_DTYPES = (paddle.float16, paddle.bfloat16, paddle.float32, paddle.float
 INTEGER_DTYPES = (paddle.int32, paddle.int64, paddle.int16, paddle.uint8, paddle.int8)
 
 
-def _tensor_types():
-    types = [paddle.Tensor]
-    for path in ("paddle.pir.Value", "paddle.static.Variable"):
-        module, _, attr = path.rpartition(".")
-        obj = paddle
-        for part in module.split(".")[1:]:
-            obj = getattr(obj, part, None)
-        if obj is not None and getattr(obj, attr, None) is not None:
-            types.append(getattr(obj, attr))
-    return tuple(types)
-
-
-TENSOR_TYPES = _tensor_types()
+# Dygraph tensors, PIR values (static mode, to_static) and old-IR variables.
+TENSOR_TYPES = (paddle.Tensor, paddle.pir.Value, paddle.static.Variable)
 
 
 def is_tensor(x) -> bool:

@@ -59,6 +59,9 @@ def _demo(args) -> int:
 
 
 def main(argv=None) -> int:
+    # Before Paddle (and with it libgomp) loads: idle OpenMP threads sleep instead of spinning, which
+    # on a small shared machine keeps one op's helpers from starving the next (and steadies timings).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = argparse.ArgumentParser(prog="paddle-ext", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="versions, CUDA kernels, registered ops")

@@ -267,7 +267,14 @@ def kernel_signature(op: Op) -> str:
         else:
             params.append("const paddle::Tensor&")
     params += [ATTR_TYPES[a.type][1] for a in op.attrs]
-    return f"std::vector<paddle::Tensor> (*)({', '.join(params)})"
+    return f"{kernel_return_type(op)} (*)({', '.join(params)})"
+
+
+def kernel_return_type(op: Op) -> str:
+    """Paddle's custom-op API: a kernel whose outputs are all inplace writes its inputs and returns void."""
+    if op.inplace and set(op.outputs) <= set(op.inplace.values()):
+        return "void"
+    return "std::vector<paddle::Tensor>"
 
 
 def _default_infer(op: Op) -> tuple[str, str]:
@@ -325,7 +332,7 @@ def emit_family(ops: list[Op], family: str) -> str:
         lines.append(
             f"static_assert(std::is_same<decltype(&{kernel}), {sig}>::value,\n"
             f'              "ops/{family}.yaml: op {op.name} needs kernel {op.kernel}({readable}) "\n'
-            f'              "returning std::vector<paddle::Tensor>");'
+            f'              "returning {kernel_return_type(op)}");'
         )
         infer_shape = f"paddle_ext::{op.infer_shape}" if op.infer_shape else None
         infer_dtype = f"paddle_ext::{op.infer_dtype}" if op.infer_dtype else None

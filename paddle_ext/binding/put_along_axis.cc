@@ -1,0 +1,209 @@
+// put_along_axis / put_along_axis_: validation and CPU/GPU dispatch. Registered by
+// build/generated/put_along_axis.ops.cc (generated from ops/put_along_axis.yaml), which includes this file.
+// The Python API has broadcast indices and values already; these checks are the last line of defence.
+#include "paddle_ext/put_along_axis.h"
+
+#include <sstream>
+#include <type_traits>
+
+#include "paddle_ext/binding/common.h"
+
+namespace paddle_ext {
+namespace {
+
+Reduce parse_reduce(const std::string& reduce) {
+  if (reduce == "assign") return Reduce::Assign;
+  if (reduce == "add") return Reduce::Add;
+  if (reduce == "mul" || reduce == "multiply") return Reduce::Mul;
+  if (reduce == "mean") return Reduce::Mean;
+  if (reduce == "amin") return Reduce::Min;
+  if (reduce == "amax") return Reduce::Max;
+  PD_THROW("put_along_axis: reduce='", reduce, "' is not one of assign, add, mul, multiply, mean, amin, amax");
+}
+
+struct ScatterView {
+  int64_t outer = 1, n = 1, m = 1, inner = 1, axis = 0;
+};
+
+ScatterView scatter_view(const paddle::Tensor& arr, const paddle::Tensor& indices, const paddle::Tensor& values,
+                         int axis, const char* op) {
+  const auto& a = arr.shape();
+  const auto& ix = indices.shape();
+  PD_CHECK(ix.size() == a.size(), op, ": indices must have arr's rank ", a.size(), ", got ", ix.size());
+  PD_CHECK(values.shape() == ix, op, ": values must have the (broadcast) shape of indices");
+  PD_CHECK(indices.dtype() == paddle::DataType::INT32 || indices.dtype() == paddle::DataType::INT64, op,
+           ": indices must be int32 or int64");
+  PD_CHECK(values.dtype() == arr.dtype(), op, ": values must have arr's dtype");
+  ScatterView v;
+  v.axis = normalize_axis(axis, (int64_t)a.size(), op);
+  if (a.empty()) return v;  // 0-d: one slot, one position
+  for (int64_t d = 0; d < (int64_t)a.size(); ++d) {
+    if (d == v.axis) continue;
+    PD_CHECK(ix[d] == a[d], op, ": indices.shape[", d, "] = ", ix[d], " must equal arr.shape[", d, "] = ", a[d]);
+    (d < v.axis ? v.outer : v.inner) *= a[d];
+  }
+  v.n = a[v.axis];
+  v.m = ix[v.axis];
+  return v;
+}
+
+// CPU: the first out-of-range index, reported with its position, before anything is written.
+// The Python API turns this message into an IndexError.
+template <typename Idx>
+void check_cpu_indices(const paddle::Tensor& indices, const ScatterView& v, const char* op) {
+  const BadIndex bad = cpu::check_indices<Idx>(ptr<Idx>(indices), indices.numel(), v.n);
+  if (bad.position < 0) return;
+  std::ostringstream pos;
+  int64_t rest = bad.position;
+  const auto& shape = indices.shape();
+  std::vector<int64_t> coord(shape.size());
+  for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
+    coord[d] = shape[d] > 0 ? rest % shape[d] : 0;
+    rest = shape[d] > 0 ? rest / shape[d] : 0;
+  }
+  for (size_t d = 0; d < coord.size(); ++d) pos << (d ? ", " : "") << coord[d];
+  PD_THROW("[put_along_axis IndexError] ", op, ": index ", bad.value, " at indices[", pos.str(),
+           "] is out of range for axis ", v.axis, " of size ", v.n, " (expected ", -v.n, " <= index < ", v.n, ")");
+}
+
+template <typename Fn>
+void dispatch_index(const paddle::Tensor& indices, Fn&& fn) {
+  if (indices.dtype() == paddle::DataType::INT32) return fn(TypeTag<int32_t>{});
+  return fn(TypeTag<int64_t>{});
+}
+
+paddle::Tensor int_scratch(int64_t numel, paddle::DataType dtype, int64_t fill, const paddle::Place& place) {
+  return paddle::full({numel}, fill, dtype, place);
+}
+
+// Scatters into `acc_tensor` (arr's values, in the accumulation dtype) in place.
+void run_forward(paddle::Tensor& acc_tensor, const paddle::Tensor& indices, const paddle::Tensor& values,
+                 paddle::DataType dtype, const ScatterView& v, Reduce reduce, bool include_self, const char* op) {
+  const int64_t slots = v.outer * v.n * v.inner;
+  // CPU: counts mark written slots (include_self=False) and divide means; GPU: means only (its
+  // include_self=False pass resets written slots to the identity instead).
+  const bool need_count =
+      reduce == Reduce::Mean || (acc_tensor.is_cpu() && !include_self && reduce != Reduce::Assign);
+  paddle::Tensor count;
+  if (need_count) count = int_scratch(slots, paddle::DataType::INT32, 0, acc_tensor.place());
+  dispatch_floating_and_integral(dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    dispatch_index(indices, [&](auto itag) {
+      using Idx = typename decltype(itag)::type;
+      int32_t* count_ptr = need_count ? mutable_ptr<int32_t>(count) : nullptr;
+      if (acc_tensor.is_cpu()) {
+        check_cpu_indices<Idx>(indices, v, op);
+        cpu::put_along_axis_forward<T, Idx>(reduce, mutable_ptr<A>(acc_tensor), ptr<T>(values), ptr<Idx>(indices),
+                                            count_ptr, v.outer, v.n, v.m, v.inner, include_self);
+      } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+        if constexpr (sizeof(T) < 4 && std::is_integral<T>::value) {
+          PD_THROW(op, ": int16 and uint8 tensors are supported on the CPU only");
+        } else {
+          paddle::Tensor winner;
+          if (reduce == Reduce::Assign) winner = int_scratch(slots, paddle::DataType::INT64, -1, acc_tensor.place());
+          gpu::put_along_axis_forward<T, Idx>(reduce, mutable_ptr<A>(acc_tensor), ptr<T>(values),
+                                              ptr<Idx>(indices), count_ptr,
+                                              reduce == Reduce::Assign ? mutable_ptr<int64_t>(winner) : nullptr,
+                                              v.outer, v.n, v.m, v.inner, include_self, acc_tensor.stream());
+        }
+#else
+        throw_no_cuda(op);
+#endif
+      }
+    });
+  });
+}
+
+bool is_half(paddle::DataType dtype) {
+  return dtype == paddle::DataType::FLOAT16 || dtype == paddle::DataType::BFLOAT16;
+}
+
+}  // namespace
+
+std::vector<paddle::Tensor> PutAlongAxisKernel(const paddle::Tensor& arr_in, const paddle::Tensor& indices_in,
+                                               const paddle::Tensor& values_in, int axis, const std::string& reduce,
+                                               bool include_self) {
+  const paddle::Tensor arr = dense(arr_in), indices = dense(indices_in), values = dense(values_in);
+  check_same_place(arr, indices, "put_along_axis", "arr", "indices");
+  check_same_place(arr, values, "put_along_axis", "arr", "values");
+  const ScatterView v = scatter_view(arr, indices, values, axis, "put_along_axis");
+  const Reduce r = parse_reduce(reduce);
+  // Half types accumulate in float32 and are rounded once at the end.
+  paddle::Tensor acc = is_half(arr.dtype()) ? arr.cast(paddle::DataType::FLOAT32) : arr.copy_to(arr.place(), false);
+  run_forward(acc, indices, values, arr.dtype(), v, r, include_self, "put_along_axis");
+  return {is_half(arr.dtype()) ? acc.cast(arr.dtype()) : acc};
+}
+
+void PutAlongAxisInplaceKernel(paddle::Tensor& arr, const paddle::Tensor& indices_in, const paddle::Tensor& values_in,
+                               int axis, const std::string& reduce, bool include_self) {
+  PD_CHECK(arr.is_contiguous(), "put_along_axis_: arr must be contiguous to be written in place");
+  const paddle::Tensor indices = dense(indices_in), values = dense(values_in);
+  check_same_place(arr, indices, "put_along_axis_", "arr", "indices");
+  check_same_place(arr, values, "put_along_axis_", "arr", "values");
+  const ScatterView v = scatter_view(arr, indices, values, axis, "put_along_axis_");
+  const Reduce r = parse_reduce(reduce);
+  if (!is_half(arr.dtype())) {
+    run_forward(arr, indices, values, arr.dtype(), v, r, include_self, "put_along_axis_");
+    return;
+  }
+  paddle::Tensor acc = arr.cast(paddle::DataType::FLOAT32);
+  run_forward(acc, indices, values, arr.dtype(), v, r, include_self, "put_along_axis_");
+  paddle::Tensor rounded = acc.cast(arr.dtype());
+  arr.copy_(rounded, arr.place(), false);
+}
+
+std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in, const paddle::Tensor& indices_in,
+                                                   const paddle::Tensor& values_in, const paddle::Tensor& out_in,
+                                                   const paddle::Tensor& out_grad_in, int axis,
+                                                   const std::string& reduce, bool include_self) {
+  const paddle::Tensor arr = dense(arr_in), indices = dense(indices_in), values = dense(values_in),
+                       out = dense(out_in), out_grad = dense(out_grad_in);
+  const ScatterView v = scatter_view(arr, indices, values, axis, "put_along_axis_grad");
+  const Reduce r = parse_reduce(reduce);
+  paddle::Tensor arr_grad = paddle::empty(arr.shape(), arr.dtype(), arr.place());
+  paddle::Tensor values_grad = paddle::empty(values.shape(), values.dtype(), values.place());
+  dispatch_floating(arr.dtype(), "put_along_axis_grad", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dispatch_index(indices, [&](auto itag) {
+      using Idx = typename decltype(itag)::type;
+      if (arr.is_cpu()) {
+        cpu::put_along_axis_backward<T, Idx>(r, ptr<T>(arr), ptr<Idx>(indices), ptr<T>(values), ptr<T>(out),
+                                             ptr<T>(out_grad), mutable_ptr<T>(arr_grad), mutable_ptr<T>(values_grad),
+                                             v.outer, v.n, v.m, v.inner, include_self);
+      } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+        using A = acc_t<T>;
+        const int64_t slots = v.outer * v.n * v.inner;
+        const auto place = arr.place();
+        paddle::Tensor winner, count, aux, prod;
+        if (r == Reduce::Assign) {
+          winner = int_scratch(slots, paddle::DataType::INT64, -1, place);
+        } else {
+          count = int_scratch(slots, paddle::DataType::INT32, 0, place);
+        }
+        if (r == Reduce::Mul || r == Reduce::Min || r == Reduce::Max)
+          aux = int_scratch(slots, paddle::DataType::INT32, 0, place);
+        if (r == Reduce::Mul)
+          prod = paddle::empty({slots}, std::is_same<A, double>::value ? paddle::DataType::FLOAT64
+                                                                        : paddle::DataType::FLOAT32,
+                               place);
+        gpu::put_along_axis_backward<T, Idx>(
+            r, ptr<T>(arr), ptr<Idx>(indices), ptr<T>(values), ptr<T>(out), ptr<T>(out_grad),
+            mutable_ptr<T>(arr_grad), mutable_ptr<T>(values_grad),
+            winner.initialized() ? mutable_ptr<int64_t>(winner) : nullptr,
+            count.initialized() ? mutable_ptr<int32_t>(count) : nullptr,
+            aux.initialized() ? mutable_ptr<int32_t>(aux) : nullptr,
+            prod.initialized() ? mutable_ptr<A>(prod) : nullptr, v.outer, v.n, v.m, v.inner, include_self,
+            arr.stream());
+#else
+        throw_no_cuda("put_along_axis_grad");
+#endif
+      }
+    });
+  });
+  return {arr_grad, values_grad};
+}
+
+}  // namespace paddle_ext

@@ -1,0 +1,305 @@
+// CUDA put_along_axis: one thread per position of `indices`, atomics into the accumulation buffer.
+//   add / mean      atomicAdd (float32 accumulation for the half types), then a divide pass for mean;
+//   mul, amin, amax a compare-and-swap loop around the shared ReduceOp<R>::combine (NaN-aware);
+//   assign          two passes: atomicMax of the position per slot, then only the winner writes, so
+//                   "the largest position wins" exactly as on the CPU, run to run;
+//   include_self=False: a first pass sets every written slot to the reduction's identity.
+// Out-of-range indices are skipped by every pass (nothing outside arr is written, no host sync).
+// The per-element math (combine, identities, mean rounding, the grad formulas) is in put_along_axis.h.
+#include <cstring>
+
+#include "paddle_ext/gpu/cuda_utils.cuh"
+#include "paddle_ext/put_along_axis.h"
+
+namespace paddle_ext {
+namespace gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename A, typename Bits>
+__device__ inline A from_bits(Bits b) {
+  A a;
+  memcpy(&a, &b, sizeof(A));
+  return a;
+}
+template <typename Bits, typename A>
+__device__ inline Bits to_bits(A a) {
+  Bits b;
+  memcpy(&b, &a, sizeof(A));
+  return b;
+}
+
+// *addr = f(*addr), atomically, for 4- and 8-byte types; stops early when f changes nothing.
+template <typename A, typename F>
+__device__ inline void atomic_update(A* addr, F f) {
+  static_assert(sizeof(A) == 4 || sizeof(A) == 8, "atomic_update needs a 4- or 8-byte type");
+  using Bits = typename std::conditional<sizeof(A) == 4, unsigned int, unsigned long long>::type;
+  Bits* p = reinterpret_cast<Bits*>(addr);
+  Bits old = *p, assumed;
+  do {
+    assumed = old;
+    const Bits next = to_bits<Bits>(f(from_bits<A>(assumed)));
+    if (next == assumed) return;
+    old = atomicCAS(p, assumed, next);
+  } while (old != assumed);
+}
+
+__device__ inline void atomic_add(float* a, float v) { atomicAdd(a, v); }
+__device__ inline void atomic_add(double* a, double v) { atomicAdd(a, v); }
+__device__ inline void atomic_add(int32_t* a, int32_t v) { atomicAdd(reinterpret_cast<int*>(a), (int)v); }
+__device__ inline void atomic_add(int64_t* a, int64_t v) {  // two's complement: unsigned add is exact
+  atomicAdd(reinterpret_cast<unsigned long long*>(a), (unsigned long long)v);
+}
+
+template <Reduce R, typename A>
+__device__ inline void atomic_combine(A* addr, A v) {
+  if constexpr (R == Reduce::Add || R == Reduce::Mean) {
+    atomic_add(addr, v);
+  } else {
+    atomic_update(addr, [v](A s) { return ReduceOp<R>::combine(s, v); });
+  }
+}
+
+// Position p of indices/values -> its slot in arr, or -1 when the index is out of range.
+template <typename Idx>
+__device__ inline index_t slot_of(const Idx* idx, index_t p, index_t n, index_t m, index_t inner) {
+  const index_t k = static_cast<index_t>(idx[p]);
+  if (!index_in_range(k, n)) return -1;
+  const index_t i = p % inner, o = p / (m * inner);
+  return (o * n + wrap_index(k, n)) * inner + i;
+}
+
+#define PE_GRID_LOOP(var, count) \
+  for (index_t var = blockIdx.x * (index_t)blockDim.x + threadIdx.x; var < (count); var += (index_t)gridDim.x * blockDim.x)
+
+template <typename Idx>
+__global__ void pick_winner_kernel(const Idx* idx, int64_t* winner, index_t positions, index_t n, index_t m,
+                                   index_t inner) {
+  PE_GRID_LOOP(p, positions) {
+    const index_t s = slot_of(idx, p, n, m, inner);
+    if (s >= 0) atomicMax(reinterpret_cast<long long*>(winner + s), (long long)p);
+  }
+}
+
+template <typename T, typename A, typename Idx>
+__global__ void assign_winner_kernel(A* acc, const T* values, const Idx* idx, const int64_t* winner,
+                                     index_t positions, index_t n, index_t m, index_t inner) {
+  PE_GRID_LOOP(p, positions) {
+    const index_t s = slot_of(idx, p, n, m, inner);
+    if (s >= 0 && winner[s] == p) acc[s] = static_cast<A>(load(values[p]));
+  }
+}
+
+// include_self=False: written slots start from the identity (all writers store the same value);
+// also counts contributions for mean.
+template <Reduce R, typename A, typename Idx>
+__global__ void init_slots_kernel(A* acc, int32_t* count, const Idx* idx, bool reset, index_t positions, index_t n,
+                                  index_t m, index_t inner) {
+  PE_GRID_LOOP(p, positions) {
+    const index_t s = slot_of(idx, p, n, m, inner);
+    if (s < 0) continue;
+    if (reset) acc[s] = reduce_identity<R, A>();
+    if (count) atomicAdd(count + s, 1);
+  }
+}
+
+template <Reduce R, typename T, typename A, typename Idx>
+__global__ void combine_kernel(A* acc, const T* values, const Idx* idx, index_t positions, index_t n, index_t m,
+                               index_t inner) {
+  PE_GRID_LOOP(p, positions) {
+    const index_t s = slot_of(idx, p, n, m, inner);
+    if (s >= 0) atomic_combine<R, A>(acc + s, static_cast<A>(load(values[p])));
+  }
+}
+
+template <typename A>
+__global__ void mean_divide_kernel(A* acc, const int32_t* count, int32_t self, index_t slots) {
+  PE_GRID_LOOP(s, slots) {
+    if (count[s] > 0) acc[s] = mean_divide<A>(acc[s], count[s] + self);
+  }
+}
+
+template <Reduce R, typename T, typename A, typename Idx>
+void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, int64_t* winner, index_t outer,
+                  index_t n, index_t m, index_t inner, bool include_self, cudaStream_t stream) {
+  const index_t positions = outer * m * inner, slots = outer * n * inner;
+  if (positions == 0 || n == 0) return;
+  const unsigned grid = grid_size(positions, kThreads);
+  if constexpr (R == Reduce::Assign) {
+    pick_winner_kernel<Idx><<<grid, kThreads, 0, stream>>>(idx, winner, positions, n, m, inner);
+    assign_winner_kernel<T, A, Idx><<<grid, kThreads, 0, stream>>>(acc, values, idx, winner, positions, n, m, inner);
+    check_launch("put_along_axis assign");
+    return;
+  } else {
+    int32_t* mean_count = R == Reduce::Mean ? count : nullptr;
+    if (!include_self || mean_count)
+      init_slots_kernel<R, A, Idx><<<grid, kThreads, 0, stream>>>(acc, mean_count, idx, !include_self, positions, n,
+                                                                 m, inner);
+    combine_kernel<R, T, A, Idx><<<grid, kThreads, 0, stream>>>(acc, values, idx, positions, n, m, inner);
+    if (mean_count)
+      mean_divide_kernel<A><<<grid_size(slots, kThreads), kThreads, 0, stream>>>(acc, mean_count,
+                                                                                  include_self ? 1 : 0, slots);
+    check_launch("put_along_axis");
+  }
+}
+
+// ---------------------------------------------------------------------------------------- backward
+template <typename T, typename Idx>
+__global__ void assign_grad_kernel(const Idx* idx, const T* g, const int64_t* winner, T* values_grad,
+                                   index_t positions, index_t n, index_t m, index_t inner) {
+  PE_GRID_LOOP(p, positions) {
+    const index_t s = slot_of(idx, p, n, m, inner);
+    values_grad[p] = (s >= 0 && winner[s] == p) ? g[s] : store<T>(0.0f);
+  }
+}
+
+template <typename T>
+__global__ void assign_arr_grad_kernel(const T* g, const int64_t* winner, T* arr_grad, index_t slots) {
+  PE_GRID_LOOP(s, slots) { arr_grad[s] = winner[s] >= 0 ? store<T>(0.0f) : g[s]; }
+}
+
+// Per-slot statistics: aux and prod start from arr's part (include_self), count from 0.
+template <Reduce R, typename T, typename A>
+__global__ void stats_init_kernel(const T* arr, const T* out, int32_t* aux, A* prod, bool include_self,
+                                  index_t slots) {
+  PE_GRID_LOOP(s, slots) {
+    const A a = static_cast<A>(load(arr[s]));
+    if constexpr (R == Reduce::Mul) {
+      aux[s] = (include_self && a == A(0)) ? 1 : 0;
+      prod[s] = (include_self && a != A(0)) ? a : A(1);
+    } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
+      aux[s] = (include_self && a == static_cast<A>(load(out[s]))) ? 1 : 0;
+    }
+  }
+}
+
+template <Reduce R, typename T, typename A, typename Idx>
+__global__ void stats_kernel(const Idx* idx, const T* values, const T* out, int32_t* count, int32_t* aux, A* prod,
+                             index_t positions, index_t n, index_t m, index_t inner) {
+  PE_GRID_LOOP(p, positions) {
+    const index_t s = slot_of(idx, p, n, m, inner);
+    if (s < 0) continue;
+    atomicAdd(count + s, 1);
+    const A v = static_cast<A>(load(values[p]));
+    if constexpr (R == Reduce::Mul) {
+      if (v == A(0)) atomicAdd(aux + s, 1);
+      else atomic_combine<Reduce::Mul, A>(prod + s, v);
+    } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
+      if (v == static_cast<A>(load(out[s]))) atomicAdd(aux + s, 1);
+    }
+  }
+}
+
+template <Reduce R, typename T, typename A, typename Idx>
+__global__ void values_grad_kernel(const Idx* idx, const T* values, const T* out, const T* g, const int32_t* count,
+                                   const int32_t* aux, const A* prod, T* values_grad, bool include_self,
+                                   index_t positions, index_t n, index_t m, index_t inner) {
+  PE_GRID_LOOP(p, positions) {
+    const index_t s = slot_of(idx, p, n, m, inner);
+    if (s < 0) {
+      values_grad[p] = store<T>(A(0));
+      continue;
+    }
+    values_grad[p] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), static_cast<A>(load(values[p])),
+                                                   static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0,
+                                                   prod ? prod[s] : A(1), include_self));
+  }
+}
+
+template <Reduce R, typename T, typename A>
+__global__ void arr_grad_kernel(const T* arr, const T* out, const T* g, const int32_t* count, const int32_t* aux,
+                                const A* prod, T* arr_grad, bool include_self, index_t slots) {
+  PE_GRID_LOOP(s, slots) {
+    arr_grad[s] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s])), static_cast<A>(load(arr[s])),
+                                             static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0,
+                                             prod ? prod[s] : A(1), include_self));
+  }
+}
+
+template <Reduce R, typename T, typename Idx>
+void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, const T* g, T* arr_grad,
+                   T* values_grad, int64_t* winner, int32_t* count, int32_t* aux, acc_t<T>* prod, index_t outer,
+                   index_t n, index_t m, index_t inner, bool include_self, cudaStream_t stream) {
+  using A = acc_t<T>;
+  const index_t positions = outer * m * inner, slots = outer * n * inner;
+  const unsigned pgrid = grid_size(positions, kThreads), sgrid = grid_size(slots, kThreads);
+  if constexpr (R == Reduce::Assign) {
+    if (positions > 0 && n > 0) pick_winner_kernel<Idx><<<pgrid, kThreads, 0, stream>>>(idx, winner, positions, n, m, inner);
+    if (values_grad && positions > 0)
+      assign_grad_kernel<T, Idx><<<pgrid, kThreads, 0, stream>>>(idx, g, winner, values_grad, positions, n, m, inner);
+    if (arr_grad && slots > 0) assign_arr_grad_kernel<T><<<sgrid, kThreads, 0, stream>>>(g, winner, arr_grad, slots);
+  } else {
+    if (slots > 0 && (R == Reduce::Mul || R == Reduce::Min || R == Reduce::Max))
+      stats_init_kernel<R, T, A><<<sgrid, kThreads, 0, stream>>>(arr, out, aux, prod, include_self, slots);
+    if (positions > 0 && n > 0)
+      stats_kernel<R, T, A, Idx><<<pgrid, kThreads, 0, stream>>>(idx, values, out, count, aux, prod, positions, n, m,
+                                                                 inner);
+    if (values_grad && positions > 0)
+      values_grad_kernel<R, T, A, Idx><<<pgrid, kThreads, 0, stream>>>(idx, values, out, g, count, aux, prod,
+                                                                       values_grad, include_self, positions, n, m,
+                                                                       inner);
+    if (arr_grad && slots > 0)
+      arr_grad_kernel<R, T, A><<<sgrid, kThreads, 0, stream>>>(arr, out, g, count, aux, prod, arr_grad, include_self,
+                                                               slots);
+  }
+  check_launch("put_along_axis_grad");
+}
+
+template <typename Fn>
+void dispatch_reduce(Reduce reduce, Fn&& fn) {
+  switch (reduce) {
+    case Reduce::Assign: return fn(std::integral_constant<Reduce, Reduce::Assign>{});
+    case Reduce::Add: return fn(std::integral_constant<Reduce, Reduce::Add>{});
+    case Reduce::Mul: return fn(std::integral_constant<Reduce, Reduce::Mul>{});
+    case Reduce::Mean: return fn(std::integral_constant<Reduce, Reduce::Mean>{});
+    case Reduce::Min: return fn(std::integral_constant<Reduce, Reduce::Min>{});
+    case Reduce::Max: return fn(std::integral_constant<Reduce, Reduce::Max>{});
+  }
+}
+
+}  // namespace
+
+template <typename T, typename Idx>
+void put_along_axis_forward(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, int32_t* count,
+                            int64_t* winner, index_t outer, index_t n, index_t m, index_t inner,
+                            bool include_self, cudaStream_t stream) {
+  dispatch_reduce(reduce, [&](auto r) {
+    forward_impl<decltype(r)::value, T, acc_t<T>, Idx>(acc, values, indices, count, winner, outer, n, m, inner,
+                                                       include_self, stream);
+  });
+}
+
+template <typename T, typename Idx>
+void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, const T* values, const T* out,
+                             const T* out_grad, T* arr_grad, T* values_grad, int64_t* winner, int32_t* count,
+                             int32_t* aux, acc_t<T>* prod, index_t outer, index_t n, index_t m, index_t inner,
+                             bool include_self, cudaStream_t stream) {
+  dispatch_reduce(reduce, [&](auto r) {
+    backward_impl<decltype(r)::value, T, Idx>(arr, indices, values, out, out_grad, arr_grad, values_grad, winner,
+                                              count, aux, prod, outer, n, m, inner, include_self, stream);
+  });
+}
+
+#define PE_INSTANTIATE_FWD(T, Idx)                                                                             \
+  template void put_along_axis_forward<T, Idx>(Reduce, acc_t<T>*, const T*, const Idx*, int32_t*, int64_t*, \
+                                               index_t, index_t, index_t, index_t, bool, cudaStream_t);
+#define PE_INSTANTIATE_BWD(T, Idx)                                                                            \
+  template void put_along_axis_backward<T, Idx>(Reduce, const T*, const Idx*, const T*, const T*, const T*,  \
+                                                T*, T*, int64_t*, int32_t*, int32_t*, acc_t<T>*, index_t,    \
+                                                index_t, index_t, index_t, bool, cudaStream_t);
+#define PE_INSTANTIATE_ALL(T) PE_INSTANTIATE_FWD(T, int32_t) PE_INSTANTIATE_FWD(T, int64_t)
+#define PE_INSTANTIATE_FLOAT(T) PE_INSTANTIATE_ALL(T) PE_INSTANTIATE_BWD(T, int32_t) PE_INSTANTIATE_BWD(T, int64_t)
+PE_INSTANTIATE_FLOAT(float)
+PE_INSTANTIATE_FLOAT(double)
+PE_INSTANTIATE_FLOAT(float16_t)
+PE_INSTANTIATE_FLOAT(bfloat16_t)
+PE_INSTANTIATE_ALL(int32_t)
+PE_INSTANTIATE_ALL(int64_t)
+#undef PE_INSTANTIATE_FWD
+#undef PE_INSTANTIATE_BWD
+#undef PE_INSTANTIATE_ALL
+#undef PE_INSTANTIATE_FLOAT
+
+}  // namespace gpu
+}  // namespace paddle_ext

@@ -1,0 +1,162 @@
+// put_along_axis: scatter `values` into `arr` along one axis with a reduction (docs/put_along_axis.md).
+//
+// Shapes, as the binding hands them over (the Python API has already broadcast or sliced):
+//   arr, out        [outer, n, inner]
+//   indices, values [outer, m, inner]          position p = (o, j, i)
+//   slot(p)         = (o, wrap(indices[p]), i), wrap(k) = k < 0 ? k + n : k, valid for -n <= k < n.
+// Contributions to one slot are applied in increasing j (the flat order of `indices`), so `assign`
+// is "largest position wins" and every mode is deterministic on the CPU.
+//
+// The reduce mode is a compile-time parameter: one kernel body per layer, templated on a functor
+// below. Half types accumulate in float32 (the kernels work on an acc_t<T> buffer).
+#pragma once
+
+#include "paddle_ext/common.h"
+
+#if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
+#include <cuda_runtime.h>
+#endif
+
+namespace paddle_ext {
+
+enum class Reduce : int { Assign = 0, Add = 1, Mul = 2, Mean = 3, Min = 4, Max = 5 };
+
+template <typename A>
+PE_HOSTDEVICE inline bool is_nan(A v) {
+  return v != v;  // false for every integer type
+}
+
+// combine(self, v): the value of a slot after one more contribution v.
+template <Reduce R>
+struct ReduceOp;
+template <>
+struct ReduceOp<Reduce::Assign> {
+  template <typename A>
+  PE_HOSTDEVICE static A combine(A, A v) { return v; }
+};
+template <>
+struct ReduceOp<Reduce::Add> {
+  template <typename A>
+  PE_HOSTDEVICE static A combine(A s, A v) { return s + v; }
+};
+template <>
+struct ReduceOp<Reduce::Mean> : ReduceOp<Reduce::Add> {};  // a sum; divided by the count at the end
+template <>
+struct ReduceOp<Reduce::Mul> {
+  template <typename A>
+  PE_HOSTDEVICE static A combine(A s, A v) { return s * v; }
+};
+template <>
+struct ReduceOp<Reduce::Max> {  // a NaN on either side wins (PyTorch's rule; Paddle 3.3.1 drops it)
+  template <typename A>
+  PE_HOSTDEVICE static A combine(A s, A v) { return (is_nan(v) || v > s) ? v : s; }
+};
+template <>
+struct ReduceOp<Reduce::Min> {
+  template <typename A>
+  PE_HOSTDEVICE static A combine(A s, A v) { return (is_nan(v) || v < s) ? v : s; }
+};
+
+PE_HOSTDEVICE inline index_t wrap_index(index_t k, index_t n) { return k < 0 ? k + n : k; }
+PE_HOSTDEVICE inline bool index_in_range(index_t k, index_t n) { return k >= -n && k < n; }
+
+// Integer mean rounds toward negative infinity (as Paddle and PyTorch do); floats divide.
+template <typename A>
+PE_HOSTDEVICE inline A mean_divide(A sum, index_t count) {
+  if (count <= 1) return sum;
+  if constexpr (std::numeric_limits<A>::is_integer) {
+    const A c = static_cast<A>(count);
+    A q = sum / c;
+    if ((sum % c != 0) && ((sum < 0) != (c < 0))) --q;
+    return q;
+  } else {
+    return sum / static_cast<A>(count);
+  }
+}
+
+// Grad of `mul`: the product of all factors of a slot but `f`, from the slot's product of nonzero
+// factors and its count of zeros. Exact for zeros (no 0/0), unlike out / f.
+template <typename A>
+PE_HOSTDEVICE inline A product_of_others(A f, A nonzero_product, int zeros) {
+  if (f != A(0)) return zeros == 0 ? nonzero_product / f : A(0);
+  return zeros == 1 ? nonzero_product : A(0);
+}
+
+// The value a slot starts from when arr takes no part in its reduction (GPU: include_self=False).
+template <Reduce R, typename A>
+PE_HOSTDEVICE inline A reduce_identity() {
+  using L = std::numeric_limits<A>;
+  if constexpr (R == Reduce::Mul) return A(1);
+  else if constexpr (R == Reduce::Min) return L::has_infinity ? L::infinity() : L::max();
+  else if constexpr (R == Reduce::Max) return L::has_infinity ? -L::infinity() : L::lowest();
+  else return A(0);
+}
+
+// Backward, from per-slot statistics gathered over the contributions of the slot:
+//   count  contributions; aux: zeros among the factors (Mul) or contributors equal to the result
+//   (Min/Max, arr included when it took part); prod: product of the nonzero factors (Mul).
+// PyTorch's scatter_reduce rules, with mul exact at zeros and min/max ties split evenly.
+template <Reduce R, typename A>
+PE_HOSTDEVICE inline A values_grad_of(A g, A v, A out, int32_t count, int32_t aux, A prod, bool include_self) {
+  if constexpr (R == Reduce::Add) return g;
+  else if constexpr (R == Reduce::Mean) return g / static_cast<A>(count + (include_self ? 1 : 0));
+  else if constexpr (R == Reduce::Mul) return g * product_of_others<A>(v, prod, aux);
+  else return (v == out && aux > 0) ? g / static_cast<A>(aux) : A(0);
+}
+template <Reduce R, typename A>
+PE_HOSTDEVICE inline A arr_grad_of(A g, A a, A out, int32_t count, int32_t aux, A prod, bool include_self) {
+  if (count == 0) return g;  // an unwritten slot passes its grad through
+  if (!include_self) return A(0);
+  if constexpr (R == Reduce::Mean) return g / static_cast<A>(count + 1);
+  else if constexpr (R == Reduce::Mul) return g * product_of_others<A>(a, prod, aux);
+  else if constexpr (R == Reduce::Min || R == Reduce::Max) return a == out ? g / static_cast<A>(aux) : A(0);
+  else return g;
+}
+
+// Python-visible error contract: the binding reports the first bad position of `indices`.
+struct BadIndex {
+  index_t position = -1;  // flat position in indices, -1 when all are valid
+  index_t value = 0;
+};
+
+namespace cpu {
+// Returns the first (lowest flat position) out-of-range index, if any; writes nothing.
+template <typename Idx>
+BadIndex check_indices(const Idx* indices, index_t count, index_t n);
+
+// acc: arr's [outer, n, inner] values in the accumulation type; updated in place.
+// count: int32 [outer, n, inner] zeroed scratch, needed for Mean or !include_self (else nullptr).
+// Out-of-range indices are skipped (never written); the caller checks them first.
+template <typename T, typename Idx>
+void put_along_axis_forward(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, int32_t* count,
+                            index_t outer, index_t n, index_t m, index_t inner, bool include_self);
+
+// Grads for every mode. out_grad/arr/out: [outer, n, inner]; values/values_grad: [outer, m, inner].
+// Either grad pointer may be null (not requested). Scratch buffers are allocated inside.
+template <typename T, typename Idx>
+void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, const T* values, const T* out,
+                             const T* out_grad, T* arr_grad, T* values_grad, index_t outer, index_t n,
+                             index_t m, index_t inner, bool include_self);
+}  // namespace cpu
+
+#if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
+namespace gpu {  // launchers in gpu/put_along_axis.cu
+// Same contract as cpu::put_along_axis_forward; device scratch comes from the caller, zeroed:
+// count int32 [outer*n*inner] for Mean or !include_self (else null), winner int64 [same], filled with
+// -1, for Assign.
+// Out-of-range indices are skipped: nothing outside arr is ever written, and no host sync is needed.
+template <typename T, typename Idx>
+void put_along_axis_forward(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, int32_t* count,
+                            int64_t* winner, index_t outer, index_t n, index_t m, index_t inner,
+                            bool include_self, cudaStream_t stream);
+// Scratch per slot, zeroed by the caller (winner filled with -1): winner (Assign), count (all others), aux (Mul, Min, Max),
+// prod (Mul, acc type). Null where the mode does not need it.
+template <typename T, typename Idx>
+void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, const T* values, const T* out,
+                             const T* out_grad, T* arr_grad, T* values_grad, int64_t* winner, int32_t* count,
+                             int32_t* aux, acc_t<T>* prod, index_t outer, index_t n, index_t m, index_t inner,
+                             bool include_self, cudaStream_t stream);
+}  // namespace gpu
+#endif
+
+}  // namespace paddle_ext

@@ -1,0 +1,45 @@
+// C ABI over the put_along_axis launchers for unittests/gpu (dtype codes: see gpu_runtime.py).
+// `acc` is arr's values in the accumulation type (float32 for the half types); scratch buffers are
+// allocated and prepared by the caller as the launchers' contract says (null where unused).
+#include "paddle_ext/put_along_axis.h"
+#include "shim_dispatch.cuh"
+
+using namespace paddle_ext;
+
+template <typename Fn>
+static int with_index(int index_dtype, Fn&& fn) {
+  if (index_dtype == 4) return fn(ShimTag<int32_t>{});
+  if (index_dtype == 5) return fn(ShimTag<int64_t>{});
+  return -2;
+}
+
+extern "C" int pe_put_along_axis_forward(int dtype, int index_dtype, int reduce, void* acc, const void* values,
+                                         const void* indices, void* count, void* winner, int64_t outer, int64_t n,
+                                         int64_t m, int64_t inner, int include_self) {
+  return with_index(index_dtype, [&](auto itag) {
+    using Idx = typename decltype(itag)::type;
+    return shim_dispatch_all(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      gpu::put_along_axis_forward<T, Idx>((Reduce)reduce, (acc_t<T>*)acc, (const T*)values, (const Idx*)indices,
+                                          (int32_t*)count, (int64_t*)winner, outer, n, m, inner, include_self != 0,
+                                          0);
+    });
+  });
+}
+
+extern "C" int pe_put_along_axis_backward(int dtype, int index_dtype, int reduce, const void* arr,
+                                          const void* indices, const void* values, const void* out,
+                                          const void* out_grad, void* arr_grad, void* values_grad, void* winner,
+                                          void* count, void* aux, void* prod, int64_t outer, int64_t n, int64_t m,
+                                          int64_t inner, int include_self) {
+  return with_index(index_dtype, [&](auto itag) {
+    using Idx = typename decltype(itag)::type;
+    return shim_dispatch_floating(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      gpu::put_along_axis_backward<T, Idx>((Reduce)reduce, (const T*)arr, (const Idx*)indices, (const T*)values,
+                                           (const T*)out, (const T*)out_grad, (T*)arr_grad, (T*)values_grad,
+                                           (int64_t*)winner, (int32_t*)count, (int32_t*)aux, (acc_t<T>*)prod, outer,
+                                           n, m, inner, include_self != 0, 0);
+    });
+  });
+}

@@ -1,0 +1,174 @@
+"""put_along_axis CUDA launchers on a real GPU, against the NumPy reference (skips without a GPU)."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import refs
+from gpu_runtime import DTYPE_CODES, DeviceBuffer, check, host_array, library, to_float64
+
+REDUCE_CODES = {"assign": 0, "add": 1, "mul": 2, "mean": 3, "amin": 4, "amax": 5}
+TOL = {"float64": 1e-12, "float32": 2e-6, "float16": 2e-3, "bfloat16": 2e-2, "int32": 0, "int64": 0}
+INDEX_CODES = {np.int32: 4, np.int64: 5}
+# (outer, n, m, inner): duplicates (m > n), graph-like (inner 64), a single long axis, empty indices.
+SHAPES = [(1, 5, 12, 1), (3, 7, 20, 5), (1, 300, 5000, 64), (2, 1000, 30000, 1), (2, 4, 0, 3)]
+
+
+def _acc_dtype(dtype):
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
+def _ptr(buf):
+    return ctypes.c_void_p(buf.ptr if buf is not None else 0)
+
+
+def _forward(dtype, reduce, arr, idx, vals, shape4, include_self):
+    lib = library()
+    outer, n, m, inner = shape4
+    acc_dtype = _acc_dtype(dtype)
+    # the accumulation buffer holds arr as the dtype would store it, widened
+    acc = DeviceBuffer(host_array(to_float64(host_array(arr, dtype), dtype), acc_dtype))
+    values = DeviceBuffer(host_array(vals, dtype))
+    indices = DeviceBuffer(np.ascontiguousarray(idx))
+    slots = outer * n * inner
+    count = DeviceBuffer(np.zeros(max(slots, 1), np.int32)) if reduce == "mean" else None
+    winner = DeviceBuffer(np.full(max(slots, 1), -1, np.int64)) if reduce == "assign" else None
+    check(lib.pe_put_along_axis_forward(DTYPE_CODES[dtype], INDEX_CODES[idx.dtype.type], REDUCE_CODES[reduce],
+                                        _ptr(acc), _ptr(values), _ptr(indices), _ptr(count), _ptr(winner),
+                                        ctypes.c_int64(outer), ctypes.c_int64(n), ctypes.c_int64(m),
+                                        ctypes.c_int64(inner), int(include_self)))
+    got = acc.get().astype(np.float64)
+    if dtype in ("float16", "bfloat16"):  # the binding rounds the float32 accumulator once
+        got = to_float64(host_array(got, dtype), dtype)
+    return got
+
+
+def _inputs(dtype, shape4, seed=0, index_dtype=np.int64):
+    outer, n, m, inner = shape4
+    rng = np.random.default_rng(seed)
+    if dtype.startswith("int"):
+        arr = rng.integers(-9, 10, size=(outer, n, inner)).astype(dtype)
+        vals = rng.integers(-9, 10, size=(outer, m, inner)).astype(dtype)
+    else:
+        arr = rng.uniform(-2, 2, size=(outer, n, inner))
+        vals = rng.uniform(0.5, 1.5, size=(outer, m, inner)) * rng.choice([-1, 1], size=(outer, m, inner))
+    idx = rng.integers(-n, n, size=(outer, m, inner)).astype(index_dtype) if n else np.zeros((outer, m, inner),
+                                                                                             index_dtype)
+    return arr, idx, vals
+
+
+@pytest.mark.parametrize("dtype", list(TOL))
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("shape4", SHAPES)
+def test_forward_matches_reference(dtype, reduce, include_self, shape4):
+    if reduce == "mul" and shape4[2] > 100:
+        pytest.skip("long products over/underflow; mul is covered by the small shapes")
+    arr, idx, vals = _inputs(dtype, shape4)
+    got = _forward(dtype, reduce, arr, idx, vals, shape4, include_self)
+    a64 = to_float64(host_array(arr, dtype), dtype) if not dtype.startswith("int") else arr
+    v64 = to_float64(host_array(vals, dtype), dtype) if not dtype.startswith("int") else vals
+    if shape4[2] * shape4[3] * shape4[0] > 20000:  # large: the vectorised reference
+        want = _fast_ref(a64, idx, v64, reduce, include_self)
+    else:
+        want = refs.put_along_axis(a64, idx, v64, 1, reduce, include_self)
+    np.testing.assert_allclose(got, np.asarray(want, np.float64), rtol=TOL[dtype] * 10, atol=TOL[dtype] * 10)
+
+
+def _fast_ref(arr, idx, vals, reduce, include_self):
+    outer, n, inner = arr.shape
+    k = idx % n
+    o = np.arange(outer)[:, None, None] + 0 * k
+    i = np.arange(inner)[None, None, :] + 0 * k
+    loc = (o, k, i)
+    a = arr.astype(np.float64).copy()
+    touched = np.zeros(a.shape, bool)
+    touched[loc] = True
+    if reduce == "assign":
+        win = np.full(a.shape, -1)
+        np.maximum.at(win, loc, np.arange(idx.size).reshape(idx.shape))
+        a[touched] = vals.reshape(-1)[win[touched]]
+        return a
+    s = np.zeros(a.shape)
+    c = np.zeros(a.shape)
+    if reduce in ("add", "mean"):
+        np.add.at(s, loc, vals)
+    else:
+        s[:] = np.inf if reduce == "amin" else -np.inf
+        (np.minimum if reduce == "amin" else np.maximum).at(s, loc, vals)
+    np.add.at(c, loc, 1)
+    if include_self:
+        if reduce in ("add", "mean"):
+            s += a
+            c += 1
+        else:
+            s = np.minimum(s, a) if reduce == "amin" else np.maximum(s, a)
+    if reduce == "mean":
+        s = np.floor(s / c) if np.issubdtype(arr.dtype, np.integer) else s / np.maximum(c, 1)
+    a[touched] = s[touched]
+    return a
+
+
+def test_assign_is_deterministic_largest_position_wins():
+    shape4 = (1, 3, 100000, 1)
+    arr, idx, vals = _inputs("float32", shape4, seed=3)
+    first = _forward("float32", "assign", arr, idx, vals, shape4, True)
+    for _ in range(3):
+        np.testing.assert_array_equal(_forward("float32", "assign", arr, idx, vals, shape4, True), first)
+    np.testing.assert_array_equal(first, _fast_ref(arr.astype(np.float32).astype(np.float64), idx,
+                                                   vals.astype(np.float32).astype(np.float64), "assign", True))
+
+
+def test_out_of_range_indices_are_skipped_never_written():
+    arr, idx, vals = _inputs("float32", (1, 4, 6, 1), seed=4)
+    idx[0, 2, 0] = 1 << 40
+    idx[0, 3, 0] = -(1 << 40)
+    got = _forward("float32", "add", arr, idx, vals, (1, 4, 6, 1), True)
+    keep = np.ones(6, bool)
+    keep[[2, 3]] = False
+    want = refs.put_along_axis(arr.astype(np.float32).astype(np.float64), idx[:, keep],
+                               vals.astype(np.float32).astype(np.float64)[:, keep], 1, "add")
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_nan_wins_in_amax():
+    arr = np.array([[[1.0], [2.0]]])
+    idx = np.array([[[0], [0], [1]]])
+    vals = np.array([[[np.nan], [5.0], [0.0]]])
+    got = _forward("float32", "amax", arr, idx, vals, (1, 2, 3, 1), True)
+    assert np.isnan(got[0, 0, 0]) and got[0, 1, 0] == 2.0
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+@pytest.mark.parametrize("include_self", [True, False])
+def test_backward_matches_reference(dtype, reduce, include_self):
+    lib = library()
+    shape4 = (2, 4, 9, 3)
+    outer, n, m, inner = shape4
+    arr, idx, vals = _inputs(dtype, shape4, seed=7)
+    vals[0, 0, 0] = 0.0  # exact zeros for mul
+    arr[1, 2, 1] = 0.0
+    a64, v64 = arr.astype(dtype).astype(np.float64), vals.astype(dtype).astype(np.float64)
+    out = refs.put_along_axis(a64, idx, v64, 1, reduce, include_self)
+    g = np.random.default_rng(8).normal(size=arr.shape)
+    bufs = [DeviceBuffer(host_array(x, dtype)) for x in (arr, None, vals, out, g) if x is not None]
+    d_arr, d_vals, d_out, d_g = bufs
+    d_idx = DeviceBuffer(np.ascontiguousarray(idx))
+    arr_grad = DeviceBuffer(host_array(np.zeros(arr.shape), dtype))
+    values_grad = DeviceBuffer(host_array(np.zeros(vals.shape), dtype))
+    slots = outer * n * inner
+    winner = DeviceBuffer(np.full(slots, -1, np.int64)) if reduce == "assign" else None
+    count = DeviceBuffer(np.zeros(slots, np.int32)) if reduce != "assign" else None
+    aux = DeviceBuffer(np.zeros(slots, np.int32)) if reduce in ("mul", "amin", "amax") else None
+    prod = DeviceBuffer(np.zeros(slots, dtype)) if reduce == "mul" else None
+    check(lib.pe_put_along_axis_backward(DTYPE_CODES[dtype], 5, REDUCE_CODES[reduce], _ptr(d_arr), _ptr(d_idx),
+                                         _ptr(d_vals), _ptr(d_out), _ptr(d_g), _ptr(arr_grad), _ptr(values_grad),
+                                         _ptr(winner), _ptr(count), _ptr(aux), _ptr(prod), ctypes.c_int64(outer),
+                                         ctypes.c_int64(n), ctypes.c_int64(m), ctypes.c_int64(inner),
+                                         int(include_self)))
+    ra, rv = refs.put_along_axis_grad(a64, idx, v64, g.astype(dtype).astype(np.float64), 1, reduce, include_self)
+    tol = 1e-12 if dtype == "float64" else 1e-5
+    np.testing.assert_allclose(arr_grad.get().astype(np.float64), ra, rtol=tol, atol=tol)
+    np.testing.assert_allclose(values_grad.get().astype(np.float64), rv, rtol=tol, atol=tol)

@@ -1,0 +1,350 @@
+"""put_along_axis / put_along_axis_: the specification, through the OpTest harness."""
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_ext
+import refs
+from op_test import FLOAT_DTYPES, check_export, check_grad, check_output, static_mode
+
+REDUCES = ("assign", "add", "mul", "mean", "amin", "amax")
+# (arr shape, indices shape, axis): duplicates along the axis in every case.
+CASES = [((5,), (7,), 0), ((4, 3), (6, 3), 0), ((3, 4), (3, 6), 1), ((3, 4), (3, 5), -1),
+         ((2, 3, 4), (2, 5, 4), 1), ((3, 2, 4), (5, 2, 4), -3), ((2, 3, 70), (2, 3, 9), 2)]
+
+
+def rand(shape, seed=0, low=-2.0, high=2.0):
+    return np.random.default_rng(seed).uniform(low, high, size=shape)
+
+
+def rand_indices(arr_shape, idx_shape, axis, seed=1, negative=True, dtype=np.int64):
+    n = arr_shape[axis]
+    rng = np.random.default_rng(seed)
+    low = -n if negative else 0
+    return rng.integers(low, n, size=idx_shape).astype(dtype)
+
+
+def put(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True):
+    return paddle_ext.put_along_axis(arr, indices, values, axis, reduce=reduce, include_self=include_self,
+                                     broadcast=broadcast)
+
+
+def put_inplace(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True):
+    return paddle_ext.put_along_axis_(arr, indices, values, axis, reduce=reduce, include_self=include_self,
+                                      broadcast=broadcast)
+
+
+def inputs_for(arr_shape, idx_shape, axis, seed=0, dtype=np.int64):
+    return {"arr": rand(arr_shape, seed), "indices": rand_indices(arr_shape, idx_shape, axis, seed + 1, dtype=dtype),
+            "values": rand(idx_shape, seed + 2)}
+
+
+# ------------------------------------------------------------------------------------------ forward
+@pytest.mark.parametrize("arr_shape,idx_shape,axis", CASES)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_forward_float64_every_mode_and_axis(arr_shape, idx_shape, axis, reduce, include_self):
+    check_output(put, inputs_for(arr_shape, idx_shape, axis), refs.put_along_axis,
+                 dict(axis=axis, reduce=reduce, include_self=include_self))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_forward_every_float_dtype(dtype, reduce, include_self):
+    inputs = inputs_for((6, 5), (9, 5), 0, seed=3, dtype=np.int32)
+    if reduce == "mul":  # keep products of up to ~5 factors well scaled for the half types
+        inputs["values"] = rand((9, 5), 4, 0.5, 1.5)
+    check_output(put, inputs, refs.put_along_axis, dict(axis=0, reduce=reduce, include_self=include_self),
+                 dtype=dtype)
+
+
+@pytest.mark.parametrize("np_dtype", [np.int32, np.int64, np.int16, np.uint8])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_forward_integer_dtypes(np_dtype, reduce, include_self):
+    rng = np.random.default_rng(5)
+    low = 0 if np_dtype == np.uint8 else -9
+    arr = rng.integers(low, 10, size=(4, 6)).astype(np_dtype)
+    values = rng.integers(low, 10, size=(4, 9)).astype(np_dtype)
+    if reduce == "mul":
+        values = rng.integers(low // 4, 3, size=(4, 9)).astype(np_dtype)
+    indices = rand_indices((4, 6), (4, 9), 1, seed=6)
+    check_output(put, {"arr": arr, "indices": indices, "values": values}, refs.put_along_axis,
+                 dict(axis=1, reduce=reduce, include_self=include_self))
+
+
+def test_integer_mean_rounds_toward_negative_infinity():
+    arr = paddle.to_tensor(np.array([-3, 0, 5], dtype=np.int64))
+    idx = paddle.to_tensor(np.array([0, 0, 2, 2], dtype=np.int64))
+    vals = paddle.to_tensor(np.array([-4, 0, 2, 1], dtype=np.int64))
+    got = paddle_ext.put_along_axis(arr, idx, vals, 0, reduce="mean").numpy()
+    np.testing.assert_array_equal(got, [-3, 0, 2])  # (-3-4+0)/3 = -2.33 -> -3; (5+2+1)/3 = 2.67 -> 2
+    ref = paddle.put_along_axis(arr, idx, vals, 0, reduce="mean").numpy()
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_matches_paddle_builtin(reduce, include_self):
+    x = inputs_for((5, 4), (8, 4), 0, seed=9)
+    x["indices"] = x["indices"] % 5  # Paddle 3.3.1's kernels do not take negative indices
+    args = [paddle.to_tensor(x["arr"]), paddle.to_tensor(x["indices"]), paddle.to_tensor(x["values"])]
+    ours = paddle_ext.put_along_axis(*args, 0, reduce=reduce, include_self=include_self).numpy()
+    theirs = paddle.put_along_axis(*args, 0, reduce=reduce, include_self=include_self).numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+def test_assign_is_last_write_wins():
+    arr = np.zeros((3, 2))
+    idx = np.array([[1, 0], [1, 0], [2, 0]])
+    vals = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    got = paddle_ext.put_along_axis(paddle.to_tensor(arr), paddle.to_tensor(idx), paddle.to_tensor(vals), 0).numpy()
+    np.testing.assert_array_equal(got, [[0.0, 6.0], [3.0, 0.0], [5.0, 0.0]])
+
+
+def test_multiply_is_mul():
+    x = inputs_for((4, 3), (6, 3), 0, seed=11)
+    check_output(put, x, refs.put_along_axis, dict(axis=0, reduce="multiply", include_self=False))
+
+
+@pytest.mark.parametrize("reduce", ["amin", "amax"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_nan_propagates_in_amin_amax(reduce, include_self):
+    arr = np.array([[1.0, np.nan, 3.0, 4.0]])
+    idx = np.array([[0, 0, 2, 3, 3]])
+    vals = np.array([[np.nan, 5.0, -1.0, 9.0, np.nan]])
+    got = check_output(put, {"arr": arr, "indices": idx, "values": vals}, refs.put_along_axis,
+                       dict(axis=1, reduce=reduce, include_self=include_self))["dygraph"][0]
+    assert np.isnan(got[0, 0]) and np.isnan(got[0, 3])
+    assert np.isnan(got[0, 1])  # untouched slot keeps arr's NaN
+
+
+def test_broadcast_indices_and_scalar_values():
+    arr = rand((3, 4, 5))
+    idx = np.array([[[0], [2]]])  # [1, 2, 1] -> broadcast to [3, 2, 5] along axis 1
+    for reduce in REDUCES:
+        check_output(lambda a, i: put(a, i, 2.5, 1, reduce=reduce), {"arr": arr, "indices": idx},
+                     lambda a, i: refs.put_along_axis(a, i, 2.5, 1, reduce))
+    # values broadcast from a lower rank, and integer arr with a Python scalar
+    vals = rand((5,), 3)
+    check_output(lambda a, i, v: put(a, i, v, 1, reduce="add"), {"arr": arr, "indices": idx, "values": vals},
+                 lambda a, i, v: refs.put_along_axis(a, i, v, 1, "add"))
+    iarr = np.arange(12, dtype=np.int32).reshape(3, 4)
+    got = paddle_ext.put_along_axis(paddle.to_tensor(iarr), paddle.to_tensor(np.array([[1], [3], [0]])), 7, 1)
+    np.testing.assert_array_equal(got.numpy(), refs.put_along_axis(iarr, np.array([[1], [3], [0]]), 7, 1))
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_no_broadcast_smaller_indices_and_larger_values(reduce):
+    arr = rand((4, 5, 3), 1)
+    idx = rand_indices((4, 5, 3), (2, 6, 3), 1, seed=2)  # dim 0 smaller than arr's; values larger
+    vals = rand((3, 7, 4), 3)
+    check_output(lambda a, i, v: put(a, i, v, 1, reduce=reduce, include_self=False, broadcast=False),
+                 {"arr": arr, "indices": idx, "values": vals},
+                 lambda a, i, v: refs.put_along_axis(a, i, v, 1, reduce, False, broadcast=False))
+
+
+def test_empty_indices_return_arr():
+    arr = rand((3, 4))
+    for reduce in REDUCES:
+        check_output(lambda a, i, v: put(a, i, v, 0, reduce=reduce, include_self=False),
+                     {"arr": arr, "indices": np.zeros((0, 4), np.int64), "values": np.zeros((0, 4))},
+                     lambda a, i, v: a)
+
+
+def test_int32_and_int64_indices_agree():
+    x = inputs_for((5, 6), (5, 8), 1, seed=21)
+    a = put(*[paddle.to_tensor(v) for v in x.values()], 1, reduce="mean")
+    x32 = dict(x, indices=x["indices"].astype(np.int32))
+    b = put(*[paddle.to_tensor(v) for v in x32.values()], 1, reduce="mean")
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_large_graph_case_uses_every_partition():
+    # Exercises the parallel paths: by outer block, by inner columns, and by destination range.
+    rng = np.random.default_rng(0)
+    for arr_shape, idx_shape, axis in [((64, 300, 2), (64, 700, 2), 1), ((500, 64), (1500, 64), 0),
+                                       ((3000,), (90000,), 0)]:
+        arr = rng.normal(size=arr_shape)
+        idx = rng.integers(-arr_shape[axis], arr_shape[axis], size=idx_shape)
+        vals = rng.normal(size=idx_shape)
+        for reduce in ("assign", "add", "mean", "amax"):
+            got = put(paddle.to_tensor(arr), paddle.to_tensor(idx), paddle.to_tensor(vals), axis, reduce=reduce,
+                      include_self=False).numpy()
+            want = _fast_ref(arr, idx, vals, axis, reduce)
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def _fast_ref(arr, idx, vals, axis, reduce):
+    """Vectorised include_self=False reference for the large cases (np.add.at / maximum.at)."""
+    a = np.moveaxis(arr, axis, 0).copy()
+    i = np.moveaxis(idx, axis, 0) % arr.shape[axis]
+    v = np.moveaxis(vals, axis, 0)
+    rest = np.indices(i.shape)[1:]
+    loc = (i,) + tuple(rest)
+    touched = np.zeros(a.shape, bool)
+    touched[loc] = True
+    if reduce == "assign":
+        order = np.arange(i.size).reshape(i.shape)
+        win = np.full(a.shape, -1)
+        np.maximum.at(win, loc, order)
+        flat = v.reshape(-1)
+        a[touched] = flat[win[touched]]
+    elif reduce in ("add", "mean"):
+        s = np.zeros(a.shape)
+        c = np.zeros(a.shape)
+        np.add.at(s, loc, v)
+        np.add.at(c, loc, 1)
+        a[touched] = s[touched] / (c[touched] if reduce == "mean" else 1)
+    else:
+        m = np.full(a.shape, -np.inf)
+        np.maximum.at(m, loc, v)
+        a[touched] = m[touched]
+    return np.moveaxis(a, 0, axis)
+
+
+# ------------------------------------------------------------------------------------------ inplace
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_inplace_dygraph_writes_arr(reduce):
+    x = inputs_for((4, 5), (7, 5), 0, seed=13)
+    arr = paddle.to_tensor(x["arr"])
+    out = paddle_ext.put_along_axis_(arr, paddle.to_tensor(x["indices"]), paddle.to_tensor(x["values"]), 0,
+                                     reduce=reduce, include_self=False)
+    want = refs.put_along_axis(x["arr"], x["indices"], x["values"], 0, reduce, False)
+    np.testing.assert_allclose(arr.numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_inplace_static_mode(reduce):
+    x = inputs_for((4, 5), (7, 5), 0, seed=14)
+    check_output(put_inplace, x, refs.put_along_axis, dict(axis=0, reduce=reduce, include_self=True))
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_inplace_grad_static(reduce, include_self):
+    x = inputs_for((4, 3), (6, 3), 0, seed=15)
+    check_grad(lambda a, i, v: put_inplace(a * 1.0, i, v, 0, reduce=reduce, include_self=include_self), x,
+               ["arr", "values"])
+
+
+def test_inplace_index_error_leaves_arr_unchanged():
+    arr = paddle.to_tensor(rand((3, 4)))
+    before = arr.numpy().copy()
+    idx = paddle.to_tensor(np.array([[0, 1, 2, 2], [1, 1, 9, 0]]))
+    with pytest.raises(IndexError, match=r"index 9 at indices\[1, 2\] is out of range for axis 0 of size 3"):
+        paddle_ext.put_along_axis_(arr, idx, 1.0, 0, reduce="add")
+    np.testing.assert_array_equal(arr.numpy(), before)
+
+
+# ------------------------------------------------------------------------------------------ grads
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("arr_shape,idx_shape,axis", [((4, 3), (6, 3), 0), ((2, 3, 4), (2, 5, 4), -2)])
+def test_grad_matches_numeric(reduce, include_self, arr_shape, idx_shape, axis):
+    x = inputs_for(arr_shape, idx_shape, axis, seed=17)  # distinct random values: no ties in amin/amax
+    check_grad(put, x, ["arr", "values"], dict(axis=axis, reduce=reduce, include_self=include_self))
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_grad_matches_reference_with_ties_and_zeros(reduce, include_self):
+    # Ties for amin/amax (split evenly), zeros for mul (product of the other factors, no NaN).
+    arr = np.array([[1.0, 0.0, 2.0], [3.0, 2.0, 0.0]])
+    idx = np.array([[0, 0, 1], [0, 1, 1], [1, 0, 1]])
+    vals = np.array([[3.0, 0.0, 2.0], [1.0, 2.0, 0.0], [3.0, 0.0, 5.0]])
+    g = rand(arr.shape, 4)
+    t_arr, t_vals = paddle.to_tensor(arr, stop_gradient=False), paddle.to_tensor(vals, stop_gradient=False)
+    out = put(t_arr, paddle.to_tensor(idx), t_vals, 0, reduce=reduce, include_self=include_self)
+    ga, gv = paddle.grad(out, [t_arr, t_vals], grad_outputs=paddle.to_tensor(g))
+    ra, rv = refs.put_along_axis_grad(arr, idx, vals, g, 0, reduce, include_self)
+    np.testing.assert_allclose(ga.numpy(), ra, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(gv.numpy(), rv, rtol=1e-12, atol=1e-15)
+    assert not np.isnan(ga.numpy()).any() and not np.isnan(gv.numpy()).any()
+
+
+@pytest.mark.parametrize("reduce", ["add", "mean", "mul", "amax"])
+def test_grad_of_broadcast_values_has_values_shape(reduce):
+    arr = rand((3, 4, 5), 1)
+    idx = np.array([[[0], [2], [0]]])
+    vals = rand((5,), 2, 0.5, 1.5)
+    check_grad(lambda a, i, v: put(a, i, v, 1, reduce=reduce), {"arr": arr, "indices": idx, "values": vals},
+               ["arr", "values"])
+
+
+@pytest.mark.parametrize("reduce", ["assign", "add", "mul", "amin"])
+def test_grad_no_broadcast_larger_values_and_smaller_indices(reduce):
+    arr = rand((4, 5, 3), 1)
+    idx = rand_indices((4, 5, 3), (2, 6, 3), 1, seed=2)
+    vals = rand((3, 7, 4), 3)
+    check_grad(lambda a, i, v: put(a, i, v, 1, reduce=reduce, include_self=False, broadcast=False),
+               {"arr": arr, "indices": idx, "values": vals}, ["arr", "values"])
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_inplace_grad_dygraph(reduce, include_self):
+    x = inputs_for((4, 3), (6, 3), 0, seed=31)
+    base = paddle.to_tensor(x["arr"], stop_gradient=False)
+    vals = paddle.to_tensor(x["values"], stop_gradient=False)
+    arr = base * 1.0  # a non-leaf, as Paddle requires for inplace ops under autograd
+    out = paddle_ext.put_along_axis_(arr, paddle.to_tensor(x["indices"]), vals, 0, reduce=reduce,
+                                     include_self=include_self)
+    want = refs.put_along_axis(x["arr"], x["indices"], x["values"], 0, reduce, include_self)
+    np.testing.assert_allclose(arr.numpy(), want, rtol=1e-12)
+    g = rand((4, 3), 5)
+    ga, gv = paddle.grad(out, [base, vals], grad_outputs=paddle.to_tensor(g))
+    ra, rv = refs.put_along_axis_grad(x["arr"], x["indices"], x["values"], g, 0, reduce, include_self)
+    np.testing.assert_allclose(ga.numpy(), ra, rtol=1e-12)
+    np.testing.assert_allclose(gv.numpy(), rv, rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------ errors
+def _t(a):
+    return paddle.to_tensor(np.asarray(a))
+
+
+@pytest.mark.parametrize("kwargs,exc,message", [
+    (dict(reduce="max"), ValueError, r"reduce='max' is not one of"),
+    (dict(axis=2), IndexError, r"axis=2 is out of range for a tensor of rank 2"),
+    (dict(indices=_t(np.zeros((2, 3), np.float32))), TypeError, r"indices must be int32 or int64, got float32"),
+    (dict(values=_t(np.zeros((2, 3), np.float32))), TypeError,
+     r"values has dtype float32 but arr has dtype float64"),
+    (dict(indices=_t(np.zeros((2, 2), np.int64))), ValueError,
+     r"indices.shape\[1\] = 2 can be neither broadcast to nor matched with arr.shape\[1\] = 3"),
+    (dict(indices=_t(np.zeros((2,), np.int64))), ValueError, r"indices must have arr's rank 2"),
+    (dict(values=_t(np.zeros((4, 3)))), ValueError, r"values of shape \[4, 3\] cannot be broadcast"),
+    (dict(indices=_t(np.array([[0, 1, 4]])), values=1.0), IndexError,
+     r"index 4 at indices\[0, 2\] is out of range for axis 0 of size 4 \(expected -4 <= index < 4\)"),
+    (dict(indices=_t(np.array([[0, -5, 1]])), values=1.0), IndexError, r"index -5 at indices\[0, 1\] is out of range"),
+    (dict(include_self="yes"), TypeError, r"include_self must be a bool"),
+    (dict(values="a"), TypeError, r"values must be a paddle.Tensor or a Python number"),
+    (dict(arr=np.zeros((4, 3))), TypeError, r"arr must be a paddle.Tensor"),
+    (dict(broadcast=False, indices=_t(np.zeros((2, 5), np.int64))), ValueError,
+     r"with broadcast=False indices.shape\[1\] = 5 must be <= arr.shape\[1\] = 3"),
+    (dict(broadcast=False, values=_t(np.zeros((1, 3)))), ValueError,
+     r"with broadcast=False indices.shape\[0\] = 2 must be <= values.shape\[0\] = 1"),
+])
+def test_errors_name_the_argument_and_value(kwargs, exc, message):
+    args = dict(arr=_t(np.zeros((4, 3))), indices=_t(np.zeros((2, 3), np.int64)), values=_t(np.ones((2, 3))),
+                axis=0, reduce="add")
+    args.update(kwargs)
+    for fn in (paddle_ext.put_along_axis, paddle_ext.put_along_axis_):
+        with pytest.raises(exc, match=message):
+            fn(**args)
+
+
+def test_unsupported_arr_dtype_is_type_error():
+    with pytest.raises(TypeError, match=r"arr has dtype bool"):
+        paddle_ext.put_along_axis(_t(np.zeros((2,), bool)), _t(np.zeros((1,), np.int64)), True, 0)
+
+
+# ------------------------------------------------------------------------------------------ export
+@pytest.mark.parametrize("reduce", ["mean", "amax"])
+def test_export_round_trip(reduce):
+    x = inputs_for((6, 4), (9, 4), 0, seed=41)
+    x = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in x.items()}
+    check_export(lambda a, i, v: put(a, i, v, 0, reduce=reduce, include_self=False), x)
