@@ -1,9 +1,9 @@
 // Portable SIMD math on double lanes (GCC/Clang vector extensions), CPU only.
 //
-// Vec<W> is W doubles (W = 2: SSE2, 4: AVX2, 8: AVX-512). Every function is always_inline so that it
+// vd<W> is W doubles (W = 2: SSE2, 4: AVX2, 8: AVX-512). Every function is always_inline so that it
 // is compiled with the instruction set of the caller: a kernel written once as a template on W is
 // instantiated inside functions marked __attribute__((target(...))) and picked at run time
-// (see PE_SIMD_DISPATCH), so the package runs on any x86-64 and uses AVX2/AVX-512 where present.
+// (see simd::dispatch), so the package runs on any x86-64 and uses AVX2/AVX-512 where present.
 //
 // Accuracy (measured against libm over the whole double range while writing them; the op tests check
 // the results they feed): kFull variants within ~1.5 ulp of double; the others (for outputs rounded to
