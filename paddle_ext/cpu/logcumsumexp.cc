@@ -1,45 +1,709 @@
 // CPU logcumsumexp kernels on raw pointers (no Paddle header).
-#include "paddle_ext/logcumsumexp.h"
+//
+// Every dtype is computed in double lanes with the SIMD exp/log of vec_math.h (within ~1.5 ulp for
+// float64 outputs, ~1e-13 for narrower ones), so results are rounded once, at the store. Kernels are
+// templates on the SIMD width W, compiled for AVX-512/AVX2/SSE2 and picked at run time (simd::dispatch).
+//   Contiguous axis (inner == 1): a blocked two-level scan. A row is cut into chunks of kChunk
+//     elements; in a chunk every term is exp(x - M) with M the chunk's max (and the carry's), prefix
+//     sums run across SIMD lanes, and out = M + log(carry + prefix). The serial chain is one add per
+//     vector, not one log-add-exp per element. The carry between chunks is a log value. A single long
+//     row is split over both threads (the second reduces the first part to its carry).
+//   Strided axis (inner > 1): the same linear form with one column per lane, kColumns neighbouring
+//     columns and kSteps steps at a time, so every step reads contiguous memory.
+//   Backward: the same scans run in the opposite direction, in linear form (see LinearCarry).
+// Chunks (or lane blocks) holding NaN or +inf, or spanning more than kMaxRange in log space (where
+// exp(x - M) would underflow), take the scalar LogSumAcc path, so the edge semantics are exactly those
+// of log_math.h and logcumsumexp.h.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 
-#include "paddle_ext/scan.h"
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+#include "paddle_ext/logcumsumexp.h"
+#include "paddle_ext/parallel.h"
+#include "paddle_ext/vec_math.h"
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 namespace paddle_ext {
 namespace cpu {
+namespace {
 
+using simd::vd;
+using simd::vl;
+
+constexpr index_t kChunk = 512;     // elements per chunk of a contiguous row (4 KiB of doubles per buffer)
+constexpr index_t kColumns = 256;   // columns advanced together on a strided axis
+constexpr double kMaxRange = 640.;  // exp(x - M) stays a normal double (> e^-708) within this range
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Loads and stores between T and double. The 16-bit types are converted on their bits, branch-free
+// (bit-identical to common.h's conversions, round to nearest even), so the copy loops vectorize.
+PE_VINLINE double half_bits_to_double(uint32_t h) {
+  const uint32_t magnitude = (h & 0x7fffu) << 13;  // exponent and mantissa in float position
+  float f;
+  uint32_t bits = magnitude;
+  std::memcpy(&f, &bits, 4);
+  f *= 5.192296858534828e+33f;  // 2^112 rebiases the exponent (and normalises subnormals)
+  std::memcpy(&bits, &f, 4);
+  bits = (h & 0x7c00u) == 0x7c00u ? (magnitude | 0x7f800000u) : bits;  // inf / nan
+  bits |= (h & 0x8000u) << 16;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+PE_VINLINE uint16_t double_to_half_bits(double v) {
+  const float value = static_cast<float>(v);
+  uint32_t f;
+  std::memcpy(&f, &value, 4);
+  const uint32_t sign = f & 0x80000000u;
+  f ^= sign;
+  // Subnormal results: adding 0.5f rounds at the half's subnormal step (2^-24), to nearest even.
+  float sub;
+  std::memcpy(&sub, &f, 4);
+  sub += 0.5f;
+  uint32_t sub_bits;
+  std::memcpy(&sub_bits, &sub, 4);
+  const uint32_t subnormal = sub_bits - 0x3f000000u;
+  // Normal results: rebias, round the 13 dropped bits to nearest even (a carry may reach inf: right).
+  const uint32_t normal = (f + 0xc8000fffu + ((f >> 13) & 1u)) >> 13;
+  uint32_t o = f < 0x38800000u ? subnormal : normal;
+  o = f >= 0x47800000u ? (f > 0x7f800000u ? 0x7e00u : 0x7c00u) : o;
+  return static_cast<uint16_t>(o | (sign >> 16));
+}
+PE_VINLINE double bf16_bits_to_double(uint32_t b) {
+  const uint32_t bits = b << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+PE_VINLINE uint16_t double_to_bf16_bits(double v) {
+  const float value = static_cast<float>(v);
+  uint32_t f;
+  std::memcpy(&f, &value, 4);
+  const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
+  const uint32_t nan = (f >> 16) | 0x40u;
+  return static_cast<uint16_t>((f & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+// T as the element type the copy loops see: float16_t/bfloat16_t as their uint16_t bits.
 template <typename T>
-void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t inner,
-                          bool exclusive, bool reverse) {
-  using A = typename LogcumsumexpAcc<T>::type;
-  scan_lines(outer, n, inner, reverse, LogSumAcc<A>{}, [&](LogSumAcc<A>& acc, index_t i) {
-    const A v = static_cast<A>(load(x[i]));
-    if (exclusive) {
-      out[i] = store<T>(acc.value());
+struct Storage {
+  using type = T;
+  PE_VINLINE static double to_double(T v) { return static_cast<double>(v); }
+  PE_VINLINE static T from_double(double v) { return static_cast<T>(v); }
+};
+template <>
+struct Storage<float16_t> {
+  using type = uint16_t;
+  PE_VINLINE static double to_double(uint16_t v) { return half_bits_to_double(v); }
+  PE_VINLINE static uint16_t from_double(double v) { return double_to_half_bits(v); }
+};
+template <>
+struct Storage<bfloat16_t> {
+  using type = uint16_t;
+  PE_VINLINE static double to_double(uint16_t v) { return bf16_bits_to_double(v); }
+  PE_VINLINE static uint16_t from_double(double v) { return double_to_bf16_bits(v); }
+};
+static_assert(sizeof(float16_t) == 2 && sizeof(bfloat16_t) == 2, "16-bit storage");
+
+inline LogSumAcc<double> acc_from_log(double carry) {
+  LogSumAcc<double> acc;
+  if (carry != -kInf) {
+    acc.max = carry;
+    acc.sum = 1.0;
+  }
+  return acc;
+}
+
+// The exact scalar scan of one chunk in scan order, in place; returns the new carry.
+template <bool kExclusive>
+inline double scan_chunk_scalar(double* buf, index_t k, double carry) {
+  LogSumAcc<double> acc = acc_from_log(carry);
+  for (index_t j = 0; j < k; ++j) {
+    const double v = buf[j];
+    if (kExclusive) {
+      buf[j] = acc.value();
       acc.add(v);
     } else {
       acc.add(v);
-      out[i] = store<T>(acc.value());
+      buf[j] = acc.value();
     }
-  });
+  }
+  return acc.value();
+}
+
+// buf[j] <- log(exp(carry) + sum of exp(buf[i]) for i <= j (i < j if exclusive)), in place; k is a
+// multiple of W (pad with -inf). Returns the log of the whole sum, the carry of the next chunk.
+template <int W, bool kFull, bool kExclusive>
+PE_VINLINE double scan_chunk(double* buf, index_t k, double carry) {
+  // One cheap pass: max, min and sum. A NaN or +inf makes the sum NaN or +inf (so does an overflow:
+  // then the scalar path is merely slower); -inf is fine (exp gives 0).
+  vd<W> hi = simd::splat<W>(-kInf), lo = simd::splat<W>(kInf), sum = vd<W>{};
+  for (index_t i = 0; i < k; i += W) {
+    const vd<W> v = simd::loadu<W>(buf + i);
+    hi = simd::vmax<W>(hi, v);
+    lo = simd::vmin<W>(lo, v);
+    sum += v;
+  }
+  double total = simd::hsum<W>(sum);
+  if (total != total || total == kInf || carry != carry || carry == kInf) {
+    return scan_chunk_scalar<kExclusive>(buf, k, carry);
+  }
+  const double M = std::max(simd::hmax<W>(hi), carry);
+  if (M == -kInf) {  // nothing but -inf so far
+    std::fill(buf, buf + k, -kInf);
+    return -kInf;
+  }
+  double low = simd::hmin<W>(lo);
+  if (low == -kInf) {  // the range counts finite terms only
+    lo = simd::splat<W>(kInf);
+    for (index_t i = 0; i < k; i += W) {
+      const vd<W> v = simd::loadu<W>(buf + i);
+      lo = simd::select<W>(v == -kInf, lo, simd::vmin<W>(lo, v));
+    }
+    low = simd::hmin<W>(lo);
+  }
+  if (carry != -kInf) low = std::min(low, carry);
+  if (M - low > kMaxRange) return scan_chunk_scalar<kExclusive>(buf, k, carry);
+
+  const vd<W> Mv = simd::splat<W>(M);
+  vd<W> c = simd::splat<W>(carry == -kInf ? 0.0 : std::exp(carry - M));
+  for (index_t i = 0; i < k; i += W) {
+    const vd<W> e = simd::vexp_neg<W, kFull>(simd::loadu<W>(buf + i) - Mv);  // -inf gives 0
+    const vd<W> p = simd::prefix_sum<W>(e);
+    const vd<W> s = c + (kExclusive ? simd::shift_up<1, W>(p) : p);
+    c += simd::broadcast_last<W>(p);
+    simd::storeu<W>(buf + i, Mv + simd::vlog<W, kFull>(s));  // s == 0 (an empty prefix) gives -inf
+  }
+  return M + std::log(c[0]);
+}
+
+// True when buf[0, k) holds no NaN and no +inf (-inf is fine). One add per lane: a NaN or +inf makes the
+// sum NaN or +inf; so may an overflow of huge values, which then merely take the exact scalar path.
+template <int W>
+PE_VINLINE bool no_nan_or_pos_inf(const double* buf, index_t k) {
+  vd<W> sum = vd<W>{};
+  for (index_t i = 0; i < k; i += W) sum += simd::loadu<W>(buf + i);
+  const double total = simd::hsum<W>(sum);
+  return total == total && total != kInf;
+}
+template <int W>
+PE_VINLINE bool all_finite(const double* buf, index_t k) {
+  vd<W> sum = vd<W>{};
+  for (index_t i = 0; i < k; i += W) sum += simd::loadu<W>(buf + i) * 0.0;  // inf * 0 and NaN give NaN
+  const double total = simd::hsum<W>(sum);
+  return total == total;
+}
+
+// One backward element, exactly as logcumsumexp.h defines it (scalar path).
+inline double backward_step(double x, double g, double o, LogSumAcc<double>& pos, LogSumAcc<double>& neg,
+                            bool exclusive) {
+  double term;
+  bool negative;
+  const bool contributes = logcumsumexp_grad_term<double>(g, o, &term, &negative);
+  if (!exclusive && contributes) (negative ? neg : pos).add(term);
+  const double value = logcumsumexp_grad_value<double>(x, pos.value(), neg.value());
+  if (exclusive && contributes) (negative ? neg : pos).add(term);
+  return value;
+}
+
+// W 16-bit values <-> W doubles with vector bit arithmetic (the same formulas as the scalar ones above).
+template <int W>
+struct Types16 {  // (outside Vec16: GCC 12 rejects __builtin_convertvector on the enclosing class's own typedefs)
+  typedef uint16_t vh __attribute__((vector_size(2 * W)));
+  typedef uint32_t vu __attribute__((vector_size(4 * W)));
+  typedef float vf __attribute__((vector_size(4 * W)));
+};
+template <int W>
+struct Vec16 {
+  using vh = typename Types16<W>::vh;
+  using vu = typename Types16<W>::vu;
+  using vf = typename Types16<W>::vf;
+  PE_VINLINE static vu bitsel(vu mask, vu a, vu b) { return (mask & a) | (~mask & b); }
+  PE_VINLINE static vd<W> to_double(vh h16, bool half) {
+    const vu h = __builtin_convertvector(h16, vu);
+    if (!half) return __builtin_convertvector((vf)(h << 16), vd<W>);
+    const vu magnitude = (h & 0x7fffu) << 13;
+    vu bits = (vu)((vf)magnitude * 5.192296858534828e+33f);
+    bits = bitsel((vu)((h & 0x7c00u) == 0x7c00u), magnitude | 0x7f800000u, bits);
+    return __builtin_convertvector((vf)(bits | ((h & 0x8000u) << 16)), vd<W>);
+  }
+  PE_VINLINE static vh from_double(vd<W> v, bool half) {
+    vu f = (vu)__builtin_convertvector(v, vf);
+    if (!half) {
+      const vu rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
+      return __builtin_convertvector(bitsel((vu)((f & 0x7fffffffu) > 0x7f800000u), (f >> 16) | 0x40u, rounded), vh);
+    }
+    const vu sign = f & 0x80000000u;
+    f ^= sign;
+    const vu subnormal = (vu)((vf)f + 0.5f) - 0x3f000000u;
+    const vu normal = (f + 0xc8000fffu + ((f >> 13) & 1u)) >> 13;
+    vu o = bitsel((vu)(f < 0x38800000u), subnormal, normal);
+    o = bitsel((vu)(f >= 0x47800000u), bitsel((vu)(f > 0x7f800000u), o * 0 + 0x7e00u, o * 0 + 0x7c00u), o);
+    return __builtin_convertvector(o | (sign >> 16), vh);
+  }
+  PE_VINLINE static vh reversed(vh v) {
+    vh idx;
+    for (int i = 0; i < W; ++i) idx[i] = (uint16_t)(W - 1 - i);
+    return __builtin_shuffle(v, idx);
+  }
+};
+
+// Copies k elements of a line into buf in scan order (converted to double) and pads to a multiple of W.
+template <int W, typename T>
+PE_VINLINE index_t gather(const T* line_in, index_t n, index_t start, index_t k, bool reverse,
+                          double* __restrict buf, double pad) {
+  using S = Storage<T>;
+  const typename S::type* __restrict line = reinterpret_cast<const typename S::type*>(line_in);
+  index_t j = 0;
+  if (sizeof(T) == 2) {  // the 16-bit types: explicit vectors (GCC does not vectorize their conversions)
+    using V = Vec16<W>;
+    const bool half = std::is_same<T, float16_t>::value;
+    for (; j + W <= k; j += W) {
+      typename V::vh h;
+      if (reverse) {
+        std::memcpy(&h, line + (n - 1 - start - j - (W - 1)), sizeof(h));
+        h = V::reversed(h);
+      } else {
+        std::memcpy(&h, line + start + j, sizeof(h));
+      }
+      simd::storeu<W>(buf + j, V::to_double(h, half));
+    }
+  }
+  if (reverse) {
+    const typename S::type* src = line + (n - 1 - start);
+    for (; j < k; ++j) buf[j] = S::to_double(src[-j]);
+  } else {
+    const typename S::type* src = line + start;
+    for (; j < k; ++j) buf[j] = S::to_double(src[j]);
+  }
+  const index_t kp = (k + W - 1) / W * W;
+  for (index_t i = k; i < kp; ++i) buf[i] = pad;
+  return kp;
+}
+
+// Asks for the chunk after this one (input, and the output lines about to be written) while this one
+// is computed: a chunk takes ~1 us, about ten memory latencies.
+template <typename T>
+inline void prefetch_next(const T* in, T* out, index_t n, index_t start, bool reverse) {
+  if (start >= n) return;
+  const index_t k = std::min(kChunk, n - start);
+  const index_t first = reverse ? n - start - k : start;
+  for (index_t j = 0; j < k; j += 64 / sizeof(T)) {
+    __builtin_prefetch(in + first + j, 0);
+    __builtin_prefetch(out + first + j, 1);
+  }
+}
+
+template <int W, typename T>
+PE_VINLINE void scatter(const double* __restrict buf, index_t n, index_t start, index_t k, bool reverse,
+                        T* line_out) {
+  using S = Storage<T>;
+  typename S::type* __restrict line = reinterpret_cast<typename S::type*>(line_out);
+  index_t j = 0;
+  if (sizeof(T) == 2) {
+    using V = Vec16<W>;
+    const bool half = std::is_same<T, float16_t>::value;
+    for (; j + W <= k; j += W) {
+      typename V::vh h = V::from_double(simd::loadu<W>(buf + j), half);
+      if (reverse) {
+        h = V::reversed(h);
+        std::memcpy(line + (n - 1 - start - j - (W - 1)), &h, sizeof(h));
+      } else {
+        std::memcpy(line + start + j, &h, sizeof(h));
+      }
+    }
+  }
+  if (reverse) {
+    typename S::type* dst = line + (n - 1 - start);
+    for (; j < k; ++j) dst[-j] = S::from_double(buf[j]);
+  } else {
+    typename S::type* dst = line + start;
+    for (; j < k; ++j) dst[j] = S::from_double(buf[j]);
+  }
+}
+
+// log(exp(carry) + sum of exp(buf[0, k))): the chunk's total without its prefix values (one exp per
+// element, no log); NaN/+inf and wide ranges go through LogSumAcc.
+template <int W, bool kFull>
+PE_VINLINE double reduce_chunk(double* buf, index_t k, double carry) {
+  vd<W> hi = simd::splat<W>(-kInf), lo = simd::splat<W>(kInf), check = vd<W>{};
+  for (index_t i = 0; i < k; i += W) {
+    const vd<W> v = simd::loadu<W>(buf + i);
+    hi = simd::vmax<W>(hi, v);
+    lo = simd::select<W>(v == -kInf, lo, simd::vmin<W>(lo, v));
+    check += v;
+  }
+  const double total = simd::hsum<W>(check);
+  const double M = std::max(simd::hmax<W>(hi), carry);
+  const double low = carry == -kInf ? simd::hmin<W>(lo) : std::min(simd::hmin<W>(lo), carry);
+  if (total != total || total == kInf || carry != carry || carry == kInf || (M > -kInf && M - low > kMaxRange)) {
+    return scan_chunk_scalar<false>(buf, k, carry);
+  }
+  if (M == -kInf) return -kInf;
+  const vd<W> Mv = simd::splat<W>(M);
+  vd<W> sum = vd<W>{};
+  for (index_t i = 0; i < k; i += W) sum += simd::vexp_neg<W, kFull>(simd::loadu<W>(buf + i) - Mv);
+  return M + std::log((carry == -kInf ? 0.0 : std::exp(carry - M)) + simd::hsum<W>(sum));
 }
 
 template <typename T>
-void logcumsumexp_backward(const T* x, const T* out, const T* out_grad, T* x_grad, index_t outer,
-                           index_t n, index_t inner, bool exclusive, bool reverse) {
-  using A = typename LogcumsumexpAcc<T>::type;
-  struct State {
-    LogSumAcc<A> pos, neg;
-  };
+struct ForwardRows {
+  const T* x;
+  T* out;
+  index_t n;
+  bool exclusive, reverse;
+
+  static constexpr bool kFull = sizeof(T) == 8;  // double: full precision; narrower outputs: ~1e-13
+
+  // Scans positions [s0, s1) (in scan order) of row r from `carry`.
+  template <int W>
+  PE_VINLINE void scan_range(index_t r, index_t s0, index_t s1, double carry) const {
+    alignas(64) double buf[kChunk];
+    for (index_t start = s0; start < s1; start += kChunk) {
+      const index_t k = std::min(kChunk, s1 - start);
+      prefetch_next(x + r * n, out + r * n, n, start + kChunk, reverse);
+      const index_t kp = gather<W>(x + r * n, n, start, k, reverse, buf, -kInf);
+      carry = exclusive ? scan_chunk<W, kFull, true>(buf, kp, carry) : scan_chunk<W, kFull, false>(buf, kp, carry);
+      scatter<W>(buf, n, start, k, reverse, out + r * n);
+    }
+  }
+
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    for (index_t r = r0; r < r1; ++r) scan_range<W>(r, 0, n, -kInf);
+  }
+
+  // One long row on two threads: part 0 scans [0, split); part 1 first reduces [0, split) to its total
+  // (an exp per element, about half a scan's cost), then scans [split, n) from it.
+  template <int W>
+  PE_VINLINE void run_split(index_t part, index_t split) const {
+    if (part == 0) {
+      scan_range<W>(0, 0, split, -kInf);
+      return;
+    }
+    alignas(64) double buf[kChunk];
+    double carry = -kInf;
+    for (index_t start = 0; start < split; start += kChunk) {
+      const index_t k = std::min(kChunk, split - start);
+      carry = reduce_chunk<W, kFull>(buf, gather<W>(x, n, start, k, reverse, buf, -kInf), carry);
+    }
+    scan_range<W>(0, split, n, carry);
+  }
+};
+
+template <typename T>
+struct ForwardSplitRow {
+  ForwardRows<T> rows;
+  index_t split;
+  template <int W>
+  PE_VINLINE void run(index_t part) const {
+    rows.template run_split<W>(part, split);
+  }
+};
+
+// The backward in linear form. With P(i) the inputs of output i, the grad is
+//   dx[j] = exp(x[j] + M) * S[j],   S[j] = sum over outputs i fed by j of g[i] exp(-out[i] - M),
+// for any common scale M: no log at all, two exps per element. It equals the log-domain formula of
+// logcumsumexp.h (exp(x + L+) - exp(x + L-) = exp(x + M) (S+ - S-)). The carry between chunks is the
+// signed sum `sum` at scale `scale` (scale = -inf: nothing yet). As out never decreases in forward
+// order, -out never decreases in the backward's order: rescaling the carry only shrinks it.
+struct LinearCarry {
+  double sum = 0.0, scale = -kInf;
+};
+
+// Converts to the scalar path's state (and back): pos/neg log sums.
+inline void carry_to_accs(const LinearCarry& c, LogSumAcc<double>& pos, LogSumAcc<double>& neg) {
+  pos = acc_from_log(c.sum > 0.0 ? c.scale + std::log(c.sum) : -kInf);
+  neg = acc_from_log(c.sum < 0.0 ? c.scale + std::log(-c.sum) : -kInf);
+}
+// False when the scalar state holds NaN or +inf: the rest of the line stays on the scalar path.
+inline bool accs_to_carry(const LogSumAcc<double>& pos, const LogSumAcc<double>& neg, LinearCarry& c) {
+  const double lp = pos.value(), ln = neg.value();
+  if (lp != lp || ln != ln || lp == kInf || ln == kInf) return false;
+  c.scale = std::max(lp, ln);
+  c.sum = c.scale == -kInf ? 0.0 : (lp == -kInf ? 0.0 : std::exp(lp - c.scale)) - (ln == -kInf ? 0.0 : std::exp(ln - c.scale));
+  return true;
+}
+
+// One chunk of the row backward in scan order (bx: x, bg: g, bo: out, bv: scratch; the grads go to bx). Returns
+// false (touching nothing) when the chunk needs the exact scalar path.
+template <int W, bool kFull, bool kExclusive>
+PE_VINLINE bool backward_chunk(double* bx, const double* bg, const double* bo, double* bv, index_t kp,
+                               LinearCarry& carry) {
+  // bv <- v = -out where the element contributes (g != 0, out > -inf), else -inf; stats on the way.
+  vd<W> hi = simd::splat<W>(-kInf), lo = simd::splat<W>(kInf), xhi = simd::splat<W>(-kInf);
+  vd<W> check = vd<W>{};
+  for (index_t i = 0; i < kp; i += W) {
+    const vd<W> xv = simd::loadu<W>(bx + i), g = simd::loadu<W>(bg + i), o = simd::loadu<W>(bo + i);
+    check += xv + g * 0.0 + o;  // NaN or +inf in x or out, or a non-finite g, spoils it
+    const vl<W> live = (g != 0.0) & (o > -kInf);
+    const vd<W> v = simd::select<W>(live, -o, simd::splat<W>(-kInf));
+    simd::storeu<W>(bv + i, v);
+    hi = simd::vmax<W>(hi, v);
+    lo = simd::select<W>(live, simd::vmin<W>(lo, v), lo);
+    xhi = simd::vmax<W>(xhi, xv);
+  }
+  const double total = simd::hsum<W>(check);
+  if (total != total || total == kInf) return false;
+  const double M = std::max(simd::hmax<W>(hi), carry.scale);
+  if (M == -kInf) {  // nothing contributes yet: every grad is 0
+    std::fill(bx, bx + kp, 0.0);
+    return true;
+  }
+  const double low = std::min(simd::hmin<W>(lo), carry.scale == -kInf ? kInf : carry.scale);
+  if (M - low > kMaxRange || simd::hmax<W>(xhi) + M > 700.0) return false;
+  const vd<W> Mv = simd::splat<W>(M);
+  vd<W> c = simd::splat<W>(carry.scale == -kInf ? 0.0 : carry.sum * std::exp(carry.scale - M));
+  for (index_t i = 0; i < kp; i += W) {
+    const vd<W> e = simd::loadu<W>(bg + i) * simd::vexp_neg<W, kFull>(simd::loadu<W>(bv + i) - Mv);
+    const vd<W> p = simd::prefix_sum<W>(e);
+    const vd<W> sum = c + (kExclusive ? simd::shift_up<1, W>(p) : p);
+    c += simd::broadcast_last<W>(p);
+    simd::storeu<W>(bx + i, simd::vexp<W, kFull>(simd::loadu<W>(bx + i) + Mv) * sum);  // x = -inf gives 0
+  }
+  carry.sum = c[0];
+  carry.scale = M;
+  return true;
+}
+
+// The grad of a contiguous row, scanned from the end of the forward's order (`reverse` here is the
+// backward's scan direction).
+template <typename T>
+struct BackwardRows {
+  const T *x, *out, *out_grad;
+  T* x_grad;
+  index_t n;
+  bool exclusive, reverse;
+
+  static constexpr bool kFull = sizeof(T) == 8;  // double: full precision; narrower outputs: ~1e-13
+
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    alignas(64) double bx[kChunk], bg[kChunk], bo[kChunk], bv[kChunk];
+    for (index_t r = r0; r < r1; ++r) {
+      LinearCarry carry;
+      bool scalar = false;  // the state went NaN/+inf: stay on the scalar path
+      LogSumAcc<double> pos, neg;
+      for (index_t start = 0; start < n; start += kChunk) {
+        const index_t k = std::min(kChunk, n - start);
+        const index_t kp = gather<W>(x + r * n, n, start, k, reverse, bx, -kInf);
+        gather<W>(out_grad + r * n, n, start, k, reverse, bg, 0.0);
+        gather<W>(out + r * n, n, start, k, reverse, bo, -kInf);
+        bool done = false;
+        if (!scalar) {
+          done = exclusive ? backward_chunk<W, kFull, true>(bx, bg, bo, bv, kp, carry)
+                           : backward_chunk<W, kFull, false>(bx, bg, bo, bv, kp, carry);
+          if (!done) carry_to_accs(carry, pos, neg);
+        }
+        if (!done) {
+          for (index_t j = 0; j < k; ++j) bx[j] = backward_step(bx[j], bg[j], bo[j], pos, neg, exclusive);
+          scalar = !accs_to_carry(pos, neg, carry);
+        }
+        scatter<W>(bx, n, start, k, reverse, x_grad + r * n);
+      }
+    }
+  }
+};
+
+// A block of columns of one outer slice of a strided axis (task t: columns [c0, c0 + kColumns)), in
+// the rows' linear form with one column per lane: kSteps steps are gathered, each lane gets its max M
+// over them (and its carry), then c += exp(x - M) and out = M + log(c) step by step. A lane-vector with
+// NaN/+inf, or a range too wide for exp(x - M), takes LogSumAcc for those steps.
+template <typename T>
+struct ForwardColumns {
+  const T* x;
+  T* out;
+  index_t n, inner;
+  bool exclusive, reverse;
+
+  static constexpr bool kFull = sizeof(T) == 8;  // double: full precision; narrower outputs: ~1e-13
+  static constexpr index_t kSteps = 16;
+
+  template <int W>
+  PE_VINLINE void run(index_t t0, index_t t1) const {
+    alignas(64) double carry[kColumns], buf[kSteps][kColumns];
+    const index_t blocks = (inner + kColumns - 1) / kColumns;
+    for (index_t t = t0; t < t1; ++t) {
+      const index_t o = t / blocks, c0 = (t % blocks) * kColumns;
+      const index_t w = std::min(kColumns, inner - c0), wp = (w + W - 1) / W * W;
+      std::fill(carry, carry + wp, -kInf);
+      for (index_t step0 = 0; step0 < n; step0 += kSteps) {
+        const index_t steps = std::min(kSteps, n - step0);
+        for (index_t k = 0; k < steps; ++k) {
+          const index_t row = o * n + (reverse ? n - 1 - (step0 + k) : step0 + k);
+          gather<W>(x + row * inner + c0, w, 0, w, false, buf[k], -kInf);
+        }
+        for (index_t i = 0; i < wp; i += W) {
+          vd<W> hi = simd::splat<W>(-kInf), lo = simd::splat<W>(kInf), check = vd<W>{};
+          for (index_t k = 0; k < steps; ++k) {
+            const vd<W> v = simd::loadu<W>(buf[k] + i);
+            check += v;  // NaN or +inf shows
+            hi = simd::vmax<W>(hi, v);
+            lo = simd::select<W>(v == -kInf, lo, simd::vmin<W>(lo, v));
+          }
+          const vd<W> L = simd::loadu<W>(carry + i);
+          const vd<W> M = simd::vmax<W>(hi, L);
+          lo = simd::select<W>(L == -kInf, lo, simd::vmin<W>(lo, L));
+          const vl<W> wide = (M - lo > kMaxRange) & (M > -kInf);
+          const vl<W> bad = (check != check) | (check == kInf) | (L != L) | (L == kInf) | wide;
+          if (simd::any<W>(bad)) {
+            for (int l = 0; l < W; ++l) {
+              LogSumAcc<double> acc = acc_from_log(carry[i + l]);
+              for (index_t k = 0; k < steps; ++k) {
+                const double v = buf[k][i + l];
+                if (exclusive) buf[k][i + l] = acc.value();
+                acc.add(v);
+                if (!exclusive) buf[k][i + l] = acc.value();
+              }
+              carry[i + l] = acc.value();
+            }
+            continue;
+          }
+          const vl<W> empty = M == -kInf;  // nothing but -inf so far: c stays 0, outputs -inf
+          vd<W> c = simd::select<W>(empty, vd<W>{}, simd::vexp_neg<W, kFull>(L - M));
+          for (index_t k = 0; k < steps; ++k) {
+            const vd<W> e = simd::select<W>(empty, vd<W>{}, simd::vexp_neg<W, kFull>(simd::loadu<W>(buf[k] + i) - M));
+            if (!exclusive) c += e;
+            simd::storeu<W>(buf[k] + i, M + simd::vlog<W, kFull>(c));  // c == 0 gives -inf
+            if (exclusive) c += e;
+          }
+          simd::storeu<W>(carry + i, M + simd::vlog<W, kFull>(c));
+        }
+        for (index_t k = 0; k < steps; ++k) {
+          const index_t row = o * n + (reverse ? n - 1 - (step0 + k) : step0 + k);
+          scatter<W>(buf[k], w, 0, w, false, out + row * inner + c0);
+        }
+      }
+    }
+  }
+};
+
+// The column backward in the same linear form, one column per lane: the lane's carry is rescaled to
+// the newest -out at each step (exp of minus the difference), so two exps per element. Lanes go over to
+// the scalar path, for good, at the first NaN/+inf of their block.
+template <typename T>
+struct BackwardColumns {
+  const T *x, *out, *out_grad;
+  T* x_grad;
+  index_t n, inner;
+  bool exclusive, reverse;  // reverse: the backward scan direction
+
+  static constexpr bool kFull = sizeof(T) == 8;
+
+  template <int W>
+  PE_VINLINE void run(index_t t0, index_t t1) const {
+    alignas(64) double sum[kColumns], scale[kColumns], bx[kColumns], bg[kColumns], bo[kColumns];
+    LogSumAcc<double> pos[kColumns], neg[kColumns];
+    const index_t blocks = (inner + kColumns - 1) / kColumns;
+    for (index_t t = t0; t < t1; ++t) {
+      const index_t o = t / blocks, c0 = (t % blocks) * kColumns;
+      const index_t w = std::min(kColumns, inner - c0), wp = (w + W - 1) / W * W;
+      std::fill(sum, sum + wp, 0.0);
+      std::fill(scale, scale + wp, -kInf);
+      bool clean = true;
+      for (index_t step = 0; step < n; ++step) {
+        const index_t offset = (o * n + (reverse ? n - 1 - step : step)) * inner + c0;
+        gather<W>(x + offset, w, 0, w, false, bx, -kInf);
+        gather<W>(out_grad + offset, w, 0, w, false, bg, 0.0);
+        gather<W>(out + offset, w, 0, w, false, bo, -kInf);
+        if (clean && !(no_nan_or_pos_inf<W>(bx, wp) && all_finite<W>(bg, wp) && no_nan_or_pos_inf<W>(bo, wp))) {
+          clean = false;
+          for (index_t l = 0; l < wp; ++l) carry_to_accs(LinearCarry{sum[l], scale[l]}, pos[l], neg[l]);
+        }
+        if (!clean) {
+          for (index_t l = 0; l < w; ++l) bx[l] = backward_step(bx[l], bg[l], bo[l], pos[l], neg[l], exclusive);
+        } else {
+          for (index_t i = 0; i < wp; i += W) {
+            const vd<W> xv = simd::loadu<W>(bx + i), g = simd::loadu<W>(bg + i), ov = simd::loadu<W>(bo + i);
+            vd<W> sv = simd::loadu<W>(sum + i), mv = simd::loadu<W>(scale + i);
+            const vl<W> live = (g != 0.0) & (ov > -kInf);
+            const vd<W> v = simd::select<W>(live, -ov, simd::splat<W>(-kInf));
+            // One exp serves both: the carry's rescale (v above the scale) or the new term's (below).
+            const vl<W> up = v > mv;
+            const vd<W> e = simd::vexp_neg<W, kFull>(simd::select<W>(up, mv - v, v - mv));  // -inf - -inf: NaN,
+            const vd<W> term = simd::select<W>(live, g * simd::select<W>(up, simd::splat<W>(1.0), e), vd<W>{});
+            sv = simd::select<W>(up, sv * e, sv);  // ... only where neither lane side is used
+            mv = simd::vmax<W>(mv, v);
+            if (!exclusive) sv += term;
+            simd::storeu<W>(bx + i, simd::vexp<W, kFull>(xv + mv) * sv);  // scale -inf: sum is 0, exp 0
+            if (exclusive) sv += term;
+            simd::storeu<W>(sum + i, sv);
+            simd::storeu<W>(scale + i, mv);
+          }
+        }
+        scatter<W>(bx, w, 0, w, false, x_grad + offset);
+      }
+    }
+  }
+};
+
+// A large output usually arrives as fresh pages from the allocator, and faulting them in 4 KiB at a
+// time costs about as much as the scan itself. Asking for transparent huge pages (a hint; Linux only,
+// for the 2 MiB-aligned middle of the buffer) makes that a few hundred faults instead of thousands.
+inline void advise_huge_pages(void* data, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t(1) << 21;
+  if (bytes < 4 * kHuge) return;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHuge - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
+inline index_t grain_for(index_t work_per_task) {  // ~32k elements per thread at least
+  return std::max<index_t>(1, (index_t(1) << 15) / std::max<index_t>(work_per_task, 1));
+}
+
+}  // namespace
+
+template <typename T>
+void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t inner, bool exclusive,
+                          bool reverse) {
+  if (outer == 0 || n == 0 || inner == 0) return;
+  advise_huge_pages(out, sizeof(T) * outer * n * inner);
+  if (inner == 1 && outer == 1 && n >= (index_t(1) << 16) && max_threads() >= 2) {
+    // Split so that both threads finish together: the reducing thread's first part costs ~0.45 scans.
+    const ForwardSplitRow<T> k{{x, out, n, exclusive, reverse}, n * 11 / 16};
+    parallel_for(0, 2, 1, [&](index_t p0, index_t p1) {
+      for (index_t p = p0; p < p1; ++p) simd::dispatch(k, p);
+    });
+  } else if (inner == 1) {
+    const ForwardRows<T> k{x, out, n, exclusive, reverse};
+    parallel_for(0, outer, grain_for(n), [&](index_t r0, index_t r1) { simd::dispatch(k, r0, r1); });
+  } else {
+    const ForwardColumns<T> k{x, out, n, inner, exclusive, reverse};
+    const index_t tasks = outer * ((inner + kColumns - 1) / kColumns);
+    parallel_for(0, tasks, grain_for(n * std::min(inner, kColumns)),
+                 [&](index_t t0, index_t t1) { simd::dispatch(k, t0, t1); });
+  }
+}
+
+template <typename T>
+void logcumsumexp_backward(const T* x, const T* out, const T* out_grad, T* x_grad, index_t outer, index_t n,
+                           index_t inner, bool exclusive, bool reverse) {
+  if (outer == 0 || n == 0 || inner == 0) return;
+  advise_huge_pages(x_grad, sizeof(T) * outer * n * inner);
   // The grad of x[j] collects the outputs that j fed, so it runs in the opposite direction.
-  scan_lines(outer, n, inner, !reverse, State{}, [&](State& s, index_t i) {
-    A term;
-    bool negative;
-    const bool contributes = logcumsumexp_grad_term<A>(static_cast<A>(load(out_grad[i])),
-                                                       static_cast<A>(load(out[i])), &term, &negative);
-    if (!exclusive && contributes) (negative ? s.neg : s.pos).add(term);
-    const A g = logcumsumexp_grad_value<A>(static_cast<A>(load(x[i])), s.pos.value(), s.neg.value());
-    x_grad[i] = store<T>(g);
-    if (exclusive && contributes) (negative ? s.neg : s.pos).add(term);
-  });
+  if (inner == 1) {
+    const BackwardRows<T> k{x, out, out_grad, x_grad, n, exclusive, !reverse};
+    parallel_for(0, outer, grain_for(n), [&](index_t r0, index_t r1) { simd::dispatch(k, r0, r1); });
+  } else {
+    const BackwardColumns<T> k{x, out, out_grad, x_grad, n, inner, exclusive, !reverse};
+    const index_t tasks = outer * ((inner + kColumns - 1) / kColumns);
+    parallel_for(0, tasks, grain_for(n * std::min(inner, kColumns)),
+                 [&](index_t t0, index_t t1) { simd::dispatch(k, t0, t1); });
+  }
 }
 
 #define PE_INSTANTIATE(T)                                                                    \

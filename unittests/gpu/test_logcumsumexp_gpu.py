@@ -60,3 +60,102 @@ def test_float32_long_row_accuracy_on_gpu():
     got = _run("pe_logcumsumexp_forward", "float32", [x], (1, 1 << 20, 1), False, False)
     ref = refs.logcumsumexp(x.astype(np.float64), 1)
     assert np.max(np.abs(got - ref) / np.abs(ref).clip(1e-30)) <= 1e-6
+
+
+# The row kernel scans tiles of 1024 in linear form and falls back to the exact log-add-exp scan for
+# tiles holding NaN/+inf or too wide a range: put those on and across tile boundaries.
+def _specials_rows(rows, n, seed):
+    x = np.random.default_rng(seed).normal(0, 3, size=(rows, n))
+    x[0, :1500] = -np.inf  # a -inf prefix longer than a tile
+    x[1, n // 2] = np.nan
+    x[2, 1023] = np.inf
+    x[3, ::5] = -np.inf  # scattered -inf: stays linear
+    x[4, 2000] = 700.0  # a range no exp(x - M) can span: exact path for that tile
+    x[4, 2001] = -700.0
+    x[5, :] = -np.inf
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_forward_rows_with_specials_across_tiles(dtype, exclusive, reverse):
+    x = _specials_rows(7, 3000, seed=3)
+    x64 = to_float64(host_array(x, dtype), dtype)
+    got = _run("pe_logcumsumexp_forward", dtype, [x], (7, 3000, 1), exclusive, reverse)
+    ref = refs.logcumsumexp(x64.reshape(7, 3000), 1, exclusive, reverse).reshape(7, 3000, 1)
+    got = got.reshape(7, 3000, 1)
+    for check in (np.isnan, np.isposinf, np.isneginf):
+        assert np.array_equal(check(got), check(ref))
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def _grad_ref_cumsum(x, g, exclusive, reverse):
+    """dx[j] = exp(x[j]) * sum over outputs i fed by j of g[i] exp(-out[i]) (float64 cumsums, well-scaled x)."""
+    out = refs.logcumsumexp(x, 1, exclusive, reverse)
+    w = np.where(np.isfinite(out), g * np.exp(-np.where(np.isfinite(out), out, 0.0)), 0.0)
+    w = w if reverse else w[:, ::-1]
+    acc = np.cumsum(w, axis=1)
+    if exclusive:
+        acc = np.concatenate([np.zeros_like(acc[:, :1]), acc[:, :-1]], axis=1)
+    acc = acc if reverse else acc[:, ::-1]
+    return np.exp(x) * acc
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_backward_rows_long_and_special(dtype, exclusive, reverse):
+    rng = np.random.default_rng(4)
+    x = rng.normal(0, 1, size=(4, 2500))
+    x[0, :3] = -np.inf
+    x[1, 1200:1300] = -np.inf
+    g = rng.normal(size=(4, 2500))
+    g[2, ::3] = 0.0
+    g[3] = -np.abs(g[3])
+    x = to_float64(host_array(x, dtype), dtype)
+    g = to_float64(host_array(g, dtype), dtype)
+    out = refs.logcumsumexp(x, 1, exclusive, reverse)
+    got = _run("pe_logcumsumexp_backward", dtype, [x, out, g], (4, 2500, 1), exclusive, reverse).reshape(4, 2500)
+    assert np.all(got[np.isneginf(x)] == 0.0)
+    np.testing.assert_allclose(got, _grad_ref_cumsum(x, g, exclusive, reverse), rtol=TOL[dtype] * 10,
+                               atol=TOL[dtype] * 10)
+
+
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_backward_rows_nan_and_inf_take_the_exact_path(exclusive, reverse):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 2100))
+    x[0, 1500] = np.nan
+    g = rng.normal(size=(2, 2100))
+    out = refs.logcumsumexp(x, 1, exclusive, reverse)
+    got = _run("pe_logcumsumexp_backward", "float64", [x, out, g], (2, 2100, 1), exclusive, reverse).reshape(2, 2100)
+    assert np.isnan(got[0]).sum() == (2099 if exclusive else 2100)  # NaN reaches every input that fed an output
+    np.testing.assert_allclose(got[1], _grad_ref_cumsum(x[1:], g[1:], exclusive, reverse)[0], rtol=1e-11, atol=1e-11)
+    got16 = _run("pe_logcumsumexp_backward", "float16", [x[1:], out[1:], g[1:]], (1, 2100, 1), exclusive, reverse)
+    ref = _grad_ref_cumsum(x[1:], g[1:], exclusive, reverse).reshape(got16.shape)
+    np.testing.assert_allclose(got16, ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+@pytest.mark.parametrize("shape3", [(1, 600, 64), (2, 300, 45), (3, 50, 7)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_strided_forward_and_backward(dtype, shape3, exclusive, reverse):
+    # (1, 600, 64) and (2, 300, 45) split each column's axis over the threads of a block; (3, 50, 7) does not.
+    rng = np.random.default_rng(6)
+    x = rng.normal(0, 1, size=shape3)
+    x[0, 7, 3] = -np.inf
+    g = rng.normal(size=shape3)
+    x = to_float64(host_array(x, dtype), dtype)
+    g = to_float64(host_array(g, dtype), dtype)
+    out = refs.logcumsumexp(x, 1, exclusive, reverse)
+    got = _run("pe_logcumsumexp_forward", dtype, [x], shape3, exclusive, reverse)
+    finite = np.isfinite(out)
+    assert np.array_equal(np.isneginf(got), np.isneginf(out))
+    np.testing.assert_allclose(got[finite], out[finite], rtol=TOL[dtype], atol=TOL[dtype])
+    o, n, c = shape3
+    rows = lambda a: np.ascontiguousarray(np.moveaxis(a, 1, 2).reshape(o * c, n))  # noqa: E731
+    ref = _grad_ref_cumsum(rows(x), rows(g), exclusive, reverse).reshape(o, c, n).transpose(0, 2, 1)
+    got = _run("pe_logcumsumexp_backward", dtype, [x, out, g], shape3, exclusive, reverse)
+    tol = TOL[dtype] * 10 if dtype != "float16" else 2e-2
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+    assert got[0, 7, 3] == 0.0

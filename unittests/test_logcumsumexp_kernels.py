@@ -1,0 +1,252 @@
+"""logcumsumexp: the fast CPU kernel paths (blocked row scan, SIMD column scan, scalar fallbacks).
+
+The CPU kernel cuts contiguous rows into chunks of 512 (cpu/logcumsumexp.cc, kChunk) and advances
+strided axes 256 columns at a time (kColumns); chunks with NaN/+inf, or spanning more than 640 in log
+space, take the exact scalar path. These tests put lengths, specials and wide ranges on and around
+those boundaries, in every dtype and flag combination, for the forward and the backward.
+"""
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_ext
+import refs
+
+FLAGS = [(False, False), (True, False), (False, True), (True, True)]
+ROW_LENGTHS = [1, 7, 511, 512, 513, 1024, 1500]
+
+
+def _rand(shape, seed=0, scale=2.0):
+    return np.random.default_rng(seed).normal(0, scale, size=shape)
+
+
+def _run(x, axis, exclusive, reverse, dtype="float64"):
+    t = paddle.to_tensor(x).astype(dtype)
+    return paddle_ext.logcumsumexp(t, axis=axis, exclusive=exclusive, reverse=reverse).astype("float64").numpy()
+
+
+def _grad(x, g, axis, exclusive, reverse, dtype="float64"):
+    t = paddle.to_tensor(x).astype(dtype)
+    t.stop_gradient = False
+    out = paddle_ext.logcumsumexp(t, axis=axis, exclusive=exclusive, reverse=reverse)
+    (gx,) = paddle.grad(out, t, grad_outputs=paddle.to_tensor(g).astype(dtype))
+    return gx.astype("float64").numpy()
+
+
+def _grad_ref_cumsum(x, g, axis, exclusive, reverse):
+    """dx[j] = exp(x[j]) * sum_{i fed by j} g[i] exp(-out[i]) by float64 cumsums (well-scaled x only)."""
+    out = refs.logcumsumexp(x, axis, exclusive, reverse)
+    w = np.where(np.isfinite(out), g * np.exp(-np.where(np.isfinite(out), out, 0.0)), 0.0)
+    w = np.moveaxis(w, axis, -1)
+    if not reverse:
+        w = w[..., ::-1]
+    acc = np.cumsum(w, axis=-1)
+    if exclusive:
+        acc = np.concatenate([np.zeros_like(acc[..., :1]), acc[..., :-1]], axis=-1)
+    if not reverse:
+        acc = acc[..., ::-1]
+    return np.exp(x) * np.moveaxis(acc, -1, axis)
+
+
+def _assert_close_with_specials(got, ref, rtol, atol=0.0):
+    assert np.array_equal(np.isnan(got), np.isnan(ref))
+    assert np.array_equal(np.isposinf(got), np.isposinf(ref))
+    assert np.array_equal(np.isneginf(got), np.isneginf(ref))
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("n", ROW_LENGTHS)
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_rows_across_chunk_boundaries_float64(n, exclusive, reverse):
+    x = _rand((3, n), seed=n)
+    np.testing.assert_allclose(_run(x, 1, exclusive, reverse), refs.logcumsumexp(x, 1, exclusive, reverse),
+                               rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("shape,axis", [((3, 1500, 1), 1), ((2, 300, 37), 1), ((2, 50, 300), 1), ((600, 5), 0),
+                                        ((4, 3, 520), 1)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_strided_axes_float64(shape, axis, exclusive, reverse):
+    x = _rand(shape, seed=1)
+    np.testing.assert_allclose(_run(x, axis, exclusive, reverse), refs.logcumsumexp(x, axis, exclusive, reverse),
+                               rtol=1e-13, atol=1e-13)
+
+
+def _with_specials(shape, axis, seed):
+    """Normal data with -inf runs, NaN, +inf and a huge dynamic range at chunk-internal and boundary spots."""
+    x = _rand(shape, seed=seed, scale=3.0)
+    moved = np.moveaxis(x, axis, -1).copy()
+    n = moved.shape[-1]
+    xm = moved.reshape(-1, n)  # one line per row, a view of `moved`
+    xm[0, : min(n, 600)] = -np.inf  # a prefix of -inf longer than one chunk
+    if xm.shape[0] > 1:
+        xm[1, n // 3] = np.nan
+    if xm.shape[0] > 2:
+        xm[2, min(n - 1, 511)] = np.inf
+    if xm.shape[0] > 3:
+        xm[3, ::7] = -np.inf  # -inf scattered inside chunks: stays on the fast path
+    if xm.shape[0] > 4:
+        xm[4, n // 2] = 900.0  # > 640 above its neighbours: the exact path for that chunk
+        xm[4, n // 2 + 1] = -900.0
+    if xm.shape[0] > 5:
+        xm[5, :] = -np.inf
+    return np.ascontiguousarray(np.moveaxis(moved, -1, axis))
+
+
+@pytest.mark.parametrize("shape,axis", [((7, 1100), 1), ((7, 40), 1), ((1100, 7), 0), ((2, 300, 7), 1)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_specials_inside_chunks_and_lanes(shape, axis, exclusive, reverse, dtype):
+    x = _with_specials(shape, axis, seed=2)
+    if len(shape) == 3:
+        x[:, 0, 0] = np.nan
+        x[:, 5, 3] = np.inf
+    x = x.astype(dtype).astype(np.float64)
+    got = _run(x, axis, exclusive, reverse, dtype)
+    ref = refs.logcumsumexp(x, axis, exclusive, reverse)
+    _assert_close_with_specials(got, ref, rtol=1e-13 if dtype == "float64" else 1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape,axis", [((16, 4096), 1), ((4096, 16), 0), ((1, 1 << 18), 1), ((3, 700, 300), 1)])
+def test_float32_relative_error_per_element(shape, axis):
+    # Every element, including those near out == 0, within 1e-6 of the float64 result (rounding: 6e-8).
+    x = np.random.default_rng(3).normal(size=shape).astype(np.float32)
+    got = _run(x, axis, False, False, "float32")
+    ref = refs.logcumsumexp(x.astype(np.float64), axis)
+    assert np.max(np.abs(got - ref) / np.maximum(np.abs(ref), 1e-30)) <= 1e-6
+
+
+@pytest.mark.parametrize("dtype,rtol", [("float16", 1e-3), ("bfloat16", 8e-3)])
+@pytest.mark.parametrize("shape,axis", [((3, 1030), 1), ((600, 40), 0)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_half_types_long_axes(dtype, rtol, shape, axis, exclusive, reverse):
+    x = _rand(shape, seed=4)
+    x[0, 5] = -np.inf
+    xt = paddle.to_tensor(x).astype(dtype)
+    x_rounded = xt.astype("float64").numpy()
+    got = _run(x_rounded, axis, exclusive, reverse, dtype)
+    ref = refs.logcumsumexp(x_rounded, axis, exclusive, reverse)
+    _assert_close_with_specials(got, ref, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("shape,axis", [((3, 1100), 1), ((1100, 3), 0), ((2, 600, 37), 1), ((2, 9, 300), 1)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+@pytest.mark.parametrize("dtype,rtol", [("float64", 1e-11), ("float32", 1e-5)])
+def test_backward_long_axes(shape, axis, exclusive, reverse, dtype, rtol):
+    x = _rand(shape, seed=5, scale=1.0)
+    g = _rand(shape, seed=6, scale=1.0)
+    x, g = x.astype(dtype).astype(np.float64), g.astype(dtype).astype(np.float64)
+    got = _grad(x, g, axis, exclusive, reverse, dtype)
+    np.testing.assert_allclose(got, _grad_ref_cumsum(x, g, axis, exclusive, reverse), rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("shape,axis", [((7, 40), 1), ((40, 7), 0), ((7, 530), 1)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_backward_with_specials_matches_brute_force(shape, axis, exclusive, reverse):
+    x = _rand(shape, seed=7, scale=2.0)
+    xm = np.moveaxis(x, axis, -1)
+    xm[0, :3] = -np.inf
+    xm[1, 10] = -np.inf
+    xm[2, :] = -np.inf
+    xm[3, 20] = 700.0  # a wide range inside one chunk
+    g = _rand(shape, seed=8, scale=1.0)
+    gm = np.moveaxis(g, axis, -1)
+    gm[4, ::3] = 0.0
+    gm[5, :] = -np.abs(gm[5, :])
+    got = _grad(x, g, axis, exclusive, reverse)
+    if shape[axis] > 100:  # the O(n^2) reference is slow: compare the rows without huge values by cumsum
+        rows = [0, 1, 2, 4, 5]
+        np.testing.assert_allclose(got[rows], _grad_ref_cumsum(x[rows], g[rows], axis, exclusive, reverse),
+                                   rtol=1e-11, atol=1e-11)
+        assert np.isfinite(got).all() and np.all(got[np.isneginf(x)] == 0.0)
+        return
+    ref = refs.logcumsumexp_grad(x, g, axis, exclusive, reverse)
+    assert np.all(got[np.isneginf(x)] == 0.0)
+    np.testing.assert_allclose(got, ref, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_backward_nan_and_inf_agree_between_row_and_column_kernels(exclusive, reverse):
+    # The row kernel (chunks, scalar path for the special chunk) and the column kernel (SIMD lanes,
+    # scalar steps after a special) are independent implementations of the same semantics.
+    x = _rand((3, 1030), seed=9)
+    x[0, 700] = np.nan
+    x[1, 300] = np.inf
+    x[2, 100:103] = -np.inf
+    g = _rand((3, 1030), seed=10)
+    rows = _grad(x, g, 1, exclusive, reverse)
+    cols = _grad(np.ascontiguousarray(x.T), np.ascontiguousarray(g.T), 0, exclusive, reverse).T
+    np.testing.assert_allclose(rows, cols, rtol=1e-12, atol=1e-12)  # NaNs compare equal
+    # NaN reaches every input that fed an output (exclusive: the last input in scan order feeds none).
+    assert np.isnan(rows[0]).sum() == (1029 if exclusive else 1030)
+    assert np.all(rows[2, 100:103] == 0.0) and np.isfinite(rows[2]).all()
+    if not exclusive and not reverse:  # +inf: outputs from it on are +inf and pass no gradient back
+        np.testing.assert_allclose(rows[1, :300], _grad(x[1:2, :300], g[1:2, :300], 1, False, False)[0], rtol=1e-12,
+                                   atol=1e-13)  # exp(x + L+) - exp(x + L-) cancels
+        assert np.all(rows[1, 300:] == 0.0)
+
+
+def test_flattened_long_tensor_float32():
+    x = np.random.default_rng(11).normal(size=(3, 70001)).astype(np.float32)
+    got = paddle_ext.logcumsumexp(paddle.to_tensor(x)).numpy().astype(np.float64)
+    ref = refs.logcumsumexp(x.astype(np.float64).reshape(-1), 0)
+    assert np.max(np.abs(got - ref) / np.abs(ref).clip(1e-30)) <= 1e-6
+
+
+@pytest.mark.skipif(bool(__import__("os").environ.get("PADDLE_EXT_SIMD_SUBPROCESS")), reason="already a subprocess")
+@pytest.mark.parametrize("level", ["avx2", "sse2"])
+def test_narrower_simd_paths(level):
+    # The kernels are compiled for AVX-512, AVX2 and SSE2 and picked at run time; PADDLE_EXT_SIMD caps the
+    # choice, so the narrower paths run here too (in a subprocess: the choice is made once per process).
+    import os
+    import subprocess
+    import sys
+
+    tests = "test_rows_across_chunk_boundaries_float64 or test_strided_axes_float64 or specials or float32_relative " \
+            "or half_types or backward"
+    env = dict(os.environ, PADDLE_EXT_SIMD=level, PADDLE_EXT_SIMD_SUBPROCESS="1")
+    result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k", tests],
+                            env=env, capture_output=True, text=True, cwd=os.path.dirname(__file__))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("special", [None, "nan_first_part", "inf_first_part", "neg_inf_prefix", "wide"])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_single_long_row_split_over_threads(special, exclusive, reverse):
+    # One row of >= 2^16 is scanned by two threads: the second reduces the first part to a carry.
+    n = 70000
+    x = _rand((n,), seed=12)
+    pos = (lambda i: i) if not reverse else (lambda i: n - 1 - i)  # scan-order position -> index
+    if special == "nan_first_part":
+        x[pos(1000)] = np.nan
+    elif special == "inf_first_part":
+        x[pos(40000)] = np.inf
+    elif special == "neg_inf_prefix":
+        x[[pos(i) for i in range(50000)]] = -np.inf
+    elif special == "wide":
+        x[pos(47000)] = 800.0
+    got = _run(x.reshape(1, n), 1, exclusive, reverse)[0]
+    _assert_close_with_specials(got, refs.logcumsumexp(x, 0, exclusive, reverse), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape,axis", [((3, 1037), 1), ((1037, 3), 0), ((2, 77, 19), 1)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_half_types_round_once_like_float32(dtype, shape, axis, exclusive, reverse):
+    # The 16-bit loads/stores are vectorized bit arithmetic: the half result must be exactly the float32
+    # result rounded to the half type (both are computed from the same doubles).
+    x = _rand(shape, seed=13, scale=4.0)
+    flat = x.reshape(-1)
+    flat[::97] = 1e-6  # subnormal halves
+    flat[5::101] = -3e4
+    flat[7] = np.nan
+    flat[11] = -np.inf
+    flat[13] = 6e4  # outputs near the half's overflow
+    xt = paddle.to_tensor(x).astype(dtype)
+    got = paddle_ext.logcumsumexp(xt, axis=axis, exclusive=exclusive, reverse=reverse)
+    via32 = paddle_ext.logcumsumexp(xt.astype("float32"), axis=axis, exclusive=exclusive, reverse=reverse).astype(dtype)
+    a, b = got.astype("float32").numpy(), via32.astype("float32").numpy()
+    assert np.array_equal(np.isnan(a), np.isnan(b))
+    assert np.array_equal(a[~np.isnan(a)], b[~np.isnan(b)])
