@@ -124,11 +124,12 @@ namespace cpu {
 template <typename Idx>
 BadIndex check_indices(const Idx* indices, index_t count, index_t n);
 
-// acc: arr's [outer, n, inner] values in the accumulation type; updated in place.
-// count: int32 [outer, n, inner] zeroed scratch, needed for Mean or !include_self (else nullptr).
-// Out-of-range indices are skipped (never written); the caller checks them first.
+// out = arr with values scattered in (out may be arr itself: the inplace op). Half types accumulate in
+// a float32 buffer and are rounded once. Out-of-range indices are skipped (never written); returns
+// false if there was one, so a caller writing a fresh buffer needs no separate check pass (inplace
+// callers run check_indices first).
 template <typename T, typename Idx>
-void put_along_axis_forward(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, int32_t* count,
+bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values, const Idx* indices,
                             index_t outer, index_t n, index_t m, index_t inner, bool include_self);
 
 // Grads for every mode. out_grad/arr/out: [outer, n, inner]; values/values_grad: [outer, m, inner].
