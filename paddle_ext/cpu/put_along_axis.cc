@@ -22,6 +22,16 @@ namespace {
 
 constexpr index_t kGrain = 1 << 15;  // elements worth a thread
 
+// fn(chunk) for chunk in [0, chunks), handed out one at a time: on a shared machine a thread that
+// loses its core does not hold the others back, as a static half-and-half split would.
+template <typename Fn>
+void dynamic_chunks(index_t chunks, int threads, const Fn& fn) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#endif
+  for (index_t c = 0; c < chunks; ++c) fn(c);
+}
+
 // fn(slot, position) for every in-range index, slot-disjoint across threads. Out-of-range indices
 // are skipped (never written); returns false if there was one.
 template <typename Idx, typename Fn>
@@ -55,9 +65,12 @@ bool scatter_visit(const Idx* idx, index_t outer, index_t n, index_t m, index_t 
   if (threads <= 1) {
     run(0, outer, 0, inner, 0, n);
   } else if (outer >= threads) {
-    parallel_for(0, outer, 1, [&](index_t b, index_t e) { run(b, e, 0, inner, 0, n); });
-  } else if (inner >= 8 * threads) {
-    parallel_for(0, inner, 8, [&](index_t b, index_t e) { run(0, outer, b, e, 0, n); });
+    const index_t chunk = std::max<index_t>(1, outer / (8 * threads));
+    dynamic_chunks((outer + chunk - 1) / chunk, threads, [&](index_t c) {
+      run(c * chunk, std::min(outer, (c + 1) * chunk), 0, inner, 0, n);
+    });
+  } else if (inner >= 8 * threads) {  // column blocks of 8: one cache line of int64 indices
+    dynamic_chunks((inner + 7) / 8, threads, [&](index_t c) { run(0, outer, c * 8, std::min(inner, c * 8 + 8), 0, n); });
   } else {  // narrow: each thread scans every index and applies the ones aimed at its slot range
     parallel_for(0, std::max<index_t>(n, 1), 1, [&](index_t b, index_t e) { run(0, outer, 0, inner, b, e); });
   }
