@@ -69,8 +69,12 @@ bool scatter_visit(const Idx* idx, index_t outer, index_t n, index_t m, index_t 
     dynamic_chunks((outer + chunk - 1) / chunk, threads, [&](index_t c) {
       run(c * chunk, std::min(outer, (c + 1) * chunk), 0, inner, 0, n);
     });
-  } else if (inner >= 8 * threads) {  // column blocks of 8: one cache line of int64 indices
-    dynamic_chunks((inner + 7) / 8, threads, [&](index_t c) { run(0, outer, c * 8, std::min(inner, c * 8 + 8), 0, n); });
+  } else if (inner >= 8 * threads) {
+    // One column block per thread (multiples of 8: whole cache lines of int64 indices). Each block is a
+    // full pass over the scattered rows, so more blocks would multiply the random row accesses.
+    const index_t block = (inner / threads + 7) / 8 * 8;
+    dynamic_chunks((inner + block - 1) / block, threads,
+                   [&](index_t c) { run(0, outer, c * block, std::min(inner, (c + 1) * block), 0, n); });
   } else {  // narrow: each thread scans every index and applies the ones aimed at its slot range
     parallel_for(0, std::max<index_t>(n, 1), 1, [&](index_t b, index_t e) { run(0, outer, 0, inner, b, e); });
   }
