@@ -100,7 +100,8 @@ void run_cpu(const paddle::Tensor& arr, paddle::Tensor& out, const paddle::Tenso
 #ifdef PADDLE_EXT_WITH_CUDA
 // GPU: scatters into `acc` (arr's values in the accumulation dtype: float32 for the half types).
 void run_gpu(paddle::Tensor& acc, const paddle::Tensor& indices, const paddle::Tensor& values,
-             paddle::DataType dtype, const ScatterView& v, Reduce reduce, bool include_self, const char* op) {
+             paddle::DataType dtype, const ScatterView& v, Reduce reduce, bool include_self, bool deterministic,
+             const char* op) {
   const int64_t slots = v.outer * v.n * v.inner;
   dispatch_floating_and_integral(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -109,6 +110,13 @@ void run_gpu(paddle::Tensor& acc, const paddle::Tensor& indices, const paddle::T
       using Idx = typename decltype(itag)::type;
       if constexpr (sizeof(T) < 4 && std::is_integral<T>::value) {
         PD_THROW(op, ": int16 and uint8 tensors are supported on the CPU only");
+      } else if (deterministic && (reduce == Reduce::Add || reduce == Reduce::Mean)) {
+        const int64_t positions = v.outer * v.m * v.inner;
+        const size_t bytes = gpu::put_along_axis_sorted_workspace(positions, slots);
+        paddle::Tensor workspace = paddle::empty({(int64_t)bytes}, paddle::DataType::UINT8, acc.place());
+        gpu::put_along_axis_sorted<T, Idx>(reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
+                                           workspace.data(), bytes, v.outer, v.n, v.m, v.inner, include_self,
+                                           acc.stream());
       } else {
         paddle::Tensor count, winner;
         if (reduce == Reduce::Mean) count = int_scratch(slots, paddle::DataType::INT32, 0, acc.place());
@@ -126,10 +134,11 @@ void run_gpu(paddle::Tensor& acc, const paddle::Tensor& indices, const paddle::T
 
 // The functional result on a GPU: a copy of arr (float32 for the half types) scattered into.
 paddle::Tensor gpu_forward(const paddle::Tensor& arr, const paddle::Tensor& indices, const paddle::Tensor& values,
-                           const ScatterView& v, Reduce reduce, bool include_self, const char* op) {
+                           const ScatterView& v, Reduce reduce, bool include_self, bool deterministic,
+                           const char* op) {
 #ifdef PADDLE_EXT_WITH_CUDA
   paddle::Tensor acc = is_half(arr.dtype()) ? arr.cast(paddle::DataType::FLOAT32) : arr.copy_to(arr.place(), false);
-  run_gpu(acc, indices, values, arr.dtype(), v, reduce, include_self, op);
+  run_gpu(acc, indices, values, arr.dtype(), v, reduce, include_self, deterministic, op);
   return is_half(arr.dtype()) ? acc.cast(arr.dtype()) : acc;
 #else
   throw_no_cuda(op);
@@ -140,21 +149,22 @@ paddle::Tensor gpu_forward(const paddle::Tensor& arr, const paddle::Tensor& indi
 
 std::vector<paddle::Tensor> PutAlongAxisKernel(const paddle::Tensor& arr_in, const paddle::Tensor& indices_in,
                                                const paddle::Tensor& values_in, int axis, const std::string& reduce,
-                                               bool include_self) {
+                                               bool include_self, bool deterministic) {
   const char* op = "put_along_axis";
   const paddle::Tensor arr = dense(arr_in), indices = dense(indices_in), values = dense(values_in);
   check_same_place(arr, indices, op, "arr", "indices");
   check_same_place(arr, values, op, "arr", "values");
   const ScatterView v = scatter_view(arr, indices, values, axis, op);
   const Reduce r = parse_reduce(reduce);
-  if (!arr.is_cpu()) return {gpu_forward(arr, indices, values, v, r, include_self, op)};
+  // The CPU kernels are deterministic in every mode; `deterministic` only changes the GPU path.
+  if (!arr.is_cpu()) return {gpu_forward(arr, indices, values, v, r, include_self, deterministic, op)};
   paddle::Tensor out = paddle::empty(arr.shape(), arr.dtype(), arr.place());
   run_cpu(arr, out, indices, values, v, r, include_self, false, op);
   return {out};
 }
 
 void PutAlongAxisInplaceKernel(paddle::Tensor& arr, const paddle::Tensor& indices_in, const paddle::Tensor& values_in,
-                               int axis, const std::string& reduce, bool include_self) {
+                               int axis, const std::string& reduce, bool include_self, bool deterministic) {
   const char* op = "put_along_axis_";
   PD_CHECK(arr.is_contiguous(), op, ": arr must be contiguous to be written in place");
   const paddle::Tensor indices = dense(indices_in), values = dense(values_in);
@@ -168,10 +178,10 @@ void PutAlongAxisInplaceKernel(paddle::Tensor& arr, const paddle::Tensor& indice
   }
 #ifdef PADDLE_EXT_WITH_CUDA
   if (!is_half(arr.dtype())) {
-    run_gpu(arr, indices, values, arr.dtype(), v, r, include_self, op);
+    run_gpu(arr, indices, values, arr.dtype(), v, r, include_self, deterministic, op);
     return;
   }
-  paddle::Tensor result = gpu_forward(arr, indices, values, v, r, include_self, op);
+  paddle::Tensor result = gpu_forward(arr, indices, values, v, r, include_self, deterministic, op);
   arr.copy_(result, arr.place(), false);
 #else
   throw_no_cuda(op);
