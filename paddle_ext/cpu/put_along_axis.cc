@@ -116,44 +116,38 @@ void convert(const Src* in, Dst* out, index_t count) {
 }
 
 // The hot lambdas capture pointers by value: by-reference captures are reloaded on every element.
-template <Reduce R, bool kSelf, typename T, typename Idx>
-bool forward_counted(acc_t<T>* acc, const T* values, const Idx* idx, int32_t* count, index_t outer, index_t n,
-                     index_t m, index_t inner) {
-  using A = acc_t<T>;
-  return scatter_visit(idx, outer, n, m, inner, [acc, values, count](index_t s, index_t p) {
-    const A v = static_cast<A>(load(values[p]));
-    if (kSelf) {
-      acc[s] = ReduceOp<R>::combine(acc[s], v);
-      ++count[s];
-    } else {  // the first contribution replaces arr's value: arr takes no part (branch-free select)
-      const int32_t c = count[s];
-      const A combined = ReduceOp<R>::combine(acc[s], v);
-      count[s] = c + 1;
-      acc[s] = c == 0 ? v : combined;
-    }
-  });
-}
-
 template <Reduce R, typename T, typename Idx>
 bool forward_impl(acc_t<T>* acc, const T* values, const Idx* idx, index_t outer, index_t n, index_t m,
                   index_t inner, bool include_self) {
   using A = acc_t<T>;
   const index_t slots = outer * n * inner;
-  // Counts mark written slots (include_self=False) and divide means; assign needs neither.
-  if (R == Reduce::Assign || (include_self && R != Reduce::Mean)) {
+  if (!include_self && R != Reduce::Assign) {
+    // Written slots first take the reduction's identity (a write-only pass, no per-slot flags), so
+    // arr takes no part in them; slots nobody writes keep arr's value.
+    const A identity = reduce_identity<R, A>();
+    scatter_visit(idx, outer, n, m, inner, [acc, identity](index_t s, index_t) { acc[s] = identity; });
+  }
+  if (R != Reduce::Mean) {
     return scatter_visit(idx, outer, n, m, inner, [acc, values](index_t s, index_t p) {
       acc[s] = ReduceOp<R>::combine(acc[s], static_cast<A>(load(values[p])));
     });
   }
-  std::unique_ptr<int32_t[]> count_buf(new int32_t[slots]);
+  std::unique_ptr<int32_t[]> count_buf(new int32_t[slots]);  // contributions per slot, for the divisor
   int32_t* count = count_buf.get();
   elementwise(slots, [count](index_t s) { count[s] = 0; });
-  const bool ok = include_self ? forward_counted<R, true, T, Idx>(acc, values, idx, count, outer, n, m, inner)
-                               : forward_counted<R, false, T, Idx>(acc, values, idx, count, outer, n, m, inner);
-  if (R == Reduce::Mean) {
-    const int32_t self = include_self ? 1 : 0;
+  const bool ok = scatter_visit(idx, outer, n, m, inner, [acc, values, count](index_t s, index_t p) {
+    acc[s] += static_cast<A>(load(values[p]));
+    ++count[s];
+  });
+  const int32_t self = include_self ? 1 : 0;
+  if constexpr (std::numeric_limits<A>::is_integer) {
     elementwise(slots, [acc, count, self](index_t s) {
       if (count[s] > 0) acc[s] = mean_divide<A>(acc[s], count[s] + self);
+    });
+  } else {  // branch-free, so it vectorises: unwritten slots divide by 1 (exact)
+    elementwise(slots, [acc, count, self](index_t s) {
+      const int32_t c = count[s];
+      acc[s] = acc[s] / static_cast<A>(c > 0 ? c + self : 1);
     });
   }
   return ok;
