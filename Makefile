@@ -5,6 +5,10 @@ VPY    := $(VENV)/bin/python
 DEPS   := $(VENV)/.deps-installed
 JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
 export MAX_JOBS ?= $(JOBS)
+# Read when Paddle loads: quiet its logging; idle OpenMP threads sleep instead of spinning (on a
+# small shared machine spinning helpers starve the next op and make timings noisy).
+export GLOG_minloglevel ?= 2
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: venv build test test-gpu demo bench info clean
 

@@ -63,8 +63,11 @@ nvcc_flags = ["-O3", "--expt-relaxed-constexpr", "-std=c++17", "-DPADDLE_EXT_WIT
 if with_cuda:
     sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "paddle_ext").glob("gpu/*.cu"))
     cxx_flags.append("-DPADDLE_EXT_WITH_CUDA")
+# Every header and binding file: the generated units include them, so a change must rebuild.
+depends = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "paddle_ext").rglob("*") if p.suffix in (".h", ".cuh", ".cc"))
 extension = (CUDAExtension if with_cuda else CppExtension)(
     sources=sources,
+    depends=depends,
     include_dirs=[str(ROOT / "paddle_ext" / "include"), str(ROOT), str(GENERATED)],
     extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags} if with_cuda else {"cxx": cxx_flags},
     extra_link_args=["-fopenmp"],

@@ -141,3 +141,199 @@ def put_along_axis_grad(arr, indices, values, out_grad, axis, reduce="assign", i
         for p, gv in zip(positions, grads):
             values_grad[p] = gv
     return arr_grad, values_grad
+# mutual_information_recursion (k2 / fast_rnnt semantics) and the RNN-T losses on top of it
+
+
+def _mi_boxes(px, py, boundary):
+    B, S, _ = np.shape(px)
+    T = np.shape(py)[2]
+    if boundary is None:
+        return [(0, 0, S, T)] * B
+    return [tuple(int(v) for v in row) for row in np.asarray(boundary)]
+
+
+def _mi_log_add(a, b):
+    with np.errstate(invalid="ignore"):
+        return np.logaddexp(a, b)
+
+
+def mutual_information(px, py, boundary=None):
+    """(ans [B], p [B, S+1, T+1]) by the recursion in float64; p is -inf outside each box."""
+    px, py = np.asarray(px, np.float64), np.asarray(py, np.float64)
+    B, S, T1 = px.shape
+    T = py.shape[2]
+    modified = T1 == T
+    p = np.full((B, S + 1, T + 1), -np.inf)
+    ans = np.zeros(B)
+    for b, (s0, t0, s1, t1) in enumerate(_mi_boxes(px, py, boundary)):
+        for s in range(s0, s1 + 1):
+            for t in range(t0, t1 + 1):
+                if s == s0 and t == t0:
+                    p[b, s, t] = 0.0
+                    continue
+                from_t = p[b, s, t - 1] + py[b, s, t - 1] if t > t0 else -np.inf
+                if modified:
+                    from_s = p[b, s - 1, t - 1] + px[b, s - 1, t - 1] if s > s0 and t > t0 else -np.inf
+                else:
+                    from_s = p[b, s - 1, t] + px[b, s - 1, t] if s > s0 else -np.inf
+                p[b, s, t] = _mi_log_add(from_s, from_t)
+        ans[b] = p[b, s1, t1]
+    return ans, p
+
+
+def mutual_information_grad(px, py, boundary=None, ans_grad=None):
+    """(px_grad, py_grad) by the backward recursion of the MLU design (non-finite terms count as 0)."""
+    px, py = np.asarray(px, np.float64), np.asarray(py, np.float64)
+    B, S, T1 = px.shape
+    T = py.shape[2]
+    modified = T1 == T
+    ans_grad = np.ones(B) if ans_grad is None else np.asarray(ans_grad, np.float64)
+    _, p = mutual_information(px, py, boundary)
+    px_grad, py_grad = np.zeros_like(px), np.zeros_like(py)
+
+    def weight(a, x, c):
+        with np.errstate(invalid="ignore", over="ignore"):
+            e = np.exp(a + x - c)
+        return e if np.isfinite(e) else 0.0
+
+    for b, (s0, t0, s1, t1) in enumerate(_mi_boxes(px, py, boundary)):
+        g = np.zeros((S + 2, T + 2))
+        for s in range(s1, s0 - 1, -1):
+            for t in range(t1, t0 - 1, -1):
+                if s == s1 and t == t1:
+                    g[s, t] = ans_grad[b]
+                    continue
+                total = 0.0
+                if s < s1 and (not modified or t < t1):
+                    nxt = (s + 1, t + 1) if modified else (s + 1, t)
+                    px_grad[b, s, t] = g[nxt] * weight(p[b, s, t], px[b, s, t], p[b][nxt])
+                    total += px_grad[b, s, t]
+                if t < t1:
+                    py_grad[b, s, t] = g[s, t + 1] * weight(p[b, s, t], py[b, s, t], p[b, s, t + 1])
+                    total += py_grad[b, s, t]
+                g[s, t] = total
+    return px_grad, py_grad
+
+
+def mutual_information_brute_force(px, py, boundary=None):
+    """(ans, px_grad, py_grad) from an explicit sum over every lattice path (tiny S, T only):
+    ans = log sum_paths exp(score), and the grad of an edge is the posterior mass of the paths through it."""
+    px, py = np.asarray(px, np.float64), np.asarray(py, np.float64)
+    B, S, T1 = px.shape
+    T = py.shape[2]
+    modified = T1 == T
+    ans = np.zeros(B)
+    px_grad, py_grad = np.zeros_like(px), np.zeros_like(py)
+    for b, (s0, t0, s1, t1) in enumerate(_mi_boxes(px, py, boundary)):
+        paths = []  # (score, [edges])
+
+        def walk(s, t, score, edges):
+            if (s, t) == (s1, t1):
+                paths.append((score, list(edges)))
+                return
+            if s < s1 and (not modified or t < t1):
+                edges.append(("x", s, t))
+                walk(s + 1, t + (1 if modified else 0), score + px[b, s, t], edges)
+                edges.pop()
+            if t < t1:
+                edges.append(("y", s, t))
+                walk(s, t + 1, score + py[b, s, t], edges)
+                edges.pop()
+
+        walk(s0, t0, 0.0, [])
+        scores = np.array([sc for sc, _ in paths]) if paths else np.array([-np.inf])
+        finite = scores[np.isfinite(scores)]
+        total = -np.inf if finite.size == 0 else np.log(np.sum(np.exp(finite - finite.max()))) + finite.max()
+        ans[b] = total
+        if not np.isfinite(total):
+            continue
+        for sc, edges in paths:
+            w = np.exp(sc - total) if np.isfinite(sc) else 0.0
+            for kind, s, t in edges:
+                (px_grad if kind == "x" else py_grad)[b, s, t] += w
+    return ans, px_grad, py_grad
+
+
+def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0):
+    """Per-item RNN-T loss on joiner logits [B, T, S+1, C], by explicit loops over the lattice edges:
+    a symbol edge (t, s) -> s+1 scores log_softmax(logits[t, s])[symbols[s]] (modified/constrained:
+    it also moves to t+1; constrained adds the blank of context s+1 on frame t), a blank edge moves
+    to t+1; regular paths end with a blank on the last frame."""
+    logits = np.asarray(logits, np.float64)
+    B, T, S1, C = logits.shape
+    S = S1 - 1
+    m = logits.max(-1, keepdims=True)
+    logp = logits - (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))
+    regular = rnnt_type == "regular"
+    px = np.full((B, S, T + 1 if regular else T), -np.inf)
+    py = np.zeros((B, S + 1, T))
+    for b in range(B):
+        t_end = T if boundary is None else int(boundary[b][3])
+        for s in range(S + 1):
+            for t in range(T):
+                py[b, s, t] = logp[b, t, s, termination_symbol]
+                if s < S and (not regular or t != t_end):
+                    px[b, s, t] = logp[b, t, s, symbols[b][s]]
+        if rnnt_type == "constrained":
+            px[b] += py[b, 1:, :]
+    if delay_penalty > 0:
+        T0 = px.shape[2]
+        for b in range(B):
+            t_end = T if boundary is None else int(boundary[b][3])
+            px[b] += delay_penalty * ((t_end - 1) / 2 - np.arange(T0))[None, :]
+    return -mutual_information(px, py, boundary)[0]
+# ---------------------------------------------------------------------------------------------------
+# adaptive_log_softmax (float64, straight from the definitions; PyTorch's algorithm for the layer)
+
+
+def logsumexp_rows(x):
+    """logsumexp of each row; a row of -inf gives -inf, +inf gives +inf, NaN gives NaN."""
+    x = np.asarray(x, dtype=np.float64)
+    m = np.max(x, axis=1) if x.shape[1] else np.full(x.shape[0], -np.inf)
+    finite = np.isfinite(m)
+    safe = np.where(finite, m, 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = np.sum(np.exp(x - safe[:, None]), axis=1)
+        return np.where(finite, safe + np.log(s), m)
+
+
+def adaptive_log_softmax_target(logits, target):
+    logits = np.asarray(logits, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return logits[np.arange(logits.shape[0]), np.asarray(target)] - logsumexp_rows(logits)
+
+
+def adaptive_log_softmax_target_grad(logits, target, out_grad):
+    logits = np.asarray(logits, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        grad = -np.exp(logits - logsumexp_rows(logits)[:, None])
+    grad[np.arange(logits.shape[0]), np.asarray(target)] += 1.0
+    return grad * np.asarray(out_grad)[:, None]
+
+
+def adaptive_log_softmax_full(logits, offset):
+    logits = np.asarray(logits, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return logits - logsumexp_rows(logits)[:, None] + np.asarray(offset, dtype=np.float64)[:, None]
+
+
+def adaptive_log_prob(x, head_weight, tail_weights, cutoffs, head_bias=None):
+    """[N, n_classes]: head log-softmax for the shortlist; cluster log-softmax + the cluster's head
+    log-probability for each tail cluster. cutoffs is the full list ending in n_classes."""
+    x = np.asarray(x, dtype=np.float64)
+    head = x @ head_weight + (0.0 if head_bias is None else head_bias)
+    head_lp = adaptive_log_softmax_full(head, np.zeros(len(x)))
+    pieces = [head_lp[:, :cutoffs[0]]]
+    for i, (w1, w2) in enumerate(tail_weights):
+        pieces.append(adaptive_log_softmax_full(x @ w1 @ w2, head_lp[:, cutoffs[0] + i]))
+    return np.concatenate(pieces, axis=1)
+
+
+def adaptive_log_softmax_with_loss(x, label, head_weight, tail_weights, cutoffs, head_bias=None):
+    """(output [N], loss): each label's log-probability and their mean negative."""
+    batched = np.ndim(x) == 2
+    x2 = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    label = np.atleast_1d(np.asarray(label))
+    out = adaptive_log_prob(x2, head_weight, tail_weights, cutoffs, head_bias)[np.arange(len(label)), label]
+    loss = -out.mean()
+    return (out if batched else out[0]), loss

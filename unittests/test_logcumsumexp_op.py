@@ -189,3 +189,16 @@ def test_bad_arguments():
 def test_export_round_trip(exclusive, reverse):
     check_export(paddle_ext.logcumsumexp, {"x": rand((3, 5)).astype(np.float32)},
                  dict(axis=1, exclusive=exclusive, reverse=reverse))
+
+
+class _BroadcastThenScan(paddle.nn.Layer):
+    """A broadcast add run by oneDNN in paddle.inference hands the op a blocked ONEDNN layout."""
+
+    def forward(self, a, b):
+        s = a.unsqueeze(2) + b.unsqueeze(1)
+        return paddle_ext.logcumsumexp(s - s.max(axis=-1, keepdim=True), axis=-1)
+
+
+def test_export_with_onednn_layout_input():
+    inputs = {"a": rand((2, 3, 5), seed=20).astype(np.float32), "b": rand((2, 4, 5), seed=21).astype(np.float32)}
+    check_export(_BroadcastThenScan(), inputs)

@@ -55,8 +55,14 @@ T* mutable_ptr(paddle::Tensor& t) {
   return reinterpret_cast<T*>(t.data());
 }
 
-// Kernels index raw memory: hand them dense tensors.
-inline paddle::Tensor dense(const paddle::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+// Kernels index raw memory: hand them dense, plainly laid out tensors. In a paddle.inference
+// predictor with oneDNN on (the CPU default), an input produced by a oneDNN kernel can arrive in a
+// blocked ONEDNN layout that Paddle does not convert for custom ops; `assign` goes through Paddle's
+// data transform, which reorders it to the plain layout.
+inline paddle::Tensor dense(const paddle::Tensor& t) {
+  if (t.layout() == phi::DataLayout::ONEDNN) return paddle::experimental::assign(t);
+  return t.is_contiguous() ? t : t.contiguous();
+}
 
 inline int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;

@@ -1,0 +1,6 @@
+"""paddle_ext.nn: layers (and nn.functional) built on paddle_ext's ops."""
+
+from . import functional
+from .adaptive_log_softmax import AdaptiveLogSoftmaxWithLoss
+
+__all__ = ["AdaptiveLogSoftmaxWithLoss", "functional"]

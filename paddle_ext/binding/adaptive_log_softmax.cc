@@ -1,0 +1,162 @@
+// adaptive_log_softmax: validation and CPU/GPU dispatch. Registered by
+// build/generated/adaptive_log_softmax.ops.cc (generated from ops/adaptive_log_softmax.yaml).
+#include "paddle_ext/adaptive_log_softmax.h"
+
+#include "paddle_ext/binding/common.h"
+
+namespace paddle_ext {
+namespace {
+
+struct Rows {
+  int64_t m, k;
+};
+
+Rows rows_of(const paddle::Tensor& logits, const char* op) {
+  PD_CHECK(logits.shape().size() == 2, op, ": logits must be 2-D [M, K], got rank ", logits.shape().size());
+  return {logits.shape()[0], logits.shape()[1]};
+}
+
+// lse is kept in the accumulation type: float32 for the half types.
+paddle::DataType lse_dtype(paddle::DataType dtype) {
+  return (dtype == paddle::DataType::FLOAT16 || dtype == paddle::DataType::BFLOAT16) ? paddle::DataType::FLOAT32
+                                                                                   : dtype;
+}
+
+// One value per row. Only the count is checked: an inference graph may hand a [0, 1] slice for [0].
+void check_rows(const paddle::Tensor& t, int64_t m, const char* op, const char* name) {
+  PD_CHECK(t.numel() == m, op, ": ", name, " must hold one value per row (", m, "), got ", t.numel());
+}
+
+// CPU only: the GPU kernels write NaN for a bad target rather than synchronising to check.
+void check_targets(const paddle::Tensor& target, int64_t k, const char* op) {
+  PD_CHECK(target.dtype() == paddle::DataType::INT64, op, ": target must be int64");
+  if (!target.is_cpu()) return;
+  const int64_t* t = target.data<int64_t>();
+  for (int64_t i = 0; i < target.numel(); ++i) {
+    PD_CHECK(t[i] >= 0 && t[i] < k, op, ": target[", i, "] = ", t[i], " is out of range [0, ", k, ")");
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> AlsTargetInferShape(const std::vector<int64_t>& logits_shape,
+                                                      const std::vector<int64_t>& target_shape) {
+  PD_CHECK(logits_shape.size() == 2, "adaptive_log_softmax_target: logits must be 2-D [M, K]");
+  return {{logits_shape[0]}, {logits_shape[0]}};
+}
+
+std::vector<std::vector<int64_t>> AlsFullInferShape(const std::vector<int64_t>& logits_shape,
+                                                    const std::vector<int64_t>& offset_shape) {
+  PD_CHECK(logits_shape.size() == 2, "adaptive_log_softmax_full: logits must be 2-D [M, K]");
+  return {logits_shape, {logits_shape[0]}};
+}
+
+std::vector<paddle::DataType> AlsInferDtype(const paddle::DataType& logits, const paddle::DataType& other) {
+  return {logits, lse_dtype(logits)};
+}
+
+std::vector<paddle::Tensor> AlsTargetKernel(const paddle::Tensor& logits_in, const paddle::Tensor& target_in) {
+  const char* op = "adaptive_log_softmax_target";
+  const paddle::Tensor logits = dense(logits_in), target = dense(target_in);
+  const Rows r = rows_of(logits, op);
+  check_rows(target, r.m, op, "target");
+  check_same_place(logits, target, op, "logits", "target");
+  check_targets(target, r.k, op);
+  paddle::Tensor out = paddle::empty({r.m}, logits.dtype(), logits.place());
+  paddle::Tensor lse = paddle::empty({r.m}, lse_dtype(logits.dtype()), logits.place());
+  dispatch_floating(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    if (logits.is_cpu()) {
+      cpu::als_target_forward<T>(ptr<T>(logits), target.data<int64_t>(), mutable_ptr<T>(out), mutable_ptr<A>(lse),
+                                 r.m, r.k);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      gpu::als_target_forward<T>(ptr<T>(logits), target.data<int64_t>(), mutable_ptr<T>(out), mutable_ptr<A>(lse),
+                                 r.m, r.k, logits.stream());
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {out, lse};
+}
+
+std::vector<paddle::Tensor> AlsTargetGradKernel(const paddle::Tensor& logits_in, const paddle::Tensor& target_in,
+                                                const paddle::Tensor& lse_in, const paddle::Tensor& out_grad_in) {
+  const char* op = "adaptive_log_softmax_target_grad";
+  const paddle::Tensor logits = dense(logits_in), target = dense(target_in), lse = dense(lse_in),
+                       out_grad = dense(out_grad_in);
+  const Rows r = rows_of(logits, op);
+  check_rows(out_grad, r.m, op, "out_grad");
+  paddle::Tensor logits_grad = paddle::empty(logits.shape(), logits.dtype(), logits.place());
+  dispatch_floating(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    if (logits.is_cpu()) {
+      cpu::als_target_backward<T>(ptr<T>(logits), target.data<int64_t>(), ptr<A>(lse), ptr<T>(out_grad),
+                                  mutable_ptr<T>(logits_grad), r.m, r.k);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      gpu::als_target_backward<T>(ptr<T>(logits), target.data<int64_t>(), ptr<A>(lse), ptr<T>(out_grad),
+                                  mutable_ptr<T>(logits_grad), r.m, r.k, logits.stream());
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {logits_grad};
+}
+
+std::vector<paddle::Tensor> AlsFullKernel(const paddle::Tensor& logits_in, const paddle::Tensor& offset_in) {
+  const char* op = "adaptive_log_softmax_full";
+  const paddle::Tensor logits = dense(logits_in), offset = dense(offset_in);
+  const Rows r = rows_of(logits, op);
+  check_rows(offset, r.m, op, "offset");
+  check_same_place(logits, offset, op, "logits", "offset");
+  PD_CHECK(offset.dtype() == logits.dtype(), op, ": offset must have the dtype of logits");
+  paddle::Tensor out = paddle::empty(logits.shape(), logits.dtype(), logits.place());
+  paddle::Tensor lse = paddle::empty({r.m}, lse_dtype(logits.dtype()), logits.place());
+  dispatch_floating(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    if (logits.is_cpu()) {
+      cpu::als_full_forward<T>(ptr<T>(logits), ptr<T>(offset), mutable_ptr<T>(out), mutable_ptr<A>(lse), r.m, r.k);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      gpu::als_full_forward<T>(ptr<T>(logits), ptr<T>(offset), mutable_ptr<T>(out), mutable_ptr<A>(lse), r.m, r.k,
+                               logits.stream());
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {out, lse};
+}
+
+std::vector<paddle::Tensor> AlsFullGradKernel(const paddle::Tensor& logits_in, const paddle::Tensor& offset_in,
+                                              const paddle::Tensor& lse_in, const paddle::Tensor& out_grad_in) {
+  const char* op = "adaptive_log_softmax_full_grad";
+  const paddle::Tensor logits = dense(logits_in), lse = dense(lse_in), out_grad = dense(out_grad_in);
+  const Rows r = rows_of(logits, op);
+  paddle::Tensor logits_grad = paddle::empty(logits.shape(), logits.dtype(), logits.place());
+  paddle::Tensor offset_grad = paddle::empty({r.m}, offset_in.dtype(), logits.place());
+  dispatch_floating(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    if (logits.is_cpu()) {
+      cpu::als_full_backward<T>(ptr<T>(logits), ptr<A>(lse), ptr<T>(out_grad), mutable_ptr<T>(logits_grad),
+                                mutable_ptr<T>(offset_grad), r.m, r.k);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      gpu::als_full_backward<T>(ptr<T>(logits), ptr<A>(lse), ptr<T>(out_grad), mutable_ptr<T>(logits_grad),
+                                mutable_ptr<T>(offset_grad), r.m, r.k, logits.stream());
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {logits_grad, offset_grad};
+}
+
+}  // namespace paddle_ext

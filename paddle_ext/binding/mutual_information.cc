@@ -1,0 +1,147 @@
+// mutual_information: validation and CPU/GPU dispatch. Registered by build/generated/mutual_information.ops.cc
+// (generated from ops/mutual_information.yaml), which includes this file.
+#include "paddle_ext/mutual_information.h"
+
+#include "paddle_ext/binding/common.h"
+
+namespace paddle_ext {
+namespace {
+
+struct MIShape {
+  int64_t B, S, T;
+  bool modified;
+};
+
+// The Python API has already checked all of this with clear Python exceptions.
+MIShape mi_shape(const paddle::Tensor& px, const paddle::Tensor& py, const paddle::optional<paddle::Tensor>& boundary,
+                 const char* op) {
+  PD_CHECK(px.shape().size() == 3 && py.shape().size() == 3, op, ": px and py must be 3-D");
+  const int64_t B = px.shape()[0], S = px.shape()[1], T = py.shape()[2];
+  PD_CHECK(py.shape()[0] == B && py.shape()[1] == S + 1, op, ": py must have shape [B, S+1, T]");
+  PD_CHECK(px.shape()[2] == T || px.shape()[2] == T + 1, op, ": px must have shape [B, S, T+1] or [B, S, T]");
+  PD_CHECK(px.dtype() == py.dtype(), op, ": px and py must have the same dtype");
+  check_same_place(px, py, op, "px", "py");
+  if (boundary) {
+    PD_CHECK(boundary->dtype() == paddle::DataType::INT64, op, ": boundary must be int64");
+    PD_CHECK(boundary->shape() == std::vector<int64_t>({B, 4}), op, ": boundary must have shape [B, 4]");
+    check_same_place(px, *boundary, op, "px", "boundary");
+  }
+  return {B, S, T, px.shape()[2] == T};
+}
+
+const int64_t* boundary_ptr(const paddle::optional<paddle::Tensor>& boundary, paddle::Tensor* holder,
+                            const MIShape& m, const char* op) {
+  if (!boundary) return nullptr;
+  *holder = dense(*boundary);
+  const int64_t* ptr = holder->data<int64_t>();
+  if (holder->is_cpu()) {  // on a GPU the kernel skips a bad row (ans = NaN) instead of reading out of bounds
+    const index_t bad = cpu::mutual_information_check_boundary(ptr, m.B, m.S, m.T);
+    PD_CHECK(bad < 0, op, ": boundary row ", bad, " breaks 0 <= s_begin <= s_end <= S, 0 <= t_begin <= t_end <= T");
+  }
+  return ptr;
+}
+
+template <typename Fn>
+void dispatch_float_double(paddle::DataType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case paddle::DataType::FLOAT32: return fn(TypeTag<float>{});
+    case paddle::DataType::FLOAT64: return fn(TypeTag<double>{});
+    default:
+      PD_THROW(op, ": unsupported dtype ", phi::DataTypeToString(dtype),
+               "; expected float32 or float64 (the Python API computes 16-bit types in float32)");
+  }
+}
+
+std::vector<paddle::Tensor> run_backward(const paddle::Tensor& px_in, const paddle::Tensor& py_in,
+                                         const paddle::optional<paddle::Tensor>& boundary, const paddle::Tensor& p_in,
+                                         const paddle::Tensor* ans_grad_in, const char* op) {
+  const paddle::Tensor px = dense(px_in), py = dense(py_in), p = dense(p_in);
+  const MIShape m = mi_shape(px, py, boundary, op);
+  PD_CHECK(p.shape() == std::vector<int64_t>({m.B, m.S + 1, m.T + 1}) && p.dtype() == paddle::DataType::FLOAT64, op,
+           ": p must be float64 of shape [B, S+1, T+1]");
+  paddle::Tensor bholder, ans_grad;
+  const int64_t* bptr = boundary_ptr(boundary, &bholder, m, op);
+  if (ans_grad_in != nullptr) {
+    ans_grad = dense(*ans_grad_in);
+    PD_CHECK(ans_grad.numel() == m.B, op, ": ans_grad must have B elements");
+  }
+  paddle::Tensor px_grad = paddle::empty(px.shape(), px.dtype(), px.place());
+  paddle::Tensor py_grad = paddle::empty(py.shape(), py.dtype(), py.place());
+  dispatch_float_double(px.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* ag = ans_grad_in != nullptr ? ptr<T>(ans_grad) : nullptr;
+    if (px.is_cpu()) {
+      cpu::mutual_information_backward<T>(ptr<T>(px), ptr<T>(py), bptr, ptr<mi_acc_t>(p), ag, mutable_ptr<T>(px_grad),
+                                          mutable_ptr<T>(py_grad), m.B, m.S, m.T, m.modified);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      gpu::mutual_information_backward<T>(ptr<T>(px), ptr<T>(py), bptr, ptr<mi_acc_t>(p), ag, mutable_ptr<T>(px_grad),
+                                          mutable_ptr<T>(py_grad), m.B, m.S, m.T, m.modified, px.stream());
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {px_grad, py_grad};
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> MutualInformationInferShape(const std::vector<int64_t>& px_shape,
+                                                              const std::vector<int64_t>& py_shape,
+                                                              const paddle::optional<std::vector<int64_t>>&) {
+  PD_CHECK(px_shape.size() == 3 && py_shape.size() == 3, "mutual_information: px and py must be 3-D");
+  const int64_t B = px_shape[0], S1 = py_shape[1], T = py_shape[2];
+  return {{B}, {B, S1, T < 0 ? -1 : T + 1}};
+}
+
+std::vector<paddle::DataType> MutualInformationInferDtype(const paddle::DataType& px, const paddle::DataType&,
+                                                         const paddle::optional<paddle::DataType>&) {
+  return {px, paddle::DataType::FLOAT64};
+}
+
+std::vector<std::vector<int64_t>> MutualInformationOccupationInferShape(
+    const std::vector<int64_t>& px_shape, const std::vector<int64_t>& py_shape,
+    const paddle::optional<std::vector<int64_t>>&, const std::vector<int64_t>&) {
+  return {px_shape, py_shape};
+}
+
+std::vector<paddle::Tensor> MutualInformationKernel(const paddle::Tensor& px_in, const paddle::Tensor& py_in,
+                                                    const paddle::optional<paddle::Tensor>& boundary) {
+  const char* op = "mutual_information";
+  const paddle::Tensor px = dense(px_in), py = dense(py_in);
+  const MIShape m = mi_shape(px, py, boundary, op);
+  paddle::Tensor bholder;
+  const int64_t* bptr = boundary_ptr(boundary, &bholder, m, op);
+  paddle::Tensor ans = paddle::empty({m.B}, px.dtype(), px.place());
+  paddle::Tensor p = paddle::empty({m.B, m.S + 1, m.T + 1}, paddle::DataType::FLOAT64, px.place());
+  dispatch_float_double(px.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (px.is_cpu()) {
+      cpu::mutual_information_forward<T>(ptr<T>(px), ptr<T>(py), bptr, mutable_ptr<mi_acc_t>(p), mutable_ptr<T>(ans), m.B,
+                                         m.S, m.T, m.modified);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      gpu::mutual_information_forward<T>(ptr<T>(px), ptr<T>(py), bptr, mutable_ptr<mi_acc_t>(p), mutable_ptr<T>(ans), m.B,
+                                         m.S, m.T, m.modified, px.stream());
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {ans, p};
+}
+
+std::vector<paddle::Tensor> MutualInformationGradKernel(const paddle::Tensor& px, const paddle::Tensor& py,
+                                                        const paddle::optional<paddle::Tensor>& boundary,
+                                                        const paddle::Tensor& p, const paddle::Tensor& ans_grad) {
+  return run_backward(px, py, boundary, p, &ans_grad, "mutual_information_grad");
+}
+
+std::vector<paddle::Tensor> MutualInformationOccupationKernel(const paddle::Tensor& px, const paddle::Tensor& py,
+                                                              const paddle::optional<paddle::Tensor>& boundary,
+                                                              const paddle::Tensor& p) {
+  return run_backward(px, py, boundary, p, nullptr, "mutual_information_occupation");
+}
+
+}  // namespace paddle_ext

@@ -1,0 +1,97 @@
+// mutual_information_recursion (k2 / fast_rnnt semantics): the cell updates shared by cpu/ and gpu/,
+// and the launcher declarations.
+//
+// Shapes: px [B, S, T1] with T1 = T + 1 (regular) or T1 = T (modified), py [B, S+1, T],
+// p [B, S+1, T+1] (float64), boundary [B, 4] rows (s_begin, t_begin, s_end, t_end) or null for (0, 0, S, T).
+//   forward   p[s_begin, t_begin] = 0
+//             regular   p[s,t] = log_add(p[s-1,t]   + px[s-1,t],   p[s,t-1] + py[s,t-1])
+//             modified  p[s,t] = log_add(p[s-1,t-1] + px[s-1,t-1], p[s,t-1] + py[s,t-1])
+//             terms from outside the box are -inf; ans[b] = p[s_end, t_end]; p outside the box = -inf.
+//   backward  g[s_end, t_end] = ans_grad[b] (1 when ans_grad is null: the occupation probabilities)
+//             px_grad[s,t] = g[s+1,t] (modified: g[s+1,t+1]) * exp(p[s,t] + px[s,t] - p[next])
+//             py_grad[s,t] = g[s,t+1] * exp(p[s,t] + py[s,t] - p[s,t+1])
+//             g[s,t] = px_grad[s,t] + py_grad[s,t]; a non-finite exp term counts as 0, so an
+//             unreachable end (ans = -inf) gives exactly zero grads; grads outside the box are 0.
+#pragma once
+
+#include "paddle_ext/common.h"
+
+#if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
+#include <cuda_runtime.h>
+#endif
+
+namespace paddle_ext {
+
+// p and every cell update are float64 for float32 inputs too: with values of a few hundred (long
+// lattices, large offsets) float32 p loses ~1e-5 absolute per cell, and the backward's
+// exp(p[s,t] + px - p[s+1,t]) turns that into 1e-3 relative error in the grads.
+using mi_acc_t = double;
+
+// log(exp(a) + exp(b)) with one NaN test: lo - hi is NaN only for (-inf, -inf) (gives -inf),
+// (+inf, +inf) (gives +inf) or a NaN input (propagates); lo = -inf gives hi + log1p(0) = hi.
+template <typename A>
+PE_HOSTDEVICE inline A mi_log_add(A a, A b) {
+  const A hi = a > b ? a : b;
+  const A d = (a > b ? b : a) - hi;
+  if (d != d) return a + b;
+  return hi + std::log1p(std::exp(d));
+}
+
+// exp(p_from + x - p_to), the share of p_to that came through this edge; 0 where not finite
+// (p_to = -inf: unreachable cell, whose grad must not become inf * 0 = NaN).
+template <typename A>
+PE_HOSTDEVICE inline A mi_edge_weight(A p_from, A x, A p_to) {
+  const A e = std::exp(p_from + x - p_to);
+  return (e == e && e != -neg_inf<A>()) ? e : A(0);
+}
+
+// One forward cell: from_s = p[s-1,t] + px[s-1,t] (modified: p[s-1,t-1] + px[s-1,t-1]),
+// from_t = p[s,t-1] + py[s,t-1]; either is -inf when it comes from outside the box.
+template <typename A>
+PE_HOSTDEVICE inline A mi_forward_cell(A from_s, A from_t) {
+  return mi_log_add(from_s, from_t);
+}
+
+struct MIBox {
+  index_t s_begin, t_begin, s_end, t_end;
+};
+
+// The box of batch item b (boundary may be null).
+PE_HOSTDEVICE inline MIBox mi_box(const int64_t* boundary, index_t b, index_t S, index_t T) {
+  if (boundary == nullptr) return {0, 0, S, T};
+  const int64_t* r = boundary + 4 * b;
+  return {r[0], r[1], r[2], r[3]};
+}
+
+PE_HOSTDEVICE inline bool mi_box_valid(const MIBox& x, index_t S, index_t T) {
+  return 0 <= x.s_begin && x.s_begin <= x.s_end && x.s_end <= S && 0 <= x.t_begin && x.t_begin <= x.t_end &&
+         x.t_end <= T;
+}
+
+namespace cpu {
+// Returns the index of the first invalid boundary row, or -1.
+index_t mutual_information_check_boundary(const int64_t* boundary, index_t B, index_t S, index_t T);
+
+template <typename T>
+void mutual_information_forward(const T* px, const T* py, const int64_t* boundary, mi_acc_t* p, T* ans, index_t B,
+                                index_t S, index_t T_, bool modified);
+// ans_grad may be null (all ones).
+template <typename T>
+void mutual_information_backward(const T* px, const T* py, const int64_t* boundary, const mi_acc_t* p,
+                                 const T* ans_grad, T* px_grad, T* py_grad, index_t B, index_t S, index_t T_,
+                                 bool modified);
+}  // namespace cpu
+
+#if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
+namespace gpu {  // launchers in gpu/mutual_information.cu; T is float or double
+template <typename T>
+void mutual_information_forward(const T* px, const T* py, const int64_t* boundary, mi_acc_t* p, T* ans, index_t B,
+                                index_t S, index_t T_, bool modified, cudaStream_t stream);
+template <typename T>
+void mutual_information_backward(const T* px, const T* py, const int64_t* boundary, const mi_acc_t* p,
+                                 const T* ans_grad, T* px_grad, T* py_grad, index_t B, index_t S, index_t T_,
+                                 bool modified, cudaStream_t stream);
+}  // namespace gpu
+#endif
+
+}  // namespace paddle_ext

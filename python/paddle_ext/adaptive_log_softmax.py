@@ -1,0 +1,333 @@
+"""paddle_ext.adaptive_log_softmax: the fused per-cluster ops and the adaptive softmax built on them.
+
+The public layer is ``paddle_ext.nn.AdaptiveLogSoftmaxWithLoss`` and the functional form
+``paddle_ext.nn.functional.adaptive_log_softmax_with_loss``; both run on the two ops here:
+
+* ``adaptive_log_softmax_target(logits, target)``: ``logits[m, target[m]] - logsumexp(logits[m])``,
+  without materialising the ``[M, K]`` log-softmax; its grad is ``(onehot - softmax) * out_grad``
+  (so the loss ``-out`` gets PyTorch's ``softmax - onehot``).
+* ``adaptive_log_softmax_full(logits, offset)``: ``logits - logsumexp(row) + offset[:, None]``
+  (the full log-probabilities of one cluster, for ``log_prob`` and ``predict``).
+
+Every matmul stays on Paddle's ``matmul``/``linear``. Paddle's own CPU ``log_softmax`` is O(K^2) per row
+on wide rows (DESIGN.md §7), so nothing here uses it. Each cluster is computed only for the rows whose
+label falls in it (``nonzero`` + ``gather``/``scatter_nd``), which works with empty clusters in
+dygraph, in static programs and in exported models alike.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import paddle
+import paddle.nn.functional as F
+
+from . import _library
+from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
+
+_OP = "adaptive_log_softmax_with_loss"
+
+
+class LabelOutOfRangeError(IndexError, ValueError):
+    """A label outside [0, n_classes): an IndexError, and a ValueError as Paddle raises."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# The fused ops
+
+
+def _check_logits(logits, op):
+    check_tensor(logits, "logits", op)
+    if logits.dtype not in FLOATING_DTYPES:
+        raise TypeError(f"{op}: logits must be float16, bfloat16, float32 or float64, got {dtype_name(logits.dtype)}")
+    if len(logits.shape) != 2:
+        raise ValueError(f"{op}: logits must be 2-D [M, K], got shape {list(logits.shape)}")
+
+
+def _as_int64(label, arg, op):
+    check_tensor(label, arg, op)
+    if label.dtype not in INTEGER_DTYPES:
+        raise TypeError(f"{op}: {arg} must be an integer tensor, got {dtype_name(label.dtype)}")
+    return label if label.dtype == paddle.int64 else paddle.cast(label, "int64")
+
+
+def _dims_known(*dims):
+    """Static sizes only: -1/None in a static program, a Tensor under to_static with a dynamic batch."""
+    return all(isinstance(d, int) and d >= 0 for d in dims)
+
+
+def adaptive_log_softmax_target(logits, target, name=None):
+    """``logits[m, target[m]] - logsumexp(logits[m, :])`` for each row m of ``logits`` [M, K].
+
+    Args:
+        logits (Tensor): [M, K] float16, bfloat16, float32 or float64.
+        target (Tensor): [M] integer class indices in ``[0, K)``.
+
+    Returns:
+        Tensor [M] in ``logits``' dtype: the target log-probabilities. Differentiable in ``logits``.
+    """
+    op = "adaptive_log_softmax_target"
+    _check_logits(logits, op)
+    target = _as_int64(target, "target", op)
+    if len(target.shape) != 1:
+        raise ValueError(f"{op}: target must be 1-D [M], got shape {list(target.shape)}")
+    m, k = logits.shape
+    if _dims_known(m, target.shape[0]) and m != target.shape[0]:
+        raise ValueError(f"{op}: target has {target.shape[0]} rows but logits has {m}")
+    if paddle.in_dynamic_mode() and target.shape[0] > 0:
+        lo, hi = int(target.min()), int(target.max())
+        if lo < 0 or hi >= k:
+            bad = lo if lo < 0 else hi
+            raise LabelOutOfRangeError(f"{op}: target value {bad} is out of range [0, {k})")
+    out, _ = _library.ops().adaptive_log_softmax_target(logits, target)
+    return out
+
+
+def adaptive_log_softmax_full(logits, offset=None, name=None):
+    """``logits - logsumexp(logits, axis=1, keepdim=True) + offset[:, None]``: log-softmax of each row of
+    ``logits`` [M, K] shifted by ``offset`` [M] (zeros when None), in one pass after the row reduction.
+
+    Differentiable in ``logits`` and ``offset``.
+    """
+    op = "adaptive_log_softmax_full"
+    _check_logits(logits, op)
+    if offset is None:
+        offset = paddle.zeros_like(logits[:, 0])
+        offset.stop_gradient = True
+    else:
+        check_tensor(offset, "offset", op)
+        if len(offset.shape) != 1:
+            raise ValueError(f"{op}: offset must be 1-D [M], got shape {list(offset.shape)}")
+        if _dims_known(logits.shape[0], offset.shape[0]) and logits.shape[0] != offset.shape[0]:
+            raise ValueError(f"{op}: offset has {offset.shape[0]} rows but logits has {logits.shape[0]}")
+        if offset.dtype != logits.dtype:
+            offset = paddle.cast(offset, logits.dtype)
+    out, _ = _library.ops().adaptive_log_softmax_full(logits, offset)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Argument checks shared by the layer and the functional form
+
+
+def check_cutoffs(cutoffs, n_classes, where: str, functional: bool) -> list[int]:
+    """The layer takes cutoffs < n_classes (n_classes is appended, as in Paddle); the functional form
+    takes the full list, ending in n_classes."""
+    try:
+        values = list(cutoffs)
+    except TypeError:
+        raise ValueError(f"{where}: cutoffs must be a sequence of ints, got {cutoffs!r}") from None
+    if not values:
+        raise ValueError(f"{where}: cutoffs must not be empty")
+    out = []
+    for c in values:
+        if isinstance(c, paddle.Tensor) and c.size == 1 and c.dtype in INTEGER_DTYPES and paddle.in_dynamic_mode():
+            c = int(c)
+        if isinstance(c, bool) or not isinstance(c, numbers.Integral):
+            raise ValueError(f"{where}: cutoffs must be ints, got {c!r} in {values!r}")
+        out.append(int(c))
+    for a, b in zip(out, out[1:]):
+        if b <= a:
+            raise ValueError(f"{where}: cutoffs must be strictly increasing, got {out!r}")
+    if out[0] <= 0:
+        raise ValueError(f"{where}: cutoffs must be positive, got {out!r}")
+    if functional:
+        if n_classes is not None and out[-1] != n_classes:
+            raise ValueError(f"{where}: cutoffs must end in n_classes={n_classes}, got {out!r}")
+    elif out[-1] > n_classes - 1:
+        raise ValueError(f"{where}: every cutoff must be between 1 and n_classes - 1 = {n_classes - 1}, got {out!r}")
+    return out
+
+
+def _check_input_label(input, label, in_features, where):
+    check_tensor(input, "input", where)
+    if input.dtype not in FLOATING_DTYPES:
+        raise TypeError(f"{where}: input must be float16, bfloat16, float32 or float64, got {dtype_name(input.dtype)}")
+    if len(input.shape) not in (1, 2):
+        raise ValueError(f"{where}: input must be 1-D [in_features] or 2-D [N, in_features], got shape "
+                         f"{list(input.shape)}")
+    if _dims_known(input.shape[-1]) and input.shape[-1] != in_features:
+        raise ValueError(f"{where}: input has {input.shape[-1]} features (shape {list(input.shape)}), "
+                         f"expected in_features={in_features}")
+    if label is None:
+        return None
+    label = _as_int64(label, "label", where)
+    if len(input.shape) == 2 and len(label.shape) != 1:
+        raise ValueError(f"{where}: a 2-D input needs a 1-D label, got label shape {list(label.shape)}")
+    if len(input.shape) == 1 and len(label.shape) != 0:
+        raise ValueError(f"{where}: a 1-D (unbatched) input needs a 0-D label, got label shape {list(label.shape)}")
+    if len(input.shape) == 2 and _dims_known(input.shape[0], label.shape[0]) and input.shape[0] != label.shape[0]:
+        raise ValueError(f"{where}: input has batch size {input.shape[0]} but label has {label.shape[0]}")
+    return label
+
+
+def _check_label_range(label, n_classes, where):
+    if paddle.in_dynamic_mode() and label.size > 0:
+        lo, hi = int(label.min()), int(label.max())
+        if lo < 0 or hi >= n_classes:
+            bad = lo if lo < 0 else hi
+            raise LabelOutOfRangeError(f"{where}: label value {bad} is out of range [0, {n_classes})")
+
+
+def _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, where):
+    shortlist, n_clusters = cutoffs[0], len(cutoffs) - 1
+    check_tensor(head_weight, "head_weight", where)
+    if list(head_weight.shape) != [in_features, shortlist + n_clusters]:
+        raise ValueError(f"{where}: head_weight has shape {list(head_weight.shape)}, expected "
+                         f"[{in_features}, {shortlist + n_clusters}] (in_features, cutoffs[0] + n_clusters)")
+    if head_bias is not None:
+        check_tensor(head_bias, "head_bias", where)
+        if list(head_bias.shape) != [shortlist + n_clusters]:
+            raise ValueError(f"{where}: head_bias has shape {list(head_bias.shape)}, expected "
+                             f"[{shortlist + n_clusters}]")
+    if len(tail_weights) != n_clusters:
+        raise ValueError(f"{where}: tail_weights has {len(tail_weights)} clusters, cutoffs {cutoffs} give {n_clusters}")
+    for i, pair in enumerate(tail_weights):
+        if len(pair) != 2:
+            raise ValueError(f"{where}: tail_weights[{i}] must be [W1, W2], got {len(pair)} tensors")
+        w1, w2 = pair
+        check_tensor(w1, f"tail_weights[{i}][0]", where)
+        check_tensor(w2, f"tail_weights[{i}][1]", where)
+        size = cutoffs[i + 1] - cutoffs[i]
+        if len(w1.shape) != 2 or w1.shape[0] != in_features:
+            raise ValueError(f"{where}: tail_weights[{i}][0] has shape {list(w1.shape)}, expected [{in_features}, hsz]")
+        if i == n_clusters - 1 and len(w2.shape) == 2 and w2.shape[0] == w1.shape[1] and w2.shape[1] != size:
+            raise ValueError(f"{where}: cutoffs must end in n_classes = {cutoffs[i] + w2.shape[1]} (tail_weights[{i}][1] "
+                             f"has {w2.shape[1]} columns for classes from {cutoffs[i]}), got {cutoffs}")
+        if list(w2.shape) != [w1.shape[1], size]:
+            raise ValueError(f"{where}: tail_weights[{i}][1] has shape {list(w2.shape)}, expected "
+                             f"[{w1.shape[1]}, {size}] (cluster {i} holds classes [{cutoffs[i]}, {cutoffs[i + 1]}))")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The computation
+
+
+def _compute_dtype(dtype):
+    return paddle.float32 if dtype in (paddle.float16, paddle.bfloat16) else dtype
+
+
+def _cast(t, dtype):
+    return t if t is None or t.dtype == dtype else paddle.cast(t, dtype)
+
+
+def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias):
+    """[N] log p(label | input) for a 2-D input, in the compute dtype."""
+    ops = _library.ops()
+    shortlist = cutoffs[0]
+    head = F.linear(input, head_weight, head_bias)
+    # The head column of each row: its label in the shortlist, else shortlist + (cluster index - 1).
+    cluster = paddle.zeros_like(label)
+    for c in cutoffs[:-1]:
+        cluster = cluster + (label >= c).astype("int64")
+    head_target = paddle.where(cluster == 0, label, cluster + (shortlist - 1))
+    output, _ = ops.adaptive_log_softmax_target(head, head_target)
+    for i in range(len(cutoffs) - 1):
+        low, high = cutoffs[i], cutoffs[i + 1]
+        rows = paddle.nonzero((label >= low) & (label < high))  # [k, 1]
+        if paddle.in_dynamic_mode() and rows.shape[0] == 0:
+            continue  # no label in this cluster: nothing to compute (static graphs run it on 0 rows)
+        flat = rows.reshape([-1])
+        hidden = paddle.matmul(paddle.gather(input, flat), tail_weights[i][0])
+        logits = paddle.matmul(hidden, tail_weights[i][1])
+        local, _ = ops.adaptive_log_softmax_target(logits, paddle.gather(label, flat) - low)
+        output = paddle.scatter_nd_add(output, rows, local)
+    return output
+
+
+def _full_log_prob(input, head, tail_weights, cutoffs):
+    """[N, n_classes] log-probabilities, from the input and its head logits."""
+    ops = _library.ops()
+    shortlist = cutoffs[0]
+    zeros = paddle.zeros_like(head[:, 0])
+    zeros.stop_gradient = True
+    head_lp, _ = ops.adaptive_log_softmax_full(head, zeros)
+    pieces = [head_lp[:, :shortlist]]
+    for i in range(len(cutoffs) - 1):
+        logits = paddle.matmul(paddle.matmul(input, tail_weights[i][0]), tail_weights[i][1])
+        lp, _ = ops.adaptive_log_softmax_full(logits, head_lp[:, shortlist + i])
+        pieces.append(lp)
+    return paddle.concat(pieces, axis=1) if len(pieces) > 1 else pieces[0]
+
+
+def _prepare(input, head_weight, tail_weights, head_bias):
+    dtype = _compute_dtype(input.dtype)
+    input = _cast(input, dtype)
+    head_weight = _cast(head_weight, dtype)
+    head_bias = _cast(head_bias, dtype)
+    tail_weights = [[_cast(w, dtype) for w in pair] for pair in tail_weights]
+    return input, head_weight, tail_weights, head_bias
+
+
+def adaptive_log_softmax_with_loss(input, label, head_weight, tail_weights, cutoffs, head_bias=None, name=None):
+    """Adaptive softmax log-likelihood (Grave et al. 2017), Paddle 3.3.1's signature.
+
+    Args:
+        input (Tensor): [N, in_features], or [in_features] with a 0-D ``label`` (unbatched).
+        label (Tensor): [N] (or 0-D) integer classes in ``[0, n_classes)``, sorted by frequency.
+        head_weight (Tensor): [in_features, cutoffs[0] + n_clusters].
+        tail_weights (list): per tail cluster i, ``[W1 [in_features, hsz_i], W2 [hsz_i, cutoffs[i+1] - cutoffs[i]]]``.
+        cutoffs (Sequence[int]): the FULL list of cluster boundaries, strictly increasing and ending in
+            ``n_classes`` (as the layer passes ``[*cutoffs, n_classes]``).
+        head_bias (Tensor|None): [cutoffs[0] + n_clusters], or None.
+
+    Returns:
+        (output, loss): output [N] (0-D when unbatched) the log-probability of each label, loss the
+        mean negative log-likelihood, both in ``input``'s dtype.
+    """
+    cutoffs = check_cutoffs(cutoffs, None, _OP, functional=True)
+    check_tensor(head_weight, "head_weight", _OP)
+    in_features = head_weight.shape[0]
+    label = _check_input_label(input, label, in_features, _OP)
+    _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, _OP)
+    _check_label_range(label, cutoffs[-1], _OP)
+    return adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias)
+
+
+def adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias=None):
+    """The computation of adaptive_log_softmax_with_loss on arguments already validated (by the layer)."""
+    batched = len(input.shape) == 2
+    out_dtype = input.dtype
+    x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
+    if not batched:
+        x, label = x.unsqueeze(0), label.unsqueeze(0)
+    output = _target_log_prob(x, label, head_weight, tail_weights, cutoffs, head_bias)
+    loss = (-output).mean()
+    if not batched:
+        output = output.squeeze(0)
+    return _cast(output, out_dtype), _cast(loss, out_dtype)
+
+
+def adaptive_log_prob(input, head_weight, tail_weights, cutoffs, head_bias=None):
+    """[N, n_classes] (or [n_classes]) log-probabilities of every class, in ``input``'s dtype."""
+    out_dtype = input.dtype
+    batched = len(input.shape) == 2
+    x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
+    if not batched:
+        x = x.unsqueeze(0)
+    out = _full_log_prob(x, F.linear(x, head_weight, head_bias), tail_weights, cutoffs)
+    if not batched:
+        out = out.squeeze(0)
+    return _cast(out, out_dtype)
+
+
+def adaptive_predict(input, head_weight, tail_weights, cutoffs, head_bias=None):
+    """[N] (or 0-D) int64: argmax of the log-probabilities. In dygraph the full distribution is computed
+    only for the rows whose head argmax is a cluster (a shortlist argmax already beats every cluster
+    member); a static graph computes it for every row, since Paddle's inference kernels (oneDNN concat)
+    crash on the empty batch that the row selection can produce."""
+    batched = len(input.shape) == 2
+    x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
+    if not batched:
+        x = x.unsqueeze(0)
+    head = F.linear(x, head_weight, head_bias)
+    if not paddle.in_dynamic_mode():
+        pred = paddle.argmax(_full_log_prob(x, head, tail_weights, cutoffs), axis=1)
+    else:
+        pred = paddle.argmax(head, axis=1)
+        rows = paddle.nonzero(pred >= cutoffs[0])
+        if rows.shape[0] > 0:
+            flat = rows.reshape([-1])
+            lp = _full_log_prob(paddle.gather(x, flat), paddle.gather(head, flat), tail_weights, cutoffs)
+            pred = paddle.scatter(pred, flat, paddle.argmax(lp, axis=1))
+    return pred if batched else pred.squeeze(0)

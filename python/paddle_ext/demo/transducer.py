@@ -1,0 +1,187 @@
+"""Speech-style transduction: a tiny transducer (encoder + predictor + joiner) trained with the RNN-T losses.
+
+The task is generated: a symbol sequence (no immediate repeats) is "spoken" as noisy frames, each
+symbol lasting 2-4 frames with 0-2 frames of silence around it, so the alignment is unknown and the
+model has to learn it. Training follows k2's pruned recipe: first ``rnnt_loss_simple`` alone (an
+additive joiner on projections of the encoder and predictor outputs), then ``rnnt_loss_simple`` plus
+``rnnt_loss_pruned`` on the full (non-linear) joiner, evaluated only inside the ranges that
+``get_rnnt_prune_ranges`` picks from the simple loss's occupation grads. The metric is the greedy-
+decoding symbol error rate (edit distance / reference length) on held-out utterances.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import paddle
+
+import paddle_ext
+
+from . import DemoTask, TaskResult
+from .export import export_and_compare
+
+VOCAB = 8  # symbol 0 is the blank; real symbols 1..7
+FEAT = 16
+HIDDEN = 64
+BLANK = 0
+S_RANGE = 3
+
+
+def make_batch(n: int, rng: np.random.Generator, prototypes: np.ndarray, max_symbols=6, noise=0.6):
+    """(frames [n, T, FEAT], symbols [n, S], boundary [n, 4]) padded; symbols padded with 1s (masked by boundary)."""
+    seqs, feats = [], []
+    for _ in range(n):
+        length = int(rng.integers(2, max_symbols + 1))
+        seq = [int(rng.integers(1, VOCAB))]
+        while len(seq) < length:
+            s = int(rng.integers(1, VOCAB))
+            if s != seq[-1]:
+                seq.append(s)
+        frames = []
+        for s in seq:
+            frames += [BLANK] * int(rng.integers(0, 3)) + [s] * int(rng.integers(2, 5))
+        frames += [BLANK] * int(rng.integers(0, 3))
+        feats.append(prototypes[frames] + noise * rng.normal(size=(len(frames), FEAT)))
+        seqs.append(seq)
+    T = max(len(f) for f in feats)
+    S = max(len(s) for s in seqs)
+    x = np.zeros((n, T, FEAT), np.float32)
+    symbols = np.ones((n, S), np.int64)
+    boundary = np.zeros((n, 4), np.int64)
+    for i, (f, s) in enumerate(zip(feats, seqs)):
+        x[i, :len(f)] = f
+        symbols[i, :len(s)] = s
+        boundary[i] = (0, 0, len(s), len(f))
+    return x, symbols, boundary
+
+
+class Transducer(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.enc_in = paddle.nn.Linear(FEAT, HIDDEN)
+        self.enc_conv = paddle.nn.Conv1D(HIDDEN, HIDDEN, 5, padding=2)  # sees +-2 frames
+        self.pred_emb = paddle.nn.Embedding(VOCAB, HIDDEN)  # stateless predictor: the last symbol
+        self.am_proj = paddle.nn.Linear(HIDDEN, VOCAB)  # the simple loss's additive joiner
+        self.lm_proj = paddle.nn.Linear(HIDDEN, VOCAB)
+        self.join_enc = paddle.nn.Linear(HIDDEN, HIDDEN)  # the full joiner
+        self.join_pred = paddle.nn.Linear(HIDDEN, HIDDEN)
+        self.join_out = paddle.nn.Linear(HIDDEN, VOCAB)
+
+    def encode(self, x):
+        h = paddle.tanh(self.enc_in(x))  # [B, T, H]
+        return paddle.tanh(self.enc_conv(h.transpose([0, 2, 1])).transpose([0, 2, 1])) + h
+
+    def predict(self, symbols):
+        """Predictor outputs for contexts [blank] + symbols: [B, S+1, H]."""
+        context = paddle.concat([paddle.full([symbols.shape[0], 1], BLANK, dtype="int64"), symbols], axis=1)
+        return paddle.tanh(self.pred_emb(context))
+
+    def joiner(self, enc, pred):
+        return self.join_out(paddle.tanh(self.join_enc(enc) + self.join_pred(pred)))
+
+
+class Scorer(paddle.nn.Layer):
+    """What gets exported: per-utterance negative log-likelihood under the additive joiner
+    (rnnt_loss_simple, reduction 'none') and the encoder's frame-level symbol logits."""
+
+    def __init__(self, model: Transducer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, symbols, boundary):
+        enc = self.model.encode(x)
+        am = self.model.am_proj(enc)
+        lm = self.model.lm_proj(self.model.predict(symbols))
+        nll = paddle_ext.rnnt_loss_simple(lm, am, symbols, BLANK, boundary, reduction="none")
+        return nll, am
+
+
+def greedy_decode(model: Transducer, x: np.ndarray, boundary: np.ndarray, max_per_frame: int = 3):
+    """Frame-synchronous greedy search with the full joiner, batched; returns lists of symbols."""
+    B, T, _ = x.shape
+    with paddle.no_grad():
+        enc = model.encode(paddle.to_tensor(x))  # [B, T, H]
+        enc_j = model.join_enc(enc)
+        last = np.full(B, BLANK, np.int64)
+        hyps = [[] for _ in range(B)]
+        for t in range(T):
+            active = t < boundary[:, 3]
+            for _ in range(max_per_frame):
+                pred = model.join_pred(paddle.tanh(model.pred_emb(paddle.to_tensor(last))))
+                logits = model.join_out(paddle.tanh(enc_j[:, t] + pred))
+                best = logits.argmax(-1).numpy()
+                emit = active & (best != BLANK)
+                if not emit.any():
+                    break
+                for b in np.nonzero(emit)[0]:
+                    hyps[b].append(int(best[b]))
+                last = np.where(emit, best, last)
+                active = emit
+    return hyps
+
+
+def edit_distance(a, b) -> int:
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+def symbol_error_rate(model, x, symbols, boundary) -> float:
+    hyps = greedy_decode(model, x, boundary)
+    refs = [list(symbols[i, :boundary[i, 2]]) for i in range(len(hyps))]
+    return sum(edit_distance(h, r) for h, r in zip(hyps, refs)) / sum(len(r) for r in refs)
+
+
+def train_step(model, x, symbols, boundary, pruned: bool):
+    enc = model.encode(x)
+    pred = model.predict(symbols)
+    simple, (px_grad, py_grad) = paddle_ext.rnnt_loss_simple(model.lm_proj(pred), model.am_proj(enc), symbols, BLANK,
+                                                             boundary, reduction="mean", return_grad=True)
+    if not pruned:
+        return simple, simple
+    ranges = paddle_ext.get_rnnt_prune_ranges(px_grad, py_grad, boundary, S_RANGE)
+    enc_p, pred_p = paddle_ext.do_rnnt_pruning(model.join_enc(enc), model.join_pred(pred), ranges)
+    logits = model.join_out(paddle.tanh(enc_p + pred_p))  # [B, T, S_RANGE, VOCAB]
+    pruned_loss = paddle_ext.rnnt_loss_pruned(logits, symbols, ranges, BLANK, boundary, reduction="mean")
+    return 0.5 * simple + pruned_loss, pruned_loss
+
+
+def run(steps: int, seed: int, out_dir, log=print) -> TaskResult:
+    rng = np.random.default_rng(seed)
+    paddle.seed(seed)
+    prototypes = rng.normal(size=(VOCAB, FEAT)).astype(np.float32)
+    prototypes[BLANK] *= 0.3  # silence: quieter frames
+    x_test, s_test, b_test = make_batch(200, rng, prototypes)
+    model = Transducer()
+    opt = paddle.optimizer.Adam(learning_rate=3e-3, parameters=model.parameters())
+    before = symbol_error_rate(model, x_test, s_test, b_test)
+    log(f"   {len(x_test)} held-out utterances, vocab {VOCAB - 1} + blank; greedy symbol error rate {before:.3f}")
+    losses, start = [], time.perf_counter()
+    warmup = steps // 2
+    for step in range(steps):
+        x, symbols, boundary = (paddle.to_tensor(a) for a in make_batch(32, rng, prototypes))
+        loss, shown = train_step(model, x, symbols, boundary, pruned=step >= warmup)
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        losses.append(float(loss))
+        if step % max(1, steps // 6) == 0 or step == steps - 1 or step == warmup:
+            if step < warmup:
+                log(f"   step {step:4d}  rnnt_loss_simple {losses[-1]:.4f}")
+            else:
+                log(f"   step {step:4d}  0.5 * simple + pruned {losses[-1]:.4f} (rnnt_loss_pruned {float(shown):.4f})")
+    train_seconds = time.perf_counter() - start
+    after = symbol_error_rate(model, x_test, s_test, b_test)
+    log(f"   greedy symbol error rate {before:.3f} -> {after:.3f}")
+    scorer = Scorer(model)
+    diff = export_and_compare(scorer, {"x": x_test[:16], "symbols": s_test[:16], "boundary": b_test[:16]}, out_dir,
+                              log)
+    return TaskResult("transducer", "greedy symbol error rate", before, after, train_seconds, diff < 1e-4, diff,
+                      losses, extra={"s_range": S_RANGE, "warmup_steps": warmup})
+
+
+TASK = DemoTask("transducer", "tiny transducer: rnnt_loss_simple then rnnt_loss_pruned", 400, run)

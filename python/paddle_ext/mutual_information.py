@@ -1,0 +1,101 @@
+"""paddle_ext.mutual_information_recursion: the k2 / fast_rnnt lattice recursion behind RNN-T losses."""
+
+from __future__ import annotations
+
+import paddle
+
+from . import _library
+from ._checks import FLOATING_DTYPES, check_tensor, dtype_name
+
+def _dim_known(d) -> bool:
+    return d is not None and int(d) >= 0
+
+
+@paddle.jit.not_to_static
+def check_boundary(boundary, B, S, T, op="mutual_information_recursion", arg="boundary"):
+    """Type/shape checks always; value checks where the values are known (dygraph)."""
+    if boundary is None:
+        return None
+    check_tensor(boundary, arg, op)
+    if boundary.dtype != paddle.int64:
+        raise TypeError(f"{op}: {arg} must be int64, got {dtype_name(boundary.dtype)}")
+    shape = list(boundary.shape)
+    if len(shape) != 2 or shape[1] != 4 or (_dim_known(shape[0]) and _dim_known(B) and shape[0] != B):
+        raise ValueError(f"{op}: {arg} must have shape [B, 4] = [{B}, 4], got {shape}")
+    if paddle.in_dynamic_mode():
+        rows = boundary.numpy()
+        for b, (s_begin, t_begin, s_end, t_end) in enumerate(rows.tolist()):
+            if not 0 <= s_begin <= s_end <= S:
+                raise ValueError(f"{op}: {arg} row {b} = {[s_begin, t_begin, s_end, t_end]} breaks "
+                                 f"0 <= s_begin <= s_end <= S (S = {S})")
+            if not 0 <= t_begin <= t_end <= T:
+                raise ValueError(f"{op}: {arg} row {b} = {[s_begin, t_begin, s_end, t_end]} breaks "
+                                 f"0 <= t_begin <= t_end <= T (T = {T})")
+    return boundary
+
+
+@paddle.jit.not_to_static
+def check_px_py(px, py, op="mutual_information_recursion"):
+    """Returns (B, S, T, modified) after checking shapes and dtypes."""
+    check_tensor(px, "px", op)
+    check_tensor(py, "py", op)
+    if len(px.shape) != 3 or len(py.shape) != 3:
+        raise ValueError(f"{op}: px and py must be 3-D ([B, S, T+1] or [B, S, T], and [B, S+1, T]); "
+                         f"got px {list(px.shape)}, py {list(py.shape)}")
+    if px.dtype not in FLOATING_DTYPES:
+        raise TypeError(f"{op}: px must be a floating tensor, got {dtype_name(px.dtype)}")
+    if py.dtype != px.dtype:
+        raise TypeError(f"{op}: py must have px's dtype {dtype_name(px.dtype)}, got {dtype_name(py.dtype)}")
+    B, S, T1 = px.shape
+    By, S1, T = py.shape
+    if _dim_known(B) and _dim_known(By) and B != By:
+        raise ValueError(f"{op}: px and py must have the same batch size, got {B} and {By}")
+    if _dim_known(S) and _dim_known(S1) and S1 != S + 1:
+        raise ValueError(f"{op}: py must have shape [B, S+1, T] for px of shape {list(px.shape)}, got {list(py.shape)}")
+    if not (_dim_known(T1) and _dim_known(T)):
+        raise ValueError(f"{op}: the T dimension of px and py must be known, got px {list(px.shape)}, py {list(py.shape)}")
+    if T1 not in (T, T + 1):
+        raise ValueError(f"{op}: px's last dim must be T+1 = {T + 1} (regular) or T = {T} (modified), got {T1}")
+    return B, S, T, T1 == T
+
+
+def mutual_information_recursion(px, py, boundary=None, return_grad=False, name=None):
+    """The log-add recursion of k2's ``mutual_information_recursion``.
+
+    ``p[b, s_begin, t_begin] = 0``; regular (px ``[B, S, T+1]``):
+    ``p[s,t] = log_add(p[s-1,t] + px[s-1,t], p[s,t-1] + py[s,t-1])``; modified (px ``[B, S, T]``):
+    ``p[s,t] = log_add(p[s-1,t-1] + px[s-1,t-1], p[s,t-1] + py[s,t-1])``; terms from outside the box
+    are -inf.
+
+    Args:
+        px (Tensor): ``[B, S, T+1]`` or ``[B, S, T]``, float16/bfloat16/float32/float64 (16-bit types
+            are computed in float32).
+        py (Tensor): ``[B, S+1, T]``, px's dtype.
+        boundary (Tensor|None): int64 ``[B, 4]`` rows ``(s_begin, t_begin, s_end, t_end)`` with
+            ``0 <= s_begin <= s_end <= S`` and ``0 <= t_begin <= t_end <= T``; default ``(0, 0, S, T)``.
+        return_grad (bool): also return ``(px_grad, py_grad)``, the grads of ``ans.sum()`` (occupation
+            probabilities), as non-differentiable tensors.
+        name: unused, for API compatibility.
+
+    Returns:
+        ``ans`` of shape ``[B]`` = ``p[b, s_end, t_end]``, or ``(ans, (px_grad, py_grad))``.
+    """
+    _B, S, T, _modified = check_px_py(px, py)
+    boundary = check_boundary(boundary, px.shape[0], S, T)
+    dtype = px.dtype
+    if dtype in (paddle.float16, paddle.bfloat16):
+        px, py = px.astype("float32"), py.astype("float32")
+    ans, p = _library.ops().mutual_information(px, py, boundary)
+    if dtype != ans.dtype:
+        ans = ans.astype(dtype)
+    if not return_grad:
+        return ans
+    px_grad, py_grad = _library.ops().mutual_information_occupation(px.detach(), py.detach(), boundary, p.detach())
+    if dtype != px_grad.dtype:
+        px_grad, py_grad = px_grad.astype(dtype), py_grad.astype(dtype)
+    px_grad.stop_gradient = True
+    py_grad.stop_gradient = True
+    return ans, (px_grad, py_grad)
+
+
+__all__ = ["mutual_information_recursion"]

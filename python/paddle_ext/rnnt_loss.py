@@ -1,0 +1,473 @@
+"""RNN-T losses on top of ``mutual_information_recursion``: k2 / fast_rnnt's rnnt_loss_simple,
+rnnt_loss_smoothed, rnnt_loss, the pruning helpers and rnnt_loss_pruned, in Paddle ops.
+
+Each loss reduces the transducer lattice to the compact form ``px [B, S, T+1]`` (symbol
+emissions; ``[B, S, T]`` for rnnt_type 'modified'/'constrained') and ``py [B, S+1, T]``
+(termination/blank emissions), then runs the recursion; the loss is ``-ans``.
+Everything here works unchanged in dygraph and static mode; checks that need the values of
+``boundary`` (and the s_range adjustment of ``get_rnnt_prune_ranges``) run in dygraph only.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import numpy as np
+import paddle
+
+from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
+from .mutual_information import check_boundary, mutual_information_recursion
+
+RNNT_TYPES = ("regular", "modified", "constrained")
+REDUCTIONS = ("none", "mean", "sum")
+
+
+# ---------------------------------------------------------------------------------------------
+# argument checks
+
+
+@paddle.jit.not_to_static
+def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type):
+    check_tensor(symbols, "symbols", op)
+    if symbols.dtype not in INTEGER_DTYPES:
+        raise TypeError(f"{op}: symbols must be an integer tensor, got {dtype_name(symbols.dtype)}")
+    if list(symbols.shape) != [B, S]:
+        raise ValueError(f"{op}: symbols must have shape [B, S] = [{B}, {S}], got {list(symbols.shape)}")
+    if isinstance(termination_symbol, bool) or not isinstance(termination_symbol, numbers.Integral) \
+            or not 0 <= termination_symbol < C:
+        raise ValueError(f"{op}: termination_symbol must be an int in [0, {C}), got {termination_symbol!r}")
+    if rnnt_type not in RNNT_TYPES:
+        raise ValueError(f"{op}: rnnt_type must be one of {RNNT_TYPES}, got {rnnt_type!r}")
+    check_boundary(boundary, B, S, T, op)
+    if paddle.in_dynamic_mode():
+        if symbols.numel() > 0:
+            lo, hi = int(symbols.min()), int(symbols.max())
+            if lo < 0 or hi >= C:
+                raise ValueError(f"{op}: symbols must lie in [0, {C}), got values in [{lo}, {hi}]")
+        if rnnt_type == "modified":  # k2: every symbol takes a frame, so T >= S
+            rows = [[0, 0, S, T]] * B if boundary is None else boundary.numpy().tolist()
+            for b, (_, _, s_end, t_end) in enumerate(rows):
+                if t_end < s_end:
+                    raise ValueError(f"{op}: rnnt_type 'modified' needs T >= S, but batch item {b} has "
+                                     f"S = {s_end}, T = {t_end}")
+
+
+@paddle.jit.not_to_static
+def _check_float(x, arg, op, ndim):
+    check_tensor(x, arg, op)
+    if x.dtype not in FLOATING_DTYPES:
+        raise TypeError(f"{op}: {arg} must be a floating tensor, got {dtype_name(x.dtype)}")
+    if len(x.shape) != ndim:
+        raise ValueError(f"{op}: {arg} must be {ndim}-D, got shape {list(x.shape)}")
+
+
+def _neg_inf(shape, dtype):
+    return paddle.full(shape, float("-inf"), dtype=dtype)
+
+
+def _reduce(negated_loss, reduction):
+    if reduction == "none":
+        return -negated_loss
+    if reduction == "mean":
+        return -paddle.mean(negated_loss)
+    return -paddle.sum(negated_loss)
+
+
+def fix_for_boundary(px, boundary=None):
+    """Regular px: no symbol may be emitted on the one-past-the-last frame ``t_end`` of each item."""
+    if boundary is None:
+        return px  # px[:, :, T] is already -inf
+    B, S, T1 = px.shape
+    t = paddle.arange(T1, dtype="int64").reshape([1, 1, T1])
+    mask = (t == boundary[:, 3].reshape([-1, 1, 1])).expand([B, S, T1])
+    return paddle.where(mask, paddle.full_like(px, float("-inf")), px)
+
+
+def _finish_px(px, py, boundary, rnnt_type):
+    if rnnt_type == "regular":
+        return fix_for_boundary(px, boundary)
+    if rnnt_type == "constrained":  # emitting a symbol also takes the blank of the next context
+        return px + py[:, 1:, :]
+    return px
+
+
+def _add_delay_penalty(px, boundary, rnnt_type, delay_penalty):
+    """k2's delay penalty: symbols emitted later than the middle frame are penalised linearly."""
+    if delay_penalty <= 0.0:
+        return px
+    B, S, T0 = px.shape
+    T = T0 if rnnt_type != "regular" else T0 - 1
+    if boundary is None:
+        offset = paddle.full([B, 1, 1], (T - 1) / 2, dtype=px.dtype)
+    else:
+        offset = ((boundary[:, 3].astype(px.dtype) - 1) / 2).reshape([-1, 1, 1])
+    penalty = (offset - paddle.arange(T0, dtype=px.dtype).reshape([1, 1, T0])) * delay_penalty
+    return px + penalty
+
+
+def _max_const(x, axis):
+    """max over axis as a constant: every use below subtracts it and adds it back, so its grad is
+    exactly 0 (and Paddle's CPU max backward is ~7x slower than the whole logsumexp)."""
+    return paddle.max(x.detach(), axis=axis, keepdim=True)
+
+
+def _logsumexp_last(x):
+    """logsumexp over the last axis; Paddle's CPU paddle.logsumexp is ~2x slower than these ops on
+    [B, T, S+1, C] joiner output with small C. Rows that are all -inf give -inf (not NaN)."""
+    m = _max_const(x, -1)
+    m = paddle.where(paddle.isinf(m), paddle.zeros_like(m), m)
+    return paddle.log(paddle.sum(paddle.exp(x - m), axis=-1)) + m.squeeze(-1)
+
+
+def _symbols64(symbols):
+    return symbols if symbols.dtype == paddle.int64 else symbols.astype("int64")
+
+
+# ---------------------------------------------------------------------------------------------
+# the simple (additive joiner) loss
+
+
+def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
+    """(px, py) for an additive joiner: ``log_softmax(lm[b, s] + am[b, t])`` without the [B, S+1, T, C] tensor.
+
+    Args: lm ``[B, S+1, C]``, am ``[B, T, C]``, symbols int ``[B, S]``; see rnnt_loss_simple.
+    Returns: px ``[B, S, T+1]`` (regular) or ``[B, S, T]``, py ``[B, S+1, T]``.
+    """
+    op = "get_rnnt_logprobs"
+    _check_float(lm, "lm", op, 3)
+    _check_float(am, "am", op, 3)
+    B, T, C = am.shape
+    S = lm.shape[1] - 1
+    if lm.shape[0] != B or lm.shape[2] != C or lm.dtype != am.dtype:
+        raise ValueError(f"{op}: lm must be [B, S+1, C] with am's B = {B}, C = {C} and dtype; got lm "
+                         f"{list(lm.shape)} {dtype_name(lm.dtype)}, am {list(am.shape)} {dtype_name(am.dtype)}")
+    _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    symbols = _symbols64(symbols)
+    # subtract the maxima so that exp() neither overflows nor underflows
+    am_max = _max_const(am, 2)  # [B, T, 1]
+    lm_max = _max_const(lm, 2)  # [B, S+1, 1]
+    am_probs = paddle.exp(am - am_max)
+    lm_probs = paddle.exp(lm - lm_max)
+    tiny = float(paddle.finfo(am.dtype).tiny)
+    normalizers = paddle.log(paddle.matmul(lm_probs, am_probs, transpose_y=True) + tiny)
+    normalizers = normalizers + lm_max + am_max.transpose([0, 2, 1])  # [B, S+1, T]
+
+    px_am = paddle.take_along_axis(am, symbols.unsqueeze(1).expand([B, T, S]), axis=2).transpose([0, 2, 1])  # [B,S,T]
+    px_lm = paddle.take_along_axis(lm[:, :S], symbols.unsqueeze(-1), axis=2)  # [B, S, 1]
+    px = px_am + px_lm - normalizers[:, :S, :]
+    if rnnt_type == "regular":
+        px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)  # no symbol on frame T
+    py = am[:, :, termination_symbol].unsqueeze(1) + lm[:, :, termination_symbol].unsqueeze(2) - normalizers
+    return _finish_px(px, py, boundary, rnnt_type), py
+
+
+def rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
+                     reduction="mean", return_grad=False, name=None):
+    """RNN-T loss where the joiner is just ``lm + am`` (k2 / fast_rnnt ``rnnt_loss_simple``).
+
+    Args:
+        lm (Tensor): ``[B, S+1, C]`` prediction-network logits (unnormalised).
+        am (Tensor): ``[B, T, C]`` encoder logits (unnormalised).
+        symbols (Tensor): int ``[B, S]``, values in ``[0, C)``.
+        termination_symbol (int): the blank / next-frame symbol.
+        boundary (Tensor|None): int64 ``[B, 4]`` rows ``(s_begin, t_begin, s_end, t_end)``; default ``(0, 0, S, T)``.
+        rnnt_type (str): 'regular' (a symbol does not consume a frame), 'modified' (every emission consumes
+            a frame; needs T >= S) or 'constrained' (a symbol also takes the blank of the next context).
+        delay_penalty (float): k2's linear penalty against late symbols (0 disables it).
+        reduction (str): 'none' ([B]), 'mean' or 'sum'.
+        return_grad (bool): also return ``(px_grad, py_grad)``, the occupation probabilities (grads of
+            ``-loss.sum()`` w.r.t. px, py, reduction 'none'), as get_rnnt_prune_ranges wants them.
+
+    Returns:
+        loss, or ``(loss, (px_grad, py_grad))``.
+    """
+    _check_reduction("rnnt_loss_simple", reduction)
+    px, py = get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type)
+    px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss_simple", delay_penalty))
+    out = mutual_information_recursion(px, py, boundary, return_grad=return_grad)
+    if return_grad:
+        return _reduce(out[0], reduction), out[1]
+    return _reduce(out, reduction)
+
+
+@paddle.jit.not_to_static
+def _check_reduction(op, reduction):
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+
+@paddle.jit.not_to_static
+def _check_penalty(op, delay_penalty):
+    if isinstance(delay_penalty, bool) or not isinstance(delay_penalty, numbers.Real) or delay_penalty < 0:
+        raise ValueError(f"{op}: delay_penalty must be a float >= 0, got {delay_penalty!r}")
+    return float(delay_penalty)
+
+
+# ---------------------------------------------------------------------------------------------
+# the full-joiner loss
+
+
+def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
+    """(px, py) from joiner logits ``[B, T, S+1, C]`` (normalised here with logsumexp over C)."""
+    op = "rnnt_loss"
+    _check_float(logits, "logits", op, 4)
+    B, T, S1, C = logits.shape
+    S = S1 - 1
+    _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    symbols = _symbols64(symbols)
+    normalizers = _logsumexp_last(logits).transpose([0, 2, 1])  # [B, S+1, T]
+    # one gather for both: [..., 0] the next symbol (the termination symbol past S), [..., 1] the blank
+    with_term = paddle.concat([symbols, paddle.full([B, 1], termination_symbol, dtype="int64")], axis=1)
+    idx = paddle.stack([with_term.unsqueeze(1).expand([B, T, S + 1]),
+                        paddle.full([B, T, S + 1], termination_symbol, dtype="int64")], axis=-1)
+    picked = paddle.take_along_axis(logits, idx, axis=3).transpose([0, 2, 1, 3])  # [B, S+1, T, 2]
+    px = picked[:, :S, :, 0] - normalizers[:, :S, :]  # [B, S, T]
+    if rnnt_type == "regular":
+        px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
+    py = picked[:, :, :, 1] - normalizers  # [B, S+1, T]
+    return _finish_px(px, py, boundary, rnnt_type), py
+
+
+def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
+              reduction="mean", name=None):
+    """The RNN-T loss on full joiner output ``logits [B, T, S+1, C]`` (k2 / fast_rnnt ``rnnt_loss``).
+
+    Other arguments as in :func:`rnnt_loss_simple`. Regular rnnt_loss with reduction 'none' equals
+    ``paddle.nn.functional.rnnt_loss(log_softmax(logits), ..., fastemit_lambda=0, reduction='none')``.
+    """
+    _check_reduction("rnnt_loss", reduction)
+    px, py = get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type)
+    px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss", delay_penalty))
+    return _reduce(mutual_information_recursion(px, py, boundary), reduction)
+
+
+# ---------------------------------------------------------------------------------------------
+# pruning
+
+
+def _monotonic_lower_bound(x):
+    """x[..., i] = min(x[..., i:]): the largest non-decreasing sequence below x."""
+    return paddle.flip(paddle.cummin(paddle.flip(x, [-1]), axis=-1)[0], [-1])
+
+
+def _adjust_pruning_lower_bound(s_begin, s_range):
+    """Make s_begin non-decreasing, start at 0 and never step by s_range or more (k2's construction:
+    -(s_begin - (s_range - 1) * t) non-decreasing is equivalent to s_begin[t+1] - s_begin[t] < s_range)."""
+    T = s_begin.shape[1]
+    ramp = (s_range - 1) * paddle.arange(T, dtype=s_begin.dtype).unsqueeze(0)
+    s_begin = _monotonic_lower_bound(s_begin)
+    s_begin = _monotonic_lower_bound(ramp - s_begin)
+    s_begin = paddle.clip(s_begin, min=0)
+    return ramp - s_begin
+
+
+def get_rnnt_prune_ranges(px_grad, py_grad, boundary, s_range):
+    """Pruning ranges ``[B, T, s_range]`` from the occupation grads of the simple loss (k2's algorithm).
+
+    For each frame t, the window of ``s_range`` consecutive symbol positions that holds the most
+    occupation mass: ``ranges[b, t] = s_begin[b, t] + arange(s_range)``, with s_begin non-decreasing,
+    starting at 0, stepping by less than s_range (so no symbol is skipped), and ending so that the
+    last real frame reaches ``s_end``. s_range is raised to the least value that keeps a path
+    (regular: ``(S-1)//T + 2`` in dygraph, with a warning) and capped at S+1.
+
+    Args:
+        px_grad (Tensor): ``[B, S, T+1]`` (regular) or ``[B, S, T]``.
+        py_grad (Tensor): ``[B, S+1, T]``.
+        boundary (Tensor): int64 ``[B, 4]`` (required).
+        s_range (int): symbols kept per frame.
+    """
+    op = "get_rnnt_prune_ranges"
+    _check_float(px_grad, "px_grad", op, 3)
+    _check_float(py_grad, "py_grad", op, 3)
+    B, S, T1 = px_grad.shape
+    T = py_grad.shape[-1]
+    if T1 not in (T, T + 1) or list(py_grad.shape) != [B, S + 1, T]:
+        raise ValueError(f"{op}: px_grad must be [B, S, T+1] or [B, S, T] and py_grad [B, S+1, T]; got "
+                         f"{list(px_grad.shape)} and {list(py_grad.shape)}")
+    if boundary is None:
+        raise ValueError(f"{op}: boundary is required (int64 [B, 4])")
+    check_boundary(boundary, B, S, T, op)
+    if isinstance(s_range, bool) or not isinstance(s_range, numbers.Integral):
+        raise TypeError(f"{op}: s_range must be an int, got {s_range!r}")
+    is_regular = T1 != T
+    if is_regular and paddle.in_dynamic_mode() and T > 0:
+        rows = boundary.numpy()
+        # a path needs ceil-ish (S-1)/T + 1 symbols on some frame, plus one for the blank (k2's bound)
+        needed = int((np.trunc((rows[:, 2] - 1) / rows[:, 3].clip(1)).astype(np.int64) + 2).max()) if B else 2
+        if s_range < needed:
+            warnings.warn(f"{op}: s_range={s_range} cannot keep a path for these boundaries; using {needed}")
+            s_range = needed
+    if s_range > S:
+        s_range = S + 1
+    if s_range < (2 if is_regular else 1):
+        raise ValueError(f"{op}: s_range must be >= {2 if is_regular else 1} for "
+                         f"{'regular' if is_regular else 'modified'} RNN-T, or no path survives; got {s_range}")
+    n = S + 2 - s_range  # candidate window starts 0 .. S+1-s_range
+    blk = py_grad[:, 0:n, :]
+    for k in range(1, s_range):  # the py mass inside each window of s_range rows
+        blk = blk + py_grad[:, k:k + n, :]
+    px_pad = paddle.concat([paddle.zeros([B, 1, T1], dtype=px_grad.dtype), px_grad], axis=1)
+    final = blk - px_pad[:, :n, :T]  # minus the mass that enters the window from below
+    s_begin = paddle.argmax(final, axis=1)  # [B, T]
+    t = paddle.arange(T, dtype="int64").unsqueeze(0)
+    mask = t < (boundary[:, 3] - 1).unsqueeze(1)
+    padding = paddle.clip(boundary[:, 2] - s_range + 1, min=0).unsqueeze(1).expand([B, T])
+    s_begin = paddle.where(mask.expand([B, T]), s_begin, padding)
+    s_begin = _adjust_pruning_lower_bound(s_begin, 2 if not is_regular else s_range)
+    return s_begin.unsqueeze(-1) + paddle.arange(s_range, dtype="int64").reshape([1, 1, s_range])
+
+
+def do_rnnt_pruning(am, lm, ranges):
+    """Prune encoder (am ``[B, T, Da]``) and predictor (lm ``[B, S+1, Dl]``) outputs with ranges
+    ``[B, T, s_range]``: returns ``am_pruned [B, T, s_range, Da]`` and ``lm_pruned [B, T, s_range, Dl]``."""
+    op = "do_rnnt_pruning"
+    _check_float(am, "am", op, 3)
+    _check_float(lm, "lm", op, 3)
+    check_tensor(ranges, "ranges", op)
+    if len(ranges.shape) != 3 or ranges.shape[0] != am.shape[0] or ranges.shape[0] != lm.shape[0] \
+            or ranges.shape[1] != am.shape[1]:
+        raise ValueError(f"{op}: ranges must be [B, T, s_range] matching am {list(am.shape)} and lm "
+                         f"{list(lm.shape)}; got {list(ranges.shape)}")
+    B, T, R = ranges.shape
+    Da, Dl = am.shape[2], lm.shape[2]
+    am_pruned = am.unsqueeze(2).expand([B, T, R, Da])
+    idx = _symbols64(ranges).reshape([B, T * R, 1]).expand([B, T * R, Dl])
+    lm_pruned = paddle.take_along_axis(lm, idx, axis=1).reshape([B, T, R, Dl])
+    return am_pruned, lm_pruned
+
+
+def _roll_by_shifts(src, shifts):
+    """out[b, t, i] = src[b, t, (i - shifts[b, t]) mod n]: each (b, t) row rolled by its own shift."""
+    B, T, n = src.shape
+    index = (paddle.arange(n, dtype="int64").reshape([1, 1, n]) - shifts.unsqueeze(-1)) % n
+    return paddle.take_along_axis(src, index, axis=2)
+
+
+def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
+    """(px, py) from pruned joiner logits ``[B, T, s_range, C]``: entries outside each frame's range are -inf."""
+    op = "rnnt_loss_pruned"
+    _check_float(logits, "logits", op, 4)
+    B, T, R, C = logits.shape
+    check_tensor(symbols, "symbols", op)
+    S = symbols.shape[1] if len(symbols.shape) == 2 else -1
+    _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    check_tensor(ranges, "ranges", op)
+    if list(ranges.shape) != [B, T, R]:
+        raise ValueError(f"{op}: ranges must have shape [B, T, s_range] = {[B, T, R]}, got {list(ranges.shape)}")
+    if R > S + 1:
+        raise ValueError(f"{op}: s_range = {R} exceeds S+1 = {S + 1}")
+    symbols, ranges = _symbols64(symbols), _symbols64(ranges)
+    normalizers = _logsumexp_last(logits)  # [B, T, R]
+    with_term = paddle.concat([symbols, paddle.full([B, 1], termination_symbol, dtype="int64")], axis=1)
+    pruned_symbols = paddle.take_along_axis(with_term.unsqueeze(1).expand([B, T, S + 1]), ranges, axis=2)
+    idx = paddle.stack([pruned_symbols, paddle.full([B, T, R], termination_symbol, dtype="int64")], axis=-1)
+    picked = paddle.take_along_axis(logits, idx, axis=3)  # [B, T, R, 2]: symbol, blank
+    px = picked[:, :, :, 0] - normalizers
+    py = picked[:, :, :, 1] - normalizers  # [B, T, R]
+    if S + 1 - R > 0:
+        px = paddle.concat([px, _neg_inf([B, T, S + 1 - R], px.dtype)], axis=2)
+        py = paddle.concat([py, _neg_inf([B, T, S + 1 - R], py.dtype)], axis=2)
+    shifts = ranges[:, :, 0]
+    px = _roll_by_shifts(px, shifts)[:, :, :S].transpose([0, 2, 1])  # [B, S, T]
+    py = _roll_by_shifts(py, shifts).transpose([0, 2, 1])  # [B, S+1, T]
+    if rnnt_type == "regular":
+        px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
+    return _finish_px(px, py, boundary, rnnt_type), py
+
+
+def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular",
+                     delay_penalty=0.0, reduction="mean", name=None):
+    """The RNN-T loss on pruned joiner output ``logits [B, T, s_range, C]`` (k2 ``rnnt_loss_pruned``),
+    with ``ranges`` from :func:`get_rnnt_prune_ranges`; other arguments as in :func:`rnnt_loss`."""
+    _check_reduction("rnnt_loss_pruned", reduction)
+    px, py = get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
+    px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss_pruned", delay_penalty))
+    return _reduce(mutual_information_recursion(px, py, boundary), reduction)
+
+
+# ---------------------------------------------------------------------------------------------
+# the smoothed simple loss
+
+
+def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1,
+                               boundary=None, rnnt_type="regular"):
+    """(px, py) of the simple loss interpolated with an LM-only and an AM-only (unigram-LM) model:
+    ``lm_only_scale * lm + am_only_scale * am + (1 - both) * combined``, in log space."""
+    op = "rnnt_loss_smoothed"
+    _check_float(lm, "lm", op, 3)
+    _check_float(am, "am", op, 3)
+    B, T, C = am.shape
+    S = lm.shape[1] - 1
+    if lm.shape[0] != B or lm.shape[2] != C or lm.dtype != am.dtype:
+        raise ValueError(f"{op}: lm must be [B, S+1, C] with am's B = {B}, C = {C} and dtype; got lm "
+                         f"{list(lm.shape)}, am {list(am.shape)}")
+    for arg, v in (("lm_only_scale", lm_only_scale), ("am_only_scale", am_only_scale)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0.0 <= v <= 1.0:
+            raise ValueError(f"{op}: {arg} must be a float in [0, 1], got {v!r}")
+    if lm_only_scale + am_only_scale > 1.0:
+        raise ValueError(f"{op}: lm_only_scale + am_only_scale must be <= 1, got {lm_only_scale + am_only_scale}")
+    _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    symbols = _symbols64(symbols)
+    am_max = _max_const(am, 2)
+    lm_max = _max_const(lm, 2)
+    am_probs = paddle.exp(am - am_max)
+    lm_probs = paddle.exp(lm - lm_max)
+    tiny = float(paddle.finfo(am.dtype).tiny)
+    normalizers = paddle.log(paddle.matmul(lm_probs, am_probs, transpose_y=True) + tiny)
+    lmonly_norm = paddle.sum(lm_probs, axis=2, keepdim=True)  # [B, S+1, 1]
+    unigram_lm = paddle.mean(lm_probs / lmonly_norm, axis=[0, 1], keepdim=True) + tiny  # [1, 1, C]
+    amonly_norm = paddle.log(paddle.matmul(am_probs.reshape([-1, C]), unigram_lm.reshape([C, 1])).reshape([B, T, 1]))
+    amonly_norm = (amonly_norm + am_max).transpose([0, 2, 1])  # [B, 1, T]
+    unigram_lm = paddle.log(unigram_lm)
+    lmonly_norm = paddle.log(lmonly_norm) + lm_max  # [B, S+1, 1]
+    normalizers = normalizers + lm_max + am_max.transpose([0, 2, 1])  # [B, S+1, T]
+
+    px_am = paddle.take_along_axis(am, symbols.unsqueeze(1).expand([B, T, S]), axis=2).transpose([0, 2, 1])
+    px_lm = paddle.take_along_axis(lm[:, :S], symbols.unsqueeze(-1), axis=2)  # [B, S, 1]
+    px_lm_unigram = paddle.take_along_axis(unigram_lm.expand([B, S, C]), symbols.unsqueeze(-1), axis=2)
+    px = px_am + px_lm - normalizers[:, :S, :]
+    px_amonly = px_am + px_lm_unigram - amonly_norm
+    px_lmonly = px_lm - lmonly_norm[:, :S, :]
+    py_am = am[:, :, termination_symbol].unsqueeze(1)  # [B, 1, T]
+    py_lm = lm[:, :, termination_symbol].unsqueeze(2)  # [B, S+1, 1]
+    py = py_am + py_lm - normalizers
+    py_amonly = py_am + unigram_lm[0, 0, termination_symbol] - amonly_norm
+    py_lmonly = py_lm - lmonly_norm
+
+    combined = 1.0 - lm_only_scale - am_only_scale
+    # a zero scale would turn -inf terms into NaN (0 * -inf): k2 uses 1e-20 instead
+    lm_only_scale = lm_only_scale or 1.0e-20
+    am_only_scale = am_only_scale or 1.0e-20
+    px = px * combined + px_lmonly * lm_only_scale + px_amonly * am_only_scale
+    py = py * combined + py_lmonly * lm_only_scale + py_amonly * am_only_scale
+    if rnnt_type == "regular":
+        px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
+    return _finish_px(px, py, boundary, rnnt_type), py
+
+
+def rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1, boundary=None,
+                       rnnt_type="regular", delay_penalty=0.0, reduction="mean", return_grad=False, name=None):
+    """rnnt_loss_simple on the smoothed (px, py) of :func:`get_rnnt_logprobs_smoothed` (k2 ``rnnt_loss_smoothed``)."""
+    _check_reduction("rnnt_loss_smoothed", reduction)
+    px, py = get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale, boundary,
+                                        rnnt_type)
+    px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss_smoothed", delay_penalty))
+    out = mutual_information_recursion(px, py, boundary, return_grad=return_grad)
+    if return_grad:
+        return _reduce(out[0], reduction), out[1]
+    return _reduce(out, reduction)
+
+
+__all__ = [
+    "do_rnnt_pruning",
+    "get_rnnt_logprobs",
+    "get_rnnt_logprobs_joint",
+    "get_rnnt_logprobs_pruned",
+    "get_rnnt_logprobs_smoothed",
+    "get_rnnt_prune_ranges",
+    "rnnt_loss",
+    "rnnt_loss_pruned",
+    "rnnt_loss_simple",
+    "rnnt_loss_smoothed",
+]

@@ -1,0 +1,113 @@
+"""mutual_information CUDA launchers on a real GPU, against the CPU kernels (through paddle_ext) and
+the NumPy reference, on tile-edge sizes (skips without a GPU)."""
+
+import ctypes
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_ext
+import refs
+from gpu_runtime import DTYPE_CODES, DeviceBuffer, check, library
+
+SIZES = [31, 32, 33, 63, 64, 65, 500]
+
+
+def _inputs(B, S, T, modified, seed):
+    rng = np.random.default_rng(seed)
+    px = rng.normal(-1.5, 1.0, size=(B, S, T if modified else T + 1))
+    py = rng.normal(-1.0, 1.0, size=(B, S + 1, T))
+    return px, py
+
+
+def _boxes(B, S, T, seed):
+    rng = np.random.default_rng(seed)
+    rows = [[0, 0, S, T]]
+    for _ in range(B - 1):
+        s0, s1 = sorted(rng.integers(0, S + 1, size=2))
+        t0, t1 = sorted(rng.integers(0, T + 1, size=2))
+        rows.append([s0, t0, s1, t1])
+    return np.array(rows, dtype=np.int64)
+
+
+def _gpu(px, py, boundary, dtype, ans_grad=None):
+    lib = library()
+    B, S, T1 = px.shape
+    T = py.shape[2]
+    modified = int(T1 == T)
+    code = DTYPE_CODES[dtype]
+    dpx, dpy = DeviceBuffer(px.astype(dtype)), DeviceBuffer(py.astype(dtype))
+    dbd = DeviceBuffer(boundary) if boundary is not None else None
+    bptr = ctypes.c_void_p(dbd.ptr) if dbd is not None else ctypes.c_void_p(0)
+    dp = DeviceBuffer.empty((B, S + 1, T + 1), np.float64)
+    dans = DeviceBuffer.empty((B,), dtype)
+    i64 = ctypes.c_int64
+    check(lib.pe_mutual_information_forward(code, ctypes.c_void_p(dpx.ptr), ctypes.c_void_p(dpy.ptr), bptr,
+                                            ctypes.c_void_p(dp.ptr), ctypes.c_void_p(dans.ptr), i64(B), i64(S), i64(T),
+                                            modified))
+    dag = DeviceBuffer(ans_grad.astype(dtype)) if ans_grad is not None else None
+    dgx, dgy = DeviceBuffer.empty(px.shape, dtype), DeviceBuffer.empty(py.shape, dtype)
+    check(lib.pe_mutual_information_backward(code, ctypes.c_void_p(dpx.ptr), ctypes.c_void_p(dpy.ptr), bptr,
+                                             ctypes.c_void_p(dp.ptr),
+                                             ctypes.c_void_p(dag.ptr) if dag is not None else ctypes.c_void_p(0),
+                                             ctypes.c_void_p(dgx.ptr), ctypes.c_void_p(dgy.ptr), i64(B), i64(S), i64(T),
+                                             modified))
+    return [a.astype(np.float64) for a in (dans.get(), dgx.get(), dgy.get())]
+
+
+def _cpu(px, py, boundary, dtype):
+    ans, (gx, gy) = paddle_ext.mutual_information_recursion(
+        paddle.to_tensor(px.astype(dtype)), paddle.to_tensor(py.astype(dtype)),
+        None if boundary is None else paddle.to_tensor(boundary), return_grad=True)
+    return [a.numpy().astype(np.float64) for a in (ans, gx, gy)]
+
+
+@pytest.mark.parametrize("modified", [False, True])
+@pytest.mark.parametrize("S", SIZES)
+@pytest.mark.parametrize("T", SIZES)
+def test_gpu_matches_cpu_on_tile_edge_sizes(modified, S, T):
+    if modified and T < S:
+        pytest.skip("modified needs T >= S for a reachable end (covered below)")
+    B = 3
+    px, py = _inputs(B, S, T, modified, seed=S * 1000 + T)
+    boundary = _boxes(B, S, T, seed=S + T)
+    for dtype, rtol in (("float64", 1e-10), ("float32", 1e-5)):
+        for bd in (None, boundary):
+            got = _gpu(px, py, bd, dtype)
+            want = _cpu(px, py, bd, dtype)
+            for g, w, what in zip(got, want, ("ans", "px_grad", "py_grad")):
+                np.testing.assert_array_equal(np.isneginf(g), np.isneginf(w), err_msg=what)
+                fin = np.isfinite(w)
+                np.testing.assert_allclose(g[fin], w[fin], rtol=rtol, atol=rtol * 1e-2, err_msg=f"{what} {dtype}")
+
+
+@pytest.mark.parametrize("modified", [False, True])
+def test_gpu_matches_numpy_reference_with_upstream_grad_and_edge_cases(modified):
+    B, S, T = 5, 6, 9
+    px, py = _inputs(B, S, T, modified, seed=3)
+    px[1, 2, :] = -np.inf
+    boundary = np.array([[0, 0, S, T], [1, 2, 5, 7], [2, 3, 2, 3], [0, 0, 0, 9], [0, 0, 6, 0]], dtype=np.int64)
+    ans_grad = np.array([1.0, -2.0, 0.5, 3.0, 1.5])
+    ans, gx, gy = _gpu(px, py, boundary, "float64", ans_grad)
+    ref_ans, _ = refs.mutual_information(px, py, boundary)
+    rgx, rgy = refs.mutual_information_grad(px, py, boundary, ans_grad)
+    np.testing.assert_allclose(ans, ref_ans, rtol=1e-12)
+    np.testing.assert_allclose(gx, rgx, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(gy, rgy, rtol=1e-10, atol=1e-14)
+    assert not np.isnan(gx).any() and not np.isnan(gy).any()
+
+
+def test_gpu_unreachable_end_gives_zero_grads():
+    px, py = _inputs(2, 5, 3, True, seed=4)  # modified, fewer frames than symbols
+    ans, gx, gy = _gpu(px, py, None, "float32")
+    assert np.isneginf(ans).all() and not gx.any() and not gy.any()
+
+
+def test_gpu_long_lattice_float32_close_to_float64():
+    px, py = _inputs(2, 100, 1500, False, seed=5)
+    a32 = _gpu(px, py, None, "float32")
+    a64 = _gpu(px, py, None, "float64")
+    np.testing.assert_allclose(a32[0], a64[0], rtol=1e-6)
+    for g32, g64 in zip(a32[1:], a64[1:]):
+        np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-6)

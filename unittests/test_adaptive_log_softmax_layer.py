@@ -1,0 +1,400 @@
+"""nn.AdaptiveLogSoftmaxWithLoss and nn.functional.adaptive_log_softmax_with_loss against a NumPy float64
+reference of the whole layer, Paddle 3.3.1's own layer (weights copied both ways) and PyTorch's when
+installed."""
+
+import numpy as np
+import paddle
+import pytest
+
+import refs
+from paddle_ext.nn import AdaptiveLogSoftmaxWithLoss
+from paddle_ext.nn.functional import adaptive_log_softmax_with_loss
+from op_test import check_export, check_grad, check_output
+
+IN, N_CLASSES, CUTOFFS, DIV = 8, 30, [5, 12, 20], 2.0
+
+
+def make_layer(head_bias=False, dtype="float64", in_features=IN, n_classes=N_CLASSES, cutoffs=CUTOFFS, div=DIV):
+    paddle.set_default_dtype(dtype)
+    try:
+        layer = AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, div_value=div, head_bias=head_bias)
+    finally:
+        paddle.set_default_dtype("float32")
+    if head_bias:  # a non-zero bias, so that it is really tested
+        layer.head_bias.set_value(np.random.default_rng(3).normal(size=layer.head_bias.shape).astype(dtype))
+    return layer
+
+
+def weights_np(layer):
+    head = layer.head_weight.numpy().astype(np.float64)
+    tails = [[w.numpy().astype(np.float64) for w in pair] for pair in layer.tail_weights]
+    bias = None if layer.head_bias is None else layer.head_bias.numpy().astype(np.float64)
+    return head, tails, bias
+
+
+def data(n=16, seed=0, labels=None, in_features=IN, n_classes=N_CLASSES):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, in_features))
+    y = rng.integers(0, n_classes, size=n) if labels is None else np.asarray(labels)
+    return x, y.astype(np.int64)
+
+
+@pytest.mark.parametrize("head_bias", [False, True])
+def test_forward_log_prob_predict_match_reference(head_bias):
+    layer = make_layer(head_bias)
+    head, tails, bias = weights_np(layer)
+    x, y = data()
+    out, loss = layer(paddle.to_tensor(x), paddle.to_tensor(y))
+    ref_out, ref_loss = refs.adaptive_log_softmax_with_loss(x, y, head, tails, layer.cutoffs, bias)
+    np.testing.assert_allclose(out.numpy(), ref_out, rtol=1e-12)
+    np.testing.assert_allclose(float(loss), ref_loss, rtol=1e-12)
+    lp = layer.log_prob(paddle.to_tensor(x)).numpy()
+    np.testing.assert_allclose(lp, refs.adaptive_log_prob(x, head, tails, layer.cutoffs, bias), rtol=1e-12)
+    np.testing.assert_allclose(np.exp(lp).sum(axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(lp[np.arange(len(y)), y], out.numpy(), rtol=1e-12)
+    pred = layer.predict(paddle.to_tensor(x))
+    assert pred.dtype == paddle.int64
+    np.testing.assert_array_equal(pred.numpy(), lp.argmax(axis=1))
+
+
+def test_predict_mixes_shortlist_and_clusters():
+    # a head that favours the cluster columns for some rows: predict must descend into those clusters
+    layer = make_layer()
+    head = layer.head_weight.numpy()
+    head[:, CUTOFFS[0]:] *= 6.0
+    layer.head_weight.set_value(head)
+    x, _ = data(64, seed=5)
+    pred = layer.predict(paddle.to_tensor(x)).numpy()
+    lp = layer.log_prob(paddle.to_tensor(x)).numpy()
+    np.testing.assert_array_equal(pred, lp.argmax(axis=1))
+    assert (pred < CUTOFFS[0]).any() and (pred >= CUTOFFS[0]).any()
+
+
+@pytest.mark.parametrize("labels", [[0, 1, 2, 3, 4, 0], [12, 13, 19, 15, 12], [29, 25, 20], [0, 4, 25, 29]],
+                         ids=["head-only", "one-tail-cluster", "last-cluster", "empty-middle-clusters"])
+def test_clusters_without_labels(labels):
+    layer = make_layer(head_bias=True)
+    head, tails, bias = weights_np(layer)
+    x, y = data(len(labels), labels=labels)
+    out, loss = layer(paddle.to_tensor(x), paddle.to_tensor(y))
+    ref_out, ref_loss = refs.adaptive_log_softmax_with_loss(x, y, head, tails, layer.cutoffs, bias)
+    np.testing.assert_allclose(out.numpy(), ref_out, rtol=1e-12)
+    np.testing.assert_allclose(float(loss), ref_loss, rtol=1e-12)
+
+
+def _functional(x, y, hw, hb, w1a, w2a, w1b, w2b, w1c, w2c):
+    return adaptive_log_softmax_with_loss(x, y, hw, [[w1a, w2a], [w1b, w2b], [w1c, w2c]], [5, 12, 20, 30], hb)
+
+
+def _functional_inputs(layer, labels=None, n=6):
+    head, tails, bias = weights_np(layer)
+    x, y = data(n, seed=2, labels=labels)
+    inputs = {"x": x, "y": y, "hw": head, "hb": bias if bias is not None else np.zeros(head.shape[1])}
+    for name, pair in zip("abc", tails):
+        inputs[f"w1{name}"], inputs[f"w2{name}"] = pair
+    return inputs
+
+
+@pytest.mark.parametrize("labels", [None, [13, 14, 19, 12, 18, 15]], ids=["mixed", "one-tail-cluster"])
+def test_grads_of_input_and_every_weight(labels):
+    layer = make_layer(in_features=8, div=2.0)
+    inputs = _functional_inputs(layer, labels)
+    wrt = [k for k in inputs if k != "y"]
+    check_grad(_functional, inputs, wrt)
+
+
+def test_layer_grads_match_reference_composition():
+    """The layer's backward, every parameter, vs paddle autograd through the NumPy-equivalent composition."""
+    layer = make_layer(head_bias=True)
+    x, y = data(24, seed=4)
+    xt = paddle.to_tensor(x, stop_gradient=False)
+    _, loss = layer(xt, paddle.to_tensor(y))
+    loss.backward()
+    got = [xt.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()]
+    # the same model written with paddle's log_softmax on tiny rows (fine there) as the oracle
+    params = [paddle.to_tensor(p.numpy(), stop_gradient=False) for p in layer.parameters()]
+    hw, hb, tails = params[0], params[1], [params[2:4], params[4:6], params[6:8]]
+    xt2 = paddle.to_tensor(x, stop_gradient=False)
+    head_lp = paddle.nn.functional.log_softmax(xt2 @ hw + hb, axis=1)
+    pieces = [head_lp[:, :5]]
+    for i, (w1, w2) in enumerate(tails):
+        pieces.append(paddle.nn.functional.log_softmax(xt2 @ w1 @ w2, axis=1) + head_lp[:, 5 + i:6 + i])
+    lp = paddle.concat(pieces, axis=1)
+    (-paddle.take_along_axis(lp, paddle.to_tensor(y)[:, None], 1)).mean().backward()
+    want = [xt2.grad.numpy()] + [p.grad.numpy() for p in params]
+    assert len(got) == len(want) == 9
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-13)
+
+
+def test_log_prob_grad():
+    layer = make_layer()
+    x, _ = data(5)
+    xt = paddle.to_tensor(x, stop_gradient=False)
+    g = np.random.default_rng(1).normal(size=(5, N_CLASSES))
+    (layer.log_prob(xt) * paddle.to_tensor(g)).sum().backward()
+    head, tails, _ = weights_np(layer)
+    eps, num = 1e-6, np.zeros_like(x)
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            xp, xm = x.copy(), x.copy()
+            xp[i, j] += eps
+            xm[i, j] -= eps
+            num[i, j] = ((refs.adaptive_log_prob(xp, head, tails, layer.cutoffs) -
+                          refs.adaptive_log_prob(xm, head, tails, layer.cutoffs)) * g).sum() / (2 * eps)
+    np.testing.assert_allclose(xt.grad.numpy(), num, rtol=1e-6, atol=1e-8)
+
+
+def test_unbatched_input():
+    layer = make_layer()
+    x, y = data(3)
+    out, loss = layer(paddle.to_tensor(x[1]), paddle.to_tensor(y[1]))
+    assert out.shape == [] and loss.shape == []
+    full_out, _ = layer(paddle.to_tensor(x), paddle.to_tensor(y))
+    np.testing.assert_allclose(float(out), full_out.numpy()[1], rtol=1e-12)
+    np.testing.assert_allclose(float(loss), -full_out.numpy()[1], rtol=1e-12)
+    lp = layer.log_prob(paddle.to_tensor(x[1]))
+    assert lp.shape == [N_CLASSES]
+    pred = layer.predict(paddle.to_tensor(x[1]))
+    assert pred.shape == [] and int(pred) == int(lp.numpy().argmax())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_dtypes(dtype):
+    layer = make_layer(head_bias=True, dtype="float32")
+    head, tails, bias = weights_np(layer)
+    x, y = data(12)
+    xt = paddle.to_tensor(x.astype(np.float32)).astype(dtype)
+    out, loss = layer(xt, paddle.to_tensor(y))
+    assert out.dtype == xt.dtype and loss.dtype == xt.dtype
+    x_seen = xt.astype("float64").numpy()
+    ref_out, _ = refs.adaptive_log_softmax_with_loss(x_seen, y, head, tails, layer.cutoffs, bias)
+    tol = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 3e-2}[dtype]
+    np.testing.assert_allclose(out.astype("float64").numpy(), ref_out, rtol=tol, atol=tol)
+    lp = layer.log_prob(xt)
+    assert lp.dtype == xt.dtype and lp.shape == [12, N_CLASSES]
+    assert layer.predict(xt).dtype == paddle.int64
+
+
+def test_parameters_layout_and_state_dict():
+    layer = make_layer(head_bias=True, in_features=16, div=4.0)
+    shapes = {k: list(v.shape) for k, v in layer.state_dict().items()}
+    # in_features // 4**3 = 0: a zero-width projection, as Paddle and PyTorch allow (uniform cluster)
+    assert shapes == {"head_weight": [16, 8], "head_bias": [8],
+                      "tail_weights.0.0": [16, 4], "tail_weights.0.1": [4, 7],
+                      "tail_weights.1.0": [16, 1], "tail_weights.1.1": [1, 8],
+                      "tail_weights.2.0": [16, 0], "tail_weights.2.1": [0, 10]}
+    assert [n for n, _ in layer.named_parameters()] == list(shapes)
+    x, y = data(6, in_features=16, labels=[0, 7, 13, 21, 29, 25])
+    head, tails, bias = weights_np(layer)
+    out, _ = layer(paddle.to_tensor(x), paddle.to_tensor(y))
+    ref_out, _ = refs.adaptive_log_softmax_with_loss(x, y, head, tails, layer.cutoffs, bias)
+    np.testing.assert_allclose(out.numpy(), ref_out, rtol=1e-12)
+    no_bias = make_layer()
+    assert no_bias.head_bias is None and len(no_bias.parameters()) == 7
+
+
+def test_paddle_layer_weights_load_both_ways():
+    x, y = data(10)
+    for head_bias in (False, True):
+        ours = make_layer(head_bias, dtype="float32")
+        theirs = paddle.nn.AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, div_value=DIV, head_bias=head_bias)
+        # Paddle 3.3.1 -> ours: its state_dict holds the head; its tail weights are a plain list
+        ours.set_state_dict(theirs.state_dict())
+        for i, pair in enumerate(theirs.tail_weights):
+            for j, w in enumerate(pair):
+                ours.tail_weights[i][j].set_value(w)
+        xt, yt = paddle.to_tensor(x.astype(np.float32)), paddle.to_tensor(y)
+        np.testing.assert_allclose(ours(xt, yt)[0].numpy(), theirs(xt, yt)[0].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ours.log_prob(xt).numpy(), theirs.log_prob(xt).numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(ours.predict(xt).numpy(), theirs.predict(xt).numpy().astype(np.int64))
+        # ours -> Paddle 3.3.1
+        fresh = make_layer(head_bias, dtype="float32")
+        theirs.set_state_dict(fresh.state_dict())
+        for i, pair in enumerate(theirs.tail_weights):
+            for j, w in enumerate(pair):
+                w.set_value(fresh.tail_weights[i][j])
+        np.testing.assert_allclose(fresh(xt, yt)[0].numpy(), theirs(xt, yt)[0].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_matches_pytorch_layer():
+    torch = pytest.importorskip("torch")
+    layer = make_layer(head_bias=True)
+    head, tails, bias = weights_np(layer)
+    ref = torch.nn.AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, div_value=DIV, head_bias=True).double()
+    with torch.no_grad():  # torch.nn.Linear stores [out, in]: transposes of Paddle's layout
+        ref.head.weight.copy_(torch.from_numpy(head.T))
+        ref.head.bias.copy_(torch.from_numpy(bias))
+        for i, (w1, w2) in enumerate(tails):
+            ref.tail[i][0].weight.copy_(torch.from_numpy(w1.T))
+            ref.tail[i][1].weight.copy_(torch.from_numpy(w2.T))
+    x, y = data(40, seed=9)
+    xt = paddle.to_tensor(x, stop_gradient=False)
+    out, loss = layer(xt, paddle.to_tensor(y))
+    loss.backward()
+    xr = torch.from_numpy(x).requires_grad_()
+    res = ref(xr, torch.from_numpy(y))
+    res.loss.backward()
+    np.testing.assert_allclose(out.numpy(), res.output.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(float(loss), float(res.loss), rtol=1e-12)
+    np.testing.assert_allclose(xt.grad.numpy(), xr.grad.numpy(), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(layer.head_weight.grad.numpy(), ref.head.weight.grad.numpy().T, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(layer.log_prob(xt).numpy(), ref.log_prob(xr).detach().numpy(), rtol=1e-12)
+    np.testing.assert_array_equal(layer.predict(xt).numpy(), ref.predict(xr).numpy())
+
+
+def test_static_mode_layer():
+    x, y = data(9, seed=6)
+    paddle.enable_static()
+    try:
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            layer = AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, div_value=DIV, head_bias=True)
+            xs = paddle.static.data("x", [-1, IN], "float32")
+            xs.stop_gradient = False
+            ys = paddle.static.data("y", [-1], "int64")
+            out, loss = layer(xs, ys)
+            lp, pred = layer.log_prob(xs), layer.predict(xs)
+            grads = paddle.static.gradients([loss], [xs, layer.head_weight, layer.tail_weights[2][1]])
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        scope = paddle.static.global_scope()
+        value = lambda p: np.array(scope.find_var(p.name).get_tensor()).astype(np.float64)  # noqa: E731
+        head, bias = value(layer.head_weight), value(layer.head_bias)
+        tails = [[value(w) for w in pair] for pair in layer.tail_weights]
+        for labels in (y, np.array([13, 14, 19, 12, 18, 15, 12, 13, 14])):  # mixed; one tail cluster only
+            res = exe.run(main, feed={"x": x.astype(np.float32), "y": labels}, fetch_list=[out, loss, lp, pred] + grads)
+            ref_out, ref_loss = refs.adaptive_log_softmax_with_loss(x.astype(np.float32), labels, head, tails,
+                                                                    layer.cutoffs, bias)
+            np.testing.assert_allclose(res[0], ref_out, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(res[1], ref_loss, rtol=1e-5)
+            np.testing.assert_array_equal(res[3], res[2].argmax(1))
+            assert all(np.isfinite(g).all() for g in res[4:])
+    finally:
+        paddle.disable_static()
+
+
+def test_static_grads_functional_without_head_bias():
+    # head_bias=None is Paddle's linear's business, never an optional input of our ops (DESIGN.md §7)
+    layer = make_layer(in_features=8)
+    inputs = _functional_inputs(layer)
+    del inputs["hb"]
+
+    def fn(x, y, hw, w1a, w2a, w1b, w2b, w1c, w2c):
+        return adaptive_log_softmax_with_loss(x, y, hw, [[w1a, w2a], [w1b, w2b], [w1c, w2c]], [5, 12, 20, 30])
+
+    check_grad(fn, inputs, ["x", "hw", "w2c"])
+    head, tails, _ = weights_np(layer)
+    check_output(fn, inputs, lambda x, y, hw, *w: refs.adaptive_log_softmax_with_loss(
+        x, y, hw, [list(w[0:2]), list(w[2:4]), list(w[4:6])], [5, 12, 20, 30]))
+
+
+class _Model(paddle.nn.Layer):
+    def __init__(self, head_bias):
+        super().__init__()
+        self.asm = make_layer(head_bias, dtype="float32")
+
+    def forward(self, x, y):
+        out, loss = self.asm(x, y)
+        return out, loss, self.asm.log_prob(x), self.asm.predict(x)
+
+
+@pytest.mark.parametrize("head_bias", [False, True])
+@pytest.mark.parametrize("labels", [None, [0, 1, 4, 3, 2, 0, 1]], ids=["mixed", "empty-clusters"])
+def test_export_round_trip(head_bias, labels):
+    x, y = data(7, seed=8, labels=labels)
+    check_export(_Model(head_bias), {"x": x.astype(np.float32), "y": y}, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Errors
+
+
+def test_constructor_errors():
+    with pytest.raises(ValueError, match=r"strictly increasing, got \[5, 5\]"):
+        AdaptiveLogSoftmaxWithLoss(8, 30, [5, 5])
+    with pytest.raises(ValueError, match=r"strictly increasing, got \[12, 5\]"):
+        AdaptiveLogSoftmaxWithLoss(8, 30, [12, 5])
+    with pytest.raises(ValueError, match=r"cutoffs must be ints, got 2.5"):
+        AdaptiveLogSoftmaxWithLoss(8, 30, [2.5, 10])
+    with pytest.raises(ValueError, match=r"positive, got \[0, 10\]"):
+        AdaptiveLogSoftmaxWithLoss(8, 30, [0, 10])
+    with pytest.raises(ValueError, match=r"between 1 and n_classes - 1 = 29, got \[5, 30\]"):
+        AdaptiveLogSoftmaxWithLoss(8, 30, [5, 30])
+    with pytest.raises(ValueError, match="cutoffs must not be empty"):
+        AdaptiveLogSoftmaxWithLoss(8, 30, [])
+    with pytest.raises(TypeError, match="in_features must be an int"):
+        AdaptiveLogSoftmaxWithLoss(8.0, 30, [5])
+
+
+def test_forward_errors():
+    layer = make_layer(dtype="float32")
+    x = paddle.ones([4, IN])
+    with pytest.raises(ValueError, match=r"input has 7 features \(shape \[4, 7\]\), expected in_features=8"):
+        layer(paddle.ones([4, 7]), paddle.to_tensor([0, 1, 2, 3]))
+    with pytest.raises(ValueError, match="input has batch size 4 but label has 3"):
+        layer(x, paddle.to_tensor([0, 1, 2]))
+    with pytest.raises(IndexError, match=r"label value 30 is out of range \[0, 30\)"):
+        layer(x, paddle.to_tensor([0, 1, 30, 3]))
+    with pytest.raises(ValueError, match=r"label value -1 is out of range \[0, 30\)"):  # also a ValueError, as Paddle
+        layer(x, paddle.to_tensor([0, -1, 2, 3]))
+    with pytest.raises(ValueError, match=r"input must be 1-D \[in_features\] or 2-D \[N, in_features\], got shape"):
+        layer(paddle.ones([2, 2, IN]), paddle.to_tensor([0, 1]))
+    with pytest.raises(ValueError, match="a 2-D input needs a 1-D label"):
+        layer(x, paddle.to_tensor([[0, 1, 2, 3]]))
+    with pytest.raises(ValueError, match="a 1-D \\(unbatched\\) input needs a 0-D label"):
+        layer(paddle.ones([IN]), paddle.to_tensor([1]))
+    with pytest.raises(TypeError, match="label must be an integer tensor"):
+        layer(x, paddle.ones([4]))
+    with pytest.raises(ValueError, match=r"input has 5 features"):
+        layer.log_prob(paddle.ones([2, 5]))
+
+
+def test_functional_errors():
+    layer = make_layer(dtype="float32")
+    x, y = paddle.ones([4, IN]), paddle.to_tensor([0, 1, 2, 3])
+    hw, tw = layer.head_weight, [list(p) for p in layer.tail_weights]
+    with pytest.raises(ValueError, match=r"cutoffs must end in n_classes = 30 \(tail_weights\[2\]\[1\] has 10 "
+                                         r"columns for classes from 20\), got \[5, 12, 20, 29\]"):
+        adaptive_log_softmax_with_loss(x, y, hw, tw, [5, 12, 20, 29])
+    with pytest.raises(ValueError, match=r"tail_weights\[1\]\[1\] has shape \[2, 8\], expected \[2, 9\]"):
+        adaptive_log_softmax_with_loss(x, y, hw, tw, [5, 12, 21, 30])
+    with pytest.raises(ValueError, match=r"head_weight has shape \[8, 8\], expected \[8, 7\]"):
+        adaptive_log_softmax_with_loss(x, y, hw, tw[:2], [5, 12, 30])
+    with pytest.raises(ValueError, match=r"strictly increasing"):
+        adaptive_log_softmax_with_loss(x, y, hw, tw, [5, 20, 12, 30])
+    with pytest.raises(ValueError, match=r"tail_weights has 2 clusters"):
+        adaptive_log_softmax_with_loss(x, y, paddle.ones([IN, 8]), tw[:2], [5, 12, 20, 30])
+    with pytest.raises(IndexError, match=r"label value 31 is out of range \[0, 30\)"):
+        adaptive_log_softmax_with_loss(x, paddle.to_tensor([0, 1, 2, 31]), hw, tw, [5, 12, 20, 30])
+    with pytest.raises(ValueError, match=r"input has 3 features"):
+        adaptive_log_softmax_with_loss(paddle.ones([4, 3]), y, hw, tw, [5, 12, 20, 30])
+
+
+def test_export_with_dynamic_batch(tmp_path):
+    import paddle.inference as paddle_infer
+
+    model = _Model(head_bias=True)
+    model.eval()
+    specs = [paddle.static.InputSpec([None, IN], "float32", "x"), paddle.static.InputSpec([None], "int64", "y")]
+    prefix = str(tmp_path / "model")
+    paddle.jit.save(paddle.jit.to_static(model, input_spec=specs, full_graph=True), prefix)
+    loaded = paddle.jit.load(prefix)
+    config = paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
+    config.disable_gpu()
+    predictor = paddle_infer.create_predictor(config)
+    for n, labels in ((3, None), (11, None), (5, [12, 13, 19, 12, 18])):
+        x, y = data(n, seed=n, labels=labels)
+        x = x.astype(np.float32)
+        expected = [t.numpy() for t in model(paddle.to_tensor(x), paddle.to_tensor(y))]
+        got = [t.numpy() for t in loaded(paddle.to_tensor(x), paddle.to_tensor(y))]
+        for name, value in zip(predictor.get_input_names(), (x, y)):
+            handle = predictor.get_input_handle(name)
+            handle.reshape(list(value.shape))
+            handle.copy_from_cpu(value)
+        predictor.run()
+        served = [predictor.get_output_handle(o).copy_to_cpu() for o in predictor.get_output_names()]
+        assert len(got) == len(served) == len(expected) == 4
+        for g, s, e in zip(got, served, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(s, e, rtol=1e-5, atol=1e-6)

@@ -1,0 +1,209 @@
+"""adaptive_log_softmax: the fused per-cluster ops, through the OpTest harness."""
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_ext
+import refs
+from op_test import FLOAT_DTYPES, check_export, check_grad, check_output, run_static
+
+SHAPES = [(1, 1), (4, 1), (3, 5), (7, 33), (2, 1000), (5, 4097)]
+
+
+def rand(shape, seed=0, scale=3.0):
+    return np.random.default_rng(seed).normal(0, scale, size=shape)
+
+
+def targets(m, k, seed=1):
+    return np.random.default_rng(seed).integers(0, k, size=m).astype(np.int64)
+
+
+def target_op(logits, target):
+    return paddle_ext.adaptive_log_softmax_target(logits, target)
+
+
+def full_op(logits, offset):
+    return paddle_ext.adaptive_log_softmax_full(logits, offset)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_target_forward_float64(shape):
+    check_output(target_op, {"logits": rand(shape), "target": targets(*shape)}, refs.adaptive_log_softmax_target)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_full_forward_float64(shape):
+    check_output(full_op, {"logits": rand(shape), "offset": rand(shape[:1], seed=2)}, refs.adaptive_log_softmax_full)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_every_dtype(dtype):
+    inputs = {"logits": rand((6, 300), seed=3), "target": targets(6, 300)}
+    # the result is a difference of two O(10) numbers: tolerances absolute at the dtype's resolution
+    atol = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-2, "bfloat16": 1.5e-1}[dtype]
+    check_output(target_op, inputs, refs.adaptive_log_softmax_target, dtype=dtype, atol=atol)
+    check_output(full_op, {"logits": inputs["logits"], "offset": rand((6,), seed=4)}, refs.adaptive_log_softmax_full,
+                 dtype=dtype, atol=atol)
+
+
+def test_very_wide_rows_float32_accuracy():
+    # 140000 classes: the largest cluster of the WikiText-103 configuration
+    x = rand((3, 140000), seed=5, scale=4.0).astype(np.float32)
+    t = targets(3, 140000)
+    out = paddle_ext.adaptive_log_softmax_target(paddle.to_tensor(x), paddle.to_tensor(t)).numpy()
+    np.testing.assert_allclose(out, refs.adaptive_log_softmax_target(x.astype(np.float64), t), rtol=1e-6, atol=1e-6)
+    full = paddle_ext.adaptive_log_softmax_full(paddle.to_tensor(x)).numpy()
+    np.testing.assert_allclose(np.exp(full.astype(np.float64)).sum(1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (4, 9)])
+def test_target_grad_matches_numeric(shape):
+    check_grad(target_op, {"logits": rand(shape, seed=6, scale=2.0), "target": targets(*shape, seed=7)}, "logits")
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (4, 9)])
+def test_full_grad_matches_numeric(shape):
+    check_grad(full_op, {"logits": rand(shape, seed=8, scale=2.0), "offset": rand(shape[:1], seed=9)},
+               ["logits", "offset"])
+
+
+def test_target_grad_is_onehot_minus_softmax_times_upstream():
+    x, t, g = rand((5, 11), seed=10), targets(5, 11), rand((5,), seed=11)
+    logits = paddle.to_tensor(x, stop_gradient=False)
+    out = paddle_ext.adaptive_log_softmax_target(logits, paddle.to_tensor(t))
+    (gx,) = paddle.grad(out, logits, grad_outputs=paddle.to_tensor(g))
+    np.testing.assert_allclose(gx.numpy(), refs.adaptive_log_softmax_target_grad(x, t, g), rtol=1e-12, atol=1e-14)
+
+
+def test_neg_inf_logits():
+    x = np.array([[-np.inf, 0.5, 1.0, -np.inf], [2.0, -np.inf, -np.inf, -np.inf], [-np.inf] * 4])
+    t = np.array([0, 0, 2])
+    out = check_output(target_op, {"logits": x, "target": t}, refs.adaptive_log_softmax_target)["dygraph"][0]
+    assert out[0] == -np.inf and out[1] == 0.0 and np.isnan(out[2])  # all -inf: undefined, NaN as in NumPy
+    check_output(full_op, {"logits": x, "offset": np.zeros(3)}, refs.adaptive_log_softmax_full)
+    # grad of the finite rows: softmax is exactly 0 on -inf logits; the target term is +g even at -inf
+    logits = paddle.to_tensor(x[:2], stop_gradient=False)
+    paddle_ext.adaptive_log_softmax_target(logits, paddle.to_tensor(t[:2])).sum().backward()
+    grad = logits.grad.numpy()
+    np.testing.assert_allclose(grad, refs.adaptive_log_softmax_target_grad(x[:2], t[:2], np.ones(2)), rtol=1e-12)
+    assert grad[0, 0] == 1.0 and grad[0, 3] == 0.0 and np.all(grad[1] == 0.0)
+
+
+def test_nan_and_pos_inf_rows():
+    x = np.array([[0.0, np.nan, 1.0], [0.0, np.inf, 1.0], [0.0, 1.0, 2.0]])
+    out = paddle_ext.adaptive_log_softmax_target(paddle.to_tensor(x), paddle.to_tensor([0, 0, 2])).numpy()
+    assert np.isnan(out[0]) and np.isnan(out[1]) or out[1] == -np.inf
+    np.testing.assert_allclose(out[2], refs.adaptive_log_softmax_target(x[2:], [2])[0], rtol=1e-14)
+
+
+def test_large_logits_do_not_overflow():
+    x = np.array([[1000.0, 1001.0, 999.0], [-1000.0, -1001.0, -999.0]])
+    for dtype in ("float32", "float64"):
+        check_output(target_op, {"logits": x, "target": np.array([1, 2])}, refs.adaptive_log_softmax_target,
+                     dtype=dtype, atol=1e-4)
+
+
+def test_empty_rows():
+    out = paddle_ext.adaptive_log_softmax_target(paddle.zeros([0, 7]), paddle.zeros([0], "int64"))
+    assert out.shape == [0]
+    assert paddle_ext.adaptive_log_softmax_full(paddle.zeros([0, 7])).shape == [0, 7]
+
+
+def test_int32_target_and_non_contiguous_logits():
+    x = rand((6, 8), seed=12)
+    t = paddle.to_tensor(x).transpose([1, 0])  # [8, 6], strided
+    tgt = targets(8, 6).astype(np.int32)
+    out = paddle_ext.adaptive_log_softmax_target(t, paddle.to_tensor(tgt)).numpy()
+    np.testing.assert_allclose(out, refs.adaptive_log_softmax_target(x.T, tgt), rtol=1e-13)
+
+
+def test_errors():
+    x = paddle.ones([2, 3])
+    with pytest.raises(TypeError, match="logits must be a paddle.Tensor"):
+        paddle_ext.adaptive_log_softmax_target(np.ones((2, 3)), paddle.to_tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"logits must be 2-D \[M, K\], got shape \[3\]"):
+        paddle_ext.adaptive_log_softmax_target(paddle.ones([3]), paddle.to_tensor([0]))
+    with pytest.raises(TypeError, match="target must be an integer tensor, got float32"):
+        paddle_ext.adaptive_log_softmax_target(x, paddle.ones([2]))
+    with pytest.raises(ValueError, match="target has 3 rows but logits has 2"):
+        paddle_ext.adaptive_log_softmax_target(x, paddle.to_tensor([0, 1, 2]))
+    with pytest.raises(IndexError, match=r"target value 3 is out of range \[0, 3\)"):
+        paddle_ext.adaptive_log_softmax_target(x, paddle.to_tensor([0, 3]))
+    with pytest.raises(IndexError, match=r"target value -1 is out of range"):
+        paddle_ext.adaptive_log_softmax_target(x, paddle.to_tensor([-1, 0]))
+    with pytest.raises(ValueError, match="offset has 3 rows but logits has 2"):
+        paddle_ext.adaptive_log_softmax_full(x, paddle.ones([3]))
+    with pytest.raises(TypeError, match="logits must be float16, bfloat16, float32 or float64, got int64"):
+        paddle_ext.adaptive_log_softmax_full(paddle.ones([2, 3], "int64"))
+
+
+def test_static_program_rejects_bad_target_in_cpp():
+    # Python cannot see values in a static program: the kernel's check is the last line of defence.
+    # (the static executor reports it as a RuntimeError without the message)
+    with pytest.raises((OSError, RuntimeError)):
+        run_static(target_op, {"logits": rand((2, 3)), "target": np.array([0, 5])}, {}, "float64")
+
+
+def test_export_round_trip():
+    check_export(target_op, {"logits": rand((4, 9)).astype(np.float32), "target": targets(4, 9)})
+    check_export(full_op, {"logits": rand((4, 9)).astype(np.float32), "offset": rand((4,)).astype(np.float32)})
+
+
+def test_float32_accuracy_over_the_exp_range():
+    # The CPU float path uses its own vectorised exp: check it where exp underflows (x - lse < -87.3)
+    # and across the whole useful range, through the forward and both grads.
+    x = np.linspace(-120.0, 30.0, 4001).reshape(1, -1)
+    x = np.concatenate([x, x[:, ::-1], x * 0.1], axis=0)
+    t = np.array([4000, 17, 2500])
+    xt = paddle.to_tensor(x.astype(np.float32), stop_gradient=False)
+    x32 = x.astype(np.float32).astype(np.float64)
+    out = paddle_ext.adaptive_log_softmax_target(xt, paddle.to_tensor(t))
+    np.testing.assert_allclose(out.numpy(), refs.adaptive_log_softmax_target(x32, t), rtol=1e-6, atol=2e-6)
+    g = np.array([0.5, -1.0, 2.0])
+    (gx,) = paddle.grad(out, xt, grad_outputs=paddle.to_tensor(g.astype(np.float32)))
+    np.testing.assert_allclose(gx.numpy(), refs.adaptive_log_softmax_target_grad(x32, t, g), rtol=1e-5, atol=1e-7)
+    full = paddle_ext.adaptive_log_softmax_full(xt).numpy()
+    np.testing.assert_allclose(full, refs.adaptive_log_softmax_full(x32, np.zeros(3)), rtol=1e-6, atol=2e-5)
+
+
+def test_baseline_and_avx2_cpu_kernels_agree(tmp_path):
+    # The CPU kernels exist twice (baseline ISA and AVX2+FMA, picked at run time); PADDLE_EXT_NO_AVX2=1
+    # forces the baseline copy, run here in a subprocess on the same data.
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, numpy as np, paddle, paddle_ext\n"
+        "x = np.linspace(-100, 20, 3 * 5001).reshape(3, 5001).astype(np.float32)\n"
+        "t = np.array([5000, 3, 2500])\n"
+        "xt = paddle.to_tensor(x, stop_gradient=False)\n"
+        "out = paddle_ext.adaptive_log_softmax_target(xt, paddle.to_tensor(t))\n"
+        "(g,) = paddle.grad(out, xt, grad_outputs=paddle.to_tensor(np.array([1.0, -2.0, 0.5], np.float32)))\n"
+        "full = paddle_ext.adaptive_log_softmax_full(xt)\n"
+        "np.savez(sys.argv[1], out=out.numpy(), g=g.numpy(), full=full.numpy())\n")
+    results = {}
+    for name, extra in (("avx2", {}), ("baseline", {"PADDLE_EXT_NO_AVX2": "1"})):
+        env = dict(os.environ, **extra)
+        subprocess.run([sys.executable, str(script), str(tmp_path / f"{name}.npz")], check=True, env=env,
+                       capture_output=True)
+        results[name] = np.load(tmp_path / f"{name}.npz")
+    for key in ("out", "g", "full"):
+        np.testing.assert_allclose(results["baseline"][key], results["avx2"][key], rtol=1e-6, atol=1e-7)
+
+
+def test_rows_split_across_threads():
+    # >= 2M elements: the CPU kernels split the rows over the threads (below that they stay serial)
+    x = rand((40, 60000), seed=13).astype(np.float32)
+    t = targets(40, 60000, seed=14)
+    g = rand((40,), seed=15).astype(np.float32)
+    xt = paddle.to_tensor(x, stop_gradient=False)
+    out = paddle_ext.adaptive_log_softmax_target(xt, paddle.to_tensor(t))
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(out.numpy(), refs.adaptive_log_softmax_target(x64, t), rtol=1e-6, atol=1e-5)
+    (gx,) = paddle.grad(out, xt, grad_outputs=paddle.to_tensor(g))
+    np.testing.assert_allclose(gx.numpy(), refs.adaptive_log_softmax_target_grad(x64, t, g), rtol=1e-5, atol=1e-7)
+    full = paddle_ext.adaptive_log_softmax_full(paddle.to_tensor(x), paddle.to_tensor(g)).numpy()
+    np.testing.assert_allclose(full, refs.adaptive_log_softmax_full(x64, g), rtol=1e-6, atol=2e-5)

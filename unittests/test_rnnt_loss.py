@@ -1,0 +1,344 @@
+"""RNN-T losses on top of mutual_information_recursion (k2 / fast_rnnt semantics)."""
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+import pytest
+
+import paddle_ext
+import refs
+from op_test import check_export, check_grad, check_output
+
+TYPES = ["regular", "modified", "constrained"]
+
+
+def problem(B=3, T=7, S=4, C=5, seed=0):
+    rng = np.random.default_rng(seed)
+    lm = rng.normal(size=(B, S + 1, C))
+    am = rng.normal(size=(B, T, C))
+    symbols = rng.integers(1, C, size=(B, S)).astype(np.int64)
+    Ts = np.array([T] + list(rng.integers(S, T + 1, size=B - 1)))
+    Ss = np.array([S] + list(rng.integers(1, S + 1, size=B - 1)))
+    boundary = np.stack([np.zeros(B), np.zeros(B), Ss, Ts], 1).astype(np.int64)
+    return lm, am, symbols, boundary
+
+
+def t(a, stop_gradient=True):
+    x = paddle.to_tensor(a)
+    x.stop_gradient = stop_gradient
+    return x
+
+
+@pytest.mark.parametrize("with_boundary", [False, True])
+def test_regular_rnnt_loss_equals_paddle_warprnnt(with_boundary):
+    lm, am, symbols, boundary = problem(B=4, T=9, S=5, C=6, seed=1)
+    B, T, S = 4, 9, 5
+    logits = np.random.default_rng(2).normal(size=(B, T, S + 1, 6)) * 2
+    bd = boundary if with_boundary else None
+    ours = paddle_ext.rnnt_loss(t(logits), t(symbols), 0, None if bd is None else t(bd), reduction="none")
+    Ts = boundary[:, 3] if with_boundary else np.full(B, T)
+    Ss = boundary[:, 2] if with_boundary else np.full(B, S)
+    theirs = F.rnnt_loss(F.log_softmax(t(logits), -1), t(symbols.astype(np.int32)), t(Ts.astype(np.int32)),
+                         t(Ss.astype(np.int32)), blank=0, fastemit_lambda=0.0, reduction="none")
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-10)
+    # and the grads of the logits agree too
+    x1, x2 = t(logits, False), t(logits, False)
+    paddle_ext.rnnt_loss(x1, t(symbols), 0, None if bd is None else t(bd), reduction="sum").backward()
+    F.rnnt_loss(F.log_softmax(x2, -1), t(symbols.astype(np.int32)), t(Ts.astype(np.int32)), t(Ss.astype(np.int32)),
+                blank=0, fastemit_lambda=0.0, reduction="sum").backward()
+    np.testing.assert_allclose(x1.grad.numpy(), x2.grad.numpy(), rtol=1e-7, atol=1e-10)
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("with_boundary", [False, True])
+@pytest.mark.parametrize("delay_penalty", [0.0, 0.3])
+def test_rnnt_loss_against_numpy_reference(rnnt_type, with_boundary, delay_penalty):
+    _, _, symbols, boundary = problem(seed=3)
+    logits = np.random.default_rng(4).normal(size=(3, 7, 5, 5))
+    bd = boundary if with_boundary else None
+    got = paddle_ext.rnnt_loss(t(logits), t(symbols), 2, None if bd is None else t(bd), rnnt_type=rnnt_type,
+                               delay_penalty=delay_penalty, reduction="none")
+    ref = refs.rnnt_loss(logits, symbols, 2, bd, rnnt_type, delay_penalty)
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-12)
+    for reduction, fn in (("mean", np.mean), ("sum", np.sum)):
+        got = paddle_ext.rnnt_loss(t(logits), t(symbols), 2, None if bd is None else t(bd), rnnt_type=rnnt_type,
+                                   delay_penalty=delay_penalty, reduction=reduction)
+        np.testing.assert_allclose(got.numpy(), fn(ref), rtol=1e-12)
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("with_boundary", [False, True])
+@pytest.mark.parametrize("delay_penalty", [0.0, 0.25])
+def test_simple_loss_equals_full_loss_on_additive_joiner(rnnt_type, with_boundary, delay_penalty):
+    lm, am, symbols, boundary = problem(seed=5)
+    bd = boundary if with_boundary else None
+    lm1, am1, lm2, am2 = t(lm, False), t(am, False), t(lm, False), t(am, False)
+    kw = dict(rnnt_type=rnnt_type, delay_penalty=delay_penalty, reduction="none")
+    simple = paddle_ext.rnnt_loss_simple(lm1, am1, t(symbols), 0, None if bd is None else t(bd), **kw)
+    full = paddle_ext.rnnt_loss(lm2.unsqueeze(1) + am2.unsqueeze(2), t(symbols), 0, None if bd is None else t(bd), **kw)
+    np.testing.assert_allclose(simple.numpy(), full.numpy(), rtol=1e-10)
+    simple.sum().backward()
+    full.sum().backward()
+    np.testing.assert_allclose(lm1.grad.numpy(), lm2.grad.numpy(), rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(am1.grad.numpy(), am2.grad.numpy(), rtol=1e-8, atol=1e-12)
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+def test_simple_loss_is_invariant_to_per_row_offsets(rnnt_type):
+    lm, am, symbols, boundary = problem(seed=6)
+    base = paddle_ext.rnnt_loss_simple(t(lm), t(am), t(symbols), 0, t(boundary), rnnt_type=rnnt_type, reduction="none")
+    shifted = paddle_ext.rnnt_loss_simple(t(lm + 40.0), t(am - 30.0 + np.arange(7)[None, :, None]), t(symbols), 0,
+                                          t(boundary), rnnt_type=rnnt_type, reduction="none")
+    np.testing.assert_allclose(shifted.numpy(), base.numpy(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+def test_simple_loss_return_grad_and_numeric_grads(rnnt_type):
+    lm, am, symbols, boundary = problem(B=2, T=5, S=3, C=4, seed=7)
+    loss, (gx, gy) = paddle_ext.rnnt_loss_simple(t(lm), t(am), t(symbols), 0, t(boundary), rnnt_type=rnnt_type,
+                                                 reduction="none", return_grad=True)
+    px, py = paddle_ext.get_rnnt_logprobs(t(lm), t(am), t(symbols), 0, t(boundary), rnnt_type=rnnt_type)
+    rgx, rgy = refs.mutual_information_grad(px.numpy(), py.numpy(), boundary)
+    np.testing.assert_allclose(gx.numpy(), rgx, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(gy.numpy(), rgy, rtol=1e-10, atol=1e-14)
+
+    def fn(lm, am, symbols, boundary):
+        return paddle_ext.rnnt_loss_simple(lm, am, symbols, 0, boundary, rnnt_type=rnnt_type, reduction="none")
+
+    check_grad(fn, {"lm": lm, "am": am, "symbols": symbols, "boundary": boundary}, ["lm", "am"])
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+def test_full_loss_numeric_grads(rnnt_type):
+    _, _, symbols, boundary = problem(B=2, T=4, S=3, C=3, seed=8)
+    logits = np.random.default_rng(9).normal(size=(2, 4, 4, 3))
+
+    def fn(logits, symbols, boundary):
+        return paddle_ext.rnnt_loss(logits, symbols, 1, boundary, rnnt_type=rnnt_type, reduction="none")
+
+    check_grad(fn, {"logits": logits, "symbols": symbols, "boundary": boundary}, ["logits"])
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+def test_smoothed_loss(rnnt_type):
+    lm, am, symbols, boundary = problem(seed=10)
+    simple = paddle_ext.rnnt_loss_simple(t(lm), t(am), t(symbols), 0, t(boundary), rnnt_type=rnnt_type,
+                                         reduction="none")
+    zero = paddle_ext.rnnt_loss_smoothed(t(lm), t(am), t(symbols), 0, 0.0, 0.0, t(boundary), rnnt_type=rnnt_type,
+                                         reduction="none")
+    np.testing.assert_allclose(zero.numpy(), simple.numpy(), rtol=1e-10)
+    # lm_only_scale = 1: the loss of the LM alone, which ignores am entirely
+    lm_only = paddle_ext.rnnt_loss_smoothed(t(lm), t(am), t(symbols), 0, 1.0, 0.0, t(boundary), rnnt_type=rnnt_type,
+                                            reduction="none")
+    lm_only2 = paddle_ext.rnnt_loss_smoothed(t(lm), t(am * 3 + 1), t(symbols), 0, 1.0, 0.0, t(boundary),
+                                             rnnt_type=rnnt_type, reduction="none")
+    np.testing.assert_allclose(lm_only.numpy(), lm_only2.numpy(), rtol=1e-8)
+    lm1, am1 = t(lm, False), t(am, False)
+    loss, (gx, gy) = paddle_ext.rnnt_loss_smoothed(lm1, am1, t(symbols), 0, 0.1, 0.2, t(boundary), rnnt_type=rnnt_type,
+                                                   return_grad=True)
+    loss.backward()
+    assert np.isfinite(loss.numpy()) and np.isfinite(lm1.grad.numpy()).all() and np.isfinite(am1.grad.numpy()).all()
+    assert np.isfinite(gx.numpy()).all() and np.isfinite(gy.numpy()).all()
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+def test_pruned_loss_with_full_range_equals_simple_and_ranges_are_well_formed(rnnt_type):
+    B, T, S, C = 4, 12, 6, 5
+    lm, am, symbols, boundary = problem(B=B, T=T, S=S, C=C, seed=11)
+    _, (gx, gy) = paddle_ext.rnnt_loss_simple(t(lm), t(am), t(symbols), 0, t(boundary), rnnt_type=rnnt_type,
+                                              reduction="none", return_grad=True)
+    full = paddle_ext.rnnt_loss(t(lm[:, None] + am[:, :, None]), t(symbols), 0, t(boundary), rnnt_type=rnnt_type,
+                                reduction="none").numpy()
+    for s_range in (2, 3, S + 1, S + 5):
+        ranges = paddle_ext.get_rnnt_prune_ranges(gx, gy, t(boundary), s_range)
+        R = min(s_range, S + 1)
+        assert ranges.shape == [B, T, R] and ranges.dtype == paddle.int64
+        r = ranges.numpy()
+        np.testing.assert_array_equal(r - r[:, :, :1], np.broadcast_to(np.arange(R), r.shape))
+        start = r[:, :, 0]
+        assert (start[:, 0] == 0).all() and (np.diff(start, axis=1) >= 0).all()
+        assert (np.diff(start, axis=1) < (R if rnnt_type == "regular" else 2)).all()
+        assert (r <= S).all()
+        for b in range(B):  # the last real frame can reach the end symbol
+            assert start[b, boundary[b, 3] - 1] + R - 1 >= boundary[b, 2]
+        am_p, lm_p = paddle_ext.do_rnnt_pruning(t(am), t(lm), ranges)
+        assert am_p.shape == [B, T, R, C] and lm_p.shape == [B, T, R, C]
+        np.testing.assert_array_equal(lm_p.numpy(), lm[np.arange(B)[:, None, None], r])
+        pruned = paddle_ext.rnnt_loss_pruned(am_p + lm_p, t(symbols), ranges, 0, t(boundary), rnnt_type=rnnt_type,
+                                             reduction="none").numpy()
+        assert np.isfinite(pruned).all()
+        if R == S + 1:
+            np.testing.assert_allclose(pruned, full, rtol=1e-10)
+        else:  # fewer paths: never a lower loss
+            assert (pruned >= full - 1e-9).all()
+
+
+def test_pruned_loss_trains_the_joiner_grads_flow():
+    B, T, S, C = 2, 10, 4, 6
+    lm, am, symbols, boundary = problem(B=B, T=T, S=S, C=C, seed=12)
+    lm_t, am_t = t(lm, False), t(am, False)
+    _, (gx, gy) = paddle_ext.rnnt_loss_simple(lm_t, am_t, t(symbols), 0, t(boundary), return_grad=True)
+    ranges = paddle_ext.get_rnnt_prune_ranges(gx, gy, t(boundary), 3)
+    am_p, lm_p = paddle_ext.do_rnnt_pruning(am_t, lm_t, ranges)
+    loss = paddle_ext.rnnt_loss_pruned(paddle.tanh(am_p + lm_p) * 3, t(symbols), ranges, 0, t(boundary))
+    loss.backward()
+    assert np.isfinite(am_t.grad.numpy()).all() and np.abs(am_t.grad.numpy()).sum() > 0
+    assert np.abs(lm_t.grad.numpy()).sum() > 0
+
+
+def test_get_rnnt_prune_ranges_raises_s_range_to_keep_a_path():
+    B, T, S = 1, 3, 6  # regular: 6 symbols in 3 frames need >= 3 symbols on some frame
+    lm, am, symbols, _ = problem(B=B, T=T, S=S, C=4, seed=13)
+    boundary = np.array([[0, 0, S, T]], dtype=np.int64)
+    _, (gx, gy) = paddle_ext.rnnt_loss_simple(t(lm), t(am), t(symbols), 0, t(boundary), return_grad=True)
+    with pytest.warns(UserWarning, match="s_range=2"):
+        ranges = paddle_ext.get_rnnt_prune_ranges(gx, gy, t(boundary), 2)
+    assert ranges.shape[2] == 3
+
+
+@pytest.mark.parametrize("rnnt_type", ["regular", "modified"])
+def test_simple_loss_static_and_export(rnnt_type, tmp_path):
+    lm, am, symbols, boundary = problem(seed=14)
+
+    def fn(lm, am, symbols, boundary):
+        return paddle_ext.rnnt_loss_simple(lm, am, symbols, 0, boundary, rnnt_type=rnnt_type, reduction="none")
+
+    def ref(lm, am, symbols, boundary):
+        return refs.rnnt_loss(lm[:, None] + am[:, :, None], symbols, 0, boundary, rnnt_type)
+
+    inputs = {"lm": lm, "am": am, "symbols": symbols, "boundary": boundary}
+    check_output(fn, inputs, ref)
+    check_output(fn, inputs, ref, dtype="float32")
+    f32 = {"lm": lm.astype(np.float32), "am": am.astype(np.float32), "symbols": symbols, "boundary": boundary}
+    out = check_export(fn, f32, directory=str(tmp_path), rtol=1e-5)
+    np.testing.assert_allclose(out[0], ref(lm, am, symbols, boundary), rtol=1e-5)
+
+
+def test_full_and_pruned_losses_static():
+    _, _, symbols, boundary = problem(seed=15)
+    logits = np.random.default_rng(16).normal(size=(3, 7, 5, 5))
+
+    def fn(logits, symbols, boundary):
+        return paddle_ext.rnnt_loss(logits, symbols, 0, boundary, reduction="none")
+
+    check_output(fn, {"logits": logits, "symbols": symbols, "boundary": boundary},
+                 lambda lg, sy, bd: refs.rnnt_loss(lg, sy, 0, bd))
+    ranges = np.minimum(np.arange(7)[None, :, None] // 2 + np.arange(3)[None, None, :], 4).repeat(3, 0)
+    ranges = np.minimum(ranges, 4 - 2 + np.arange(3))  # keep each window inside [0, S]
+    ranges = (ranges[:, :, :1] + np.arange(3)).astype(np.int64)
+    pruned_logits = np.random.default_rng(17).normal(size=(3, 7, 3, 5))
+
+    def fp(lg, sy, rg, bd):
+        return paddle_ext.rnnt_loss_pruned(lg, sy, rg, 0, bd, reduction="none")
+
+    res = check_output(fp, {"logits": pruned_logits, "symbols": symbols, "ranges": ranges, "boundary": boundary},
+                       lambda lg, sy, rg, bd: _pruned_ref(lg, sy, rg, bd))
+    assert np.isfinite(res["dygraph"][0]).all()
+
+
+def _pruned_ref(logits, symbols, ranges, boundary):
+    """The pruned loss = the full loss on logits that are -inf-like outside each frame's range."""
+    B, T, R, C = logits.shape
+    S = symbols.shape[1]
+    full = np.full((B, T, S + 1, C), -1e30)
+    for b in range(B):
+        for tt in range(T):
+            full[b, tt, ranges[b, tt]] = logits[b, tt]
+    m = full.max(-1, keepdims=True)
+    logp = full - (m + np.log(np.exp(full - m).sum(-1, keepdims=True)))
+    logp[full[..., :1].repeat(C, -1) <= -1e29] = -np.inf
+    px = np.full((B, S, T + 1), -np.inf)
+    py = np.full((B, S + 1, T), -np.inf)
+    for b in range(B):
+        for s in range(S + 1):
+            for tt in range(T):
+                py[b, s, tt] = logp[b, tt, s, 0]
+                if s < S and tt != boundary[b, 3]:
+                    px[b, s, tt] = logp[b, tt, s, symbols[b, s]]
+    return -refs.mutual_information(px, py, boundary)[0]
+
+
+def _lt(a):
+    return paddle.to_tensor(np.asarray(a))
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(rnnt_type="fancy"), ValueError, "rnnt_type"),
+    (dict(reduction="avg"), ValueError, "reduction"),
+    (dict(delay_penalty=-1.0), ValueError, "delay_penalty"),
+    (dict(termination_symbol=5), ValueError, "termination_symbol"),
+    (dict(termination_symbol=-1), ValueError, "termination_symbol"),
+    (dict(symbols=np.full((3, 4), 7)), ValueError, r"symbols must lie in \[0, 5\)"),
+    (dict(symbols=np.zeros((3, 3), np.int64)), ValueError, r"symbols must have shape \[B, S\]"),
+    (dict(symbols=np.zeros((3, 4), np.float32)), TypeError, "integer"),
+    (dict(boundary=np.array([[0, 0, 4, 7], [0, 0, 5, 7], [0, 0, 4, 7]])), ValueError, "row 1"),
+    (dict(am=np.zeros((3, 7, 6))), ValueError, "lm must be"),
+    (dict(lm=np.zeros((3, 5))), ValueError, "3-D"),
+])
+def test_simple_loss_errors(kwargs, exc, match):
+    lm, am, symbols, _ = problem(seed=0)
+    args = dict(lm=lm, am=am, symbols=symbols, termination_symbol=0)
+    args.update(kwargs)
+    for k in ("lm", "am", "symbols", "boundary"):
+        if k in args:
+            args[k] = _lt(args[k])
+    with pytest.raises(exc, match=match):
+        paddle_ext.rnnt_loss_simple(**args)
+
+
+def test_modified_needs_enough_frames():
+    lm, am, symbols, _ = problem(B=1, T=3, S=4, seed=0)
+    with pytest.raises(ValueError, match="T >= S"):
+        paddle_ext.rnnt_loss_simple(_lt(lm), _lt(am), _lt(symbols), 0, rnnt_type="modified")
+
+
+def test_pruning_errors():
+    gx, gy = _lt(np.zeros((2, 3, 6))), _lt(np.zeros((2, 4, 5)))
+    boundary = _lt(np.array([[0, 0, 3, 5]] * 2))
+    with pytest.raises(ValueError, match="boundary is required"):
+        paddle_ext.get_rnnt_prune_ranges(gx, gy, None, 2)
+    with pytest.raises(ValueError, match="py_grad"):
+        paddle_ext.get_rnnt_prune_ranges(gx, _lt(np.zeros((2, 3, 5))), boundary, 2)
+    with pytest.raises(TypeError, match="s_range"):
+        paddle_ext.get_rnnt_prune_ranges(gx, gy, boundary, 2.5)
+    with pytest.raises(ValueError, match="ranges"):
+        paddle_ext.do_rnnt_pruning(_lt(np.zeros((2, 5, 4))), _lt(np.zeros((2, 4, 4))), _lt(np.zeros((2, 6, 2), np.int64)))
+    with pytest.raises(ValueError, match="s_range = 6 exceeds"):
+        paddle_ext.rnnt_loss_pruned(_lt(np.zeros((2, 5, 6, 4))), _lt(np.zeros((2, 3), np.int64)),
+                                    _lt(np.zeros((2, 5, 6), np.int64)), 0)
+
+
+@pytest.mark.parametrize("rnnt_type", ["regular", "modified"])
+def test_prune_ranges_and_pruning_static_match_dygraph(rnnt_type):
+    B, T, S, C = 3, 10, 5, 4
+    lm, am, symbols, boundary = problem(B=B, T=T, S=S, C=C, seed=18)
+    _, (gx, gy) = paddle_ext.rnnt_loss_simple(t(lm), t(am), t(symbols), 0, t(boundary), rnnt_type=rnnt_type,
+                                              return_grad=True)
+    gx, gy = gx.numpy(), gy.numpy()
+
+    def fn(gx, gy, boundary, am, lm):
+        ranges = paddle_ext.get_rnnt_prune_ranges(gx, gy, boundary, 3)
+        am_p, lm_p = paddle_ext.do_rnnt_pruning(am, lm, ranges)
+        return ranges, am_p, lm_p
+
+    expected = [o.numpy() for o in fn(t(gx), t(gy), t(boundary), t(am), t(lm))]
+    check_output(fn, {"gx": gx, "gy": gy, "boundary": boundary, "am": am, "lm": lm}, lambda *a: expected,
+                 modes=("static",))
+
+
+def test_smoothed_am_only_part_sees_lm_only_through_its_unigram():
+    """am_only_scale = 1: px = am[sym] + log u[sym] - log sum_c exp(am_c) u_c with u the unigram of
+    the normalised lm rows; permuting lm rows inside each item keeps u, so the loss does not change."""
+    lm, am, symbols, boundary = problem(seed=19)
+    kw = dict(lm_only_scale=0.0, am_only_scale=1.0, boundary=t(boundary), reduction="none")
+    base = paddle_ext.rnnt_loss_smoothed(t(lm), t(am), t(symbols), 0, **kw).numpy()
+    perm = paddle_ext.rnnt_loss_smoothed(t(lm[:, ::-1].copy()), t(am), t(symbols), 0, **kw).numpy()
+    np.testing.assert_allclose(perm, base, rtol=1e-10)
+    # and it equals the full loss of log(u) + am, normalised per frame
+    probs = np.exp(lm - lm.max(-1, keepdims=True))
+    u = (probs / probs.sum(-1, keepdims=True)).mean(axis=(0, 1))
+    logits = np.broadcast_to((np.log(u) + am)[:, :, None, :], (3, 7, 5, 5)).copy()
+    np.testing.assert_allclose(base, refs.rnnt_loss(logits, symbols, 0, boundary), rtol=1e-8)
+    lm_only = paddle_ext.rnnt_loss_smoothed(t(lm), t(am), t(symbols), 0, 1.0, 0.0, t(boundary), reduction="none")
+    logits = np.broadcast_to(lm[:, None], (3, 7, 5, 5)).copy()
+    np.testing.assert_allclose(lm_only.numpy(), refs.rnnt_loss(logits, symbols, 0, boundary), rtol=1e-8)
