@@ -164,14 +164,24 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   const T zero = store<T>(A(0));
 
   if (R == Reduce::Assign) {  // the largest position of a slot wins; the others and arr get nothing
-    std::unique_ptr<index_t[]> winner(new index_t[slots]);
-    elementwise(slots, [&](index_t s) { winner[s] = -1; });
-    scatter_visit(idx, outer, n, m, inner, [&](index_t s, index_t p) { winner[s] = p; });
-    if (values_grad)
-      gather_visit(idx, outer, n, m, inner, [&](index_t s, index_t p) {
-        values_grad[p] = (s >= 0 && winner[s] == p) ? g[s] : zero;
-      });
-    if (arr_grad) elementwise(slots, [&](index_t s) { arr_grad[s] = winner[s] >= 0 ? zero : g[s]; });
+    auto run = [&](auto* winner) {  // int32 positions when they fit: half the per-slot memory
+      using W = std::remove_pointer_t<decltype(winner)>;
+      elementwise(slots, [winner](index_t s) { winner[s] = W(-1); });
+      scatter_visit(idx, outer, n, m, inner, [winner](index_t s, index_t p) { winner[s] = static_cast<W>(p); });
+      if (values_grad)
+        gather_visit(idx, outer, n, m, inner, [winner, values_grad, g, zero](index_t s, index_t p) {
+          values_grad[p] = (s >= 0 && winner[s] == static_cast<W>(p)) ? g[s] : zero;
+        });
+      if (arr_grad)
+        elementwise(slots, [winner, arr_grad, g, zero](index_t s) { arr_grad[s] = winner[s] >= 0 ? zero : g[s]; });
+    };
+    if (outer * m * inner < (index_t)INT32_MAX) {
+      std::unique_ptr<int32_t[]> winner(new int32_t[slots]);
+      run(winner.get());
+    } else {
+      std::unique_ptr<index_t[]> winner(new index_t[slots]);
+      run(winner.get());
+    }
     return;
   }
   if (R == Reduce::Add) {  // a copy and a gather, plus zeros at written slots without include_self
