@@ -176,8 +176,9 @@ def test_int32_and_int64_indices_agree():
 def test_large_graph_case_uses_every_partition():
     # Exercises the parallel paths: by outer block, by inner columns, and by destination range.
     rng = np.random.default_rng(0)
-    for arr_shape, idx_shape, axis in [((64, 300, 2), (64, 700, 2), 1), ((500, 64), (1500, 64), 0),
-                                       ((3000,), (90000,), 0)]:
+    # (each has > 2**21 positions: enough for the kernel to use both threads)
+    for arr_shape, idx_shape, axis in [((64, 300, 2), (64, 16500, 2), 1), ((500, 64), (33000, 64), 0),
+                                       ((3000,), (2_100_000,), 0)]:
         arr = rng.normal(size=arr_shape)
         idx = rng.integers(-arr_shape[axis], arr_shape[axis], size=idx_shape)
         vals = rng.normal(size=idx_shape)

@@ -20,7 +20,10 @@ namespace paddle_ext {
 namespace cpu {
 namespace {
 
-constexpr index_t kGrain = 1 << 15;  // elements worth a thread
+// Elements worth a second thread. Large on purpose: these passes are memory-bound, and on a shared
+// machine a fork-join can wait milliseconds for a thread that lost its core, more than a
+// few-million-element pass costs on one thread.
+constexpr index_t kGrain = 1 << 20;
 
 // fn(chunk) for chunk in [0, chunks), handed out one at a time: on a shared machine a thread that
 // loses its core does not hold the others back, as a static half-and-half split would.
