@@ -154,6 +154,17 @@ def test_empty_indices_return_arr():
                      lambda a, i, v: a)
 
 
+@pytest.mark.parametrize("reduce", ["add", "mean", "amax"])
+def test_deterministic_flag_is_accepted_and_changes_nothing_on_cpu(reduce):
+    x = inputs_for((5, 6), (9, 6), 0, seed=23)
+    tensors = [paddle.to_tensor(v) for v in x.values()]
+    a = paddle_ext.put_along_axis(*tensors, 0, reduce=reduce, include_self=False, deterministic=True).numpy()
+    b = paddle_ext.put_along_axis(*tensors, 0, reduce=reduce, include_self=False).numpy()
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(TypeError, match="deterministic must be a bool"):
+        paddle_ext.put_along_axis(*tensors, 0, reduce=reduce, deterministic="yes")
+
+
 def test_int32_and_int64_indices_agree():
     x = inputs_for((5, 6), (5, 8), 1, seed=21)
     a = put(*[paddle.to_tensor(v) for v in x.values()], 1, reduce="mean")
@@ -165,8 +176,9 @@ def test_int32_and_int64_indices_agree():
 def test_large_graph_case_uses_every_partition():
     # Exercises the parallel paths: by outer block, by inner columns, and by destination range.
     rng = np.random.default_rng(0)
-    for arr_shape, idx_shape, axis in [((64, 300, 2), (64, 700, 2), 1), ((500, 64), (1500, 64), 0),
-                                       ((3000,), (90000,), 0)]:
+    # (each has > 2**21 positions: enough for the kernel to use both threads)
+    for arr_shape, idx_shape, axis in [((64, 300, 2), (64, 16500, 2), 1), ((500, 64), (33000, 64), 0),
+                                       ((3000,), (2_100_000,), 0)]:
         arr = rng.normal(size=arr_shape)
         idx = rng.integers(-arr_shape[axis], arr_shape[axis], size=idx_shape)
         vals = rng.normal(size=idx_shape)

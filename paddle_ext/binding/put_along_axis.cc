@@ -76,82 +76,116 @@ paddle::Tensor int_scratch(int64_t numel, paddle::DataType dtype, int64_t fill, 
   return paddle::full({numel}, fill, dtype, place);
 }
 
-// Scatters into `acc_tensor` (arr's values, in the accumulation dtype) in place.
-void run_forward(paddle::Tensor& acc_tensor, const paddle::Tensor& indices, const paddle::Tensor& values,
-                 paddle::DataType dtype, const ScatterView& v, Reduce reduce, bool include_self, const char* op) {
+bool is_half(paddle::DataType dtype) {
+  return dtype == paddle::DataType::FLOAT16 || dtype == paddle::DataType::BFLOAT16;
+}
+
+// CPU: out = arr scattered (out may be arr: inplace, then the indices are checked before any write).
+void run_cpu(const paddle::Tensor& arr, paddle::Tensor& out, const paddle::Tensor& indices,
+             const paddle::Tensor& values, const ScatterView& v, Reduce reduce, bool include_self, bool inplace,
+             const char* op) {
+  dispatch_floating_and_integral(arr.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dispatch_index(indices, [&](auto itag) {
+      using Idx = typename decltype(itag)::type;
+      if (inplace) check_cpu_indices<Idx>(indices, v, op);
+      const bool ok = cpu::put_along_axis_forward<T, Idx>(reduce, ptr<T>(arr), mutable_ptr<T>(out), ptr<T>(values),
+                                                          ptr<Idx>(indices), v.outer, v.n, v.m, v.inner,
+                                                          include_self);
+      if (!ok) check_cpu_indices<Idx>(indices, v, op);  // a fresh buffer: report it, it is discarded
+    });
+  });
+}
+
+#ifdef PADDLE_EXT_WITH_CUDA
+// GPU: scatters into `acc` (arr's values in the accumulation dtype: float32 for the half types).
+void run_gpu(paddle::Tensor& acc, const paddle::Tensor& indices, const paddle::Tensor& values,
+             paddle::DataType dtype, const ScatterView& v, Reduce reduce, bool include_self, bool deterministic,
+             const char* op) {
   const int64_t slots = v.outer * v.n * v.inner;
-  // CPU: counts mark written slots (include_self=False) and divide means; GPU: means only (its
-  // include_self=False pass resets written slots to the identity instead).
-  const bool need_count =
-      reduce == Reduce::Mean || (acc_tensor.is_cpu() && !include_self && reduce != Reduce::Assign);
-  paddle::Tensor count;
-  if (need_count) count = int_scratch(slots, paddle::DataType::INT32, 0, acc_tensor.place());
   dispatch_floating_and_integral(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     dispatch_index(indices, [&](auto itag) {
       using Idx = typename decltype(itag)::type;
-      int32_t* count_ptr = need_count ? mutable_ptr<int32_t>(count) : nullptr;
-      if (acc_tensor.is_cpu()) {
-        check_cpu_indices<Idx>(indices, v, op);
-        cpu::put_along_axis_forward<T, Idx>(reduce, mutable_ptr<A>(acc_tensor), ptr<T>(values), ptr<Idx>(indices),
-                                            count_ptr, v.outer, v.n, v.m, v.inner, include_self);
+      if constexpr (sizeof(T) < 4 && std::is_integral<T>::value) {
+        PD_THROW(op, ": int16 and uint8 tensors are supported on the CPU only");
+      } else if (deterministic && (reduce == Reduce::Add || reduce == Reduce::Mean)) {
+        const int64_t positions = v.outer * v.m * v.inner;
+        const size_t bytes = gpu::put_along_axis_sorted_workspace(positions, slots);
+        paddle::Tensor workspace = paddle::empty({(int64_t)bytes}, paddle::DataType::UINT8, acc.place());
+        gpu::put_along_axis_sorted<T, Idx>(reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
+                                           workspace.data(), bytes, v.outer, v.n, v.m, v.inner, include_self,
+                                           acc.stream());
       } else {
-#ifdef PADDLE_EXT_WITH_CUDA
-        if constexpr (sizeof(T) < 4 && std::is_integral<T>::value) {
-          PD_THROW(op, ": int16 and uint8 tensors are supported on the CPU only");
-        } else {
-          paddle::Tensor winner;
-          if (reduce == Reduce::Assign) winner = int_scratch(slots, paddle::DataType::INT64, -1, acc_tensor.place());
-          gpu::put_along_axis_forward<T, Idx>(reduce, mutable_ptr<A>(acc_tensor), ptr<T>(values),
-                                              ptr<Idx>(indices), count_ptr,
-                                              reduce == Reduce::Assign ? mutable_ptr<int64_t>(winner) : nullptr,
-                                              v.outer, v.n, v.m, v.inner, include_self, acc_tensor.stream());
-        }
-#else
-        throw_no_cuda(op);
-#endif
+        paddle::Tensor count, winner;
+        if (reduce == Reduce::Mean) count = int_scratch(slots, paddle::DataType::INT32, 0, acc.place());
+        if (reduce == Reduce::Assign) winner = int_scratch(slots, paddle::DataType::INT64, -1, acc.place());
+        gpu::put_along_axis_forward<T, Idx>(
+            reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
+            reduce == Reduce::Mean ? mutable_ptr<int32_t>(count) : nullptr,
+            reduce == Reduce::Assign ? mutable_ptr<int64_t>(winner) : nullptr, v.outer, v.n, v.m, v.inner,
+            include_self, acc.stream());
       }
     });
   });
 }
+#endif
 
-bool is_half(paddle::DataType dtype) {
-  return dtype == paddle::DataType::FLOAT16 || dtype == paddle::DataType::BFLOAT16;
+// The functional result on a GPU: a copy of arr (float32 for the half types) scattered into.
+paddle::Tensor gpu_forward(const paddle::Tensor& arr, const paddle::Tensor& indices, const paddle::Tensor& values,
+                           const ScatterView& v, Reduce reduce, bool include_self, bool deterministic,
+                           const char* op) {
+#ifdef PADDLE_EXT_WITH_CUDA
+  paddle::Tensor acc = is_half(arr.dtype()) ? arr.cast(paddle::DataType::FLOAT32) : arr.copy_to(arr.place(), false);
+  run_gpu(acc, indices, values, arr.dtype(), v, reduce, include_self, deterministic, op);
+  return is_half(arr.dtype()) ? acc.cast(arr.dtype()) : acc;
+#else
+  throw_no_cuda(op);
+#endif
 }
 
 }  // namespace
 
 std::vector<paddle::Tensor> PutAlongAxisKernel(const paddle::Tensor& arr_in, const paddle::Tensor& indices_in,
                                                const paddle::Tensor& values_in, int axis, const std::string& reduce,
-                                               bool include_self) {
+                                               bool include_self, bool deterministic) {
+  const char* op = "put_along_axis";
   const paddle::Tensor arr = dense(arr_in), indices = dense(indices_in), values = dense(values_in);
-  check_same_place(arr, indices, "put_along_axis", "arr", "indices");
-  check_same_place(arr, values, "put_along_axis", "arr", "values");
-  const ScatterView v = scatter_view(arr, indices, values, axis, "put_along_axis");
+  check_same_place(arr, indices, op, "arr", "indices");
+  check_same_place(arr, values, op, "arr", "values");
+  const ScatterView v = scatter_view(arr, indices, values, axis, op);
   const Reduce r = parse_reduce(reduce);
-  // Half types accumulate in float32 and are rounded once at the end.
-  paddle::Tensor acc = is_half(arr.dtype()) ? arr.cast(paddle::DataType::FLOAT32) : arr.copy_to(arr.place(), false);
-  run_forward(acc, indices, values, arr.dtype(), v, r, include_self, "put_along_axis");
-  return {is_half(arr.dtype()) ? acc.cast(arr.dtype()) : acc};
+  // The CPU kernels are deterministic in every mode; `deterministic` only changes the GPU path.
+  if (!arr.is_cpu()) return {gpu_forward(arr, indices, values, v, r, include_self, deterministic, op)};
+  paddle::Tensor out = paddle::empty(arr.shape(), arr.dtype(), arr.place());
+  run_cpu(arr, out, indices, values, v, r, include_self, false, op);
+  return {out};
 }
 
 void PutAlongAxisInplaceKernel(paddle::Tensor& arr, const paddle::Tensor& indices_in, const paddle::Tensor& values_in,
-                               int axis, const std::string& reduce, bool include_self) {
-  PD_CHECK(arr.is_contiguous(), "put_along_axis_: arr must be contiguous to be written in place");
+                               int axis, const std::string& reduce, bool include_self, bool deterministic) {
+  const char* op = "put_along_axis_";
+  PD_CHECK(arr.is_contiguous(), op, ": arr must be contiguous to be written in place");
   const paddle::Tensor indices = dense(indices_in), values = dense(values_in);
-  check_same_place(arr, indices, "put_along_axis_", "arr", "indices");
-  check_same_place(arr, values, "put_along_axis_", "arr", "values");
-  const ScatterView v = scatter_view(arr, indices, values, axis, "put_along_axis_");
+  check_same_place(arr, indices, op, "arr", "indices");
+  check_same_place(arr, values, op, "arr", "values");
+  const ScatterView v = scatter_view(arr, indices, values, axis, op);
   const Reduce r = parse_reduce(reduce);
-  if (!is_half(arr.dtype())) {
-    run_forward(arr, indices, values, arr.dtype(), v, r, include_self, "put_along_axis_");
+  if (arr.is_cpu()) {
+    run_cpu(arr, arr, indices, values, v, r, include_self, true, op);
     return;
   }
-  paddle::Tensor acc = arr.cast(paddle::DataType::FLOAT32);
-  run_forward(acc, indices, values, arr.dtype(), v, r, include_self, "put_along_axis_");
-  paddle::Tensor rounded = acc.cast(arr.dtype());
-  arr.copy_(rounded, arr.place(), false);
+#ifdef PADDLE_EXT_WITH_CUDA
+  if (!is_half(arr.dtype())) {
+    run_gpu(arr, indices, values, arr.dtype(), v, r, include_self, deterministic, op);
+    return;
+  }
+  paddle::Tensor result = gpu_forward(arr, indices, values, v, r, include_self, deterministic, op);
+  arr.copy_(result, arr.place(), false);
+#else
+  throw_no_cuda(op);
+#endif
 }
 
 std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in, const paddle::Tensor& indices_in,

@@ -3,10 +3,14 @@
 //   mul, amin, amax a compare-and-swap loop around the shared ReduceOp<R>::combine (NaN-aware);
 //   assign          two passes: atomicMax of the position per slot, then only the winner writes, so
 //                   "the largest position wins" exactly as on the CPU, run to run;
-//   include_self=False: a first pass sets every written slot to the reduction's identity.
+//   include_self=False: a first pass sets every written slot to the reduction's identity;
+//   deterministic add / mean: a stable radix sort of (slot, position), then one thread per slot folds
+//                   its values in position order (the CPU's order, so the same bits).
 // Out-of-range indices are skipped by every pass (nothing outside arr is written, no host sync).
 // The per-element math (combine, identities, mean rounding, the grad formulas) is in put_along_axis.h.
 #include <cstring>
+
+#include <cub/device/device_radix_sort.cuh>
 
 #include "paddle_ext/gpu/cuda_utils.cuh"
 #include "paddle_ext/put_along_axis.h"
@@ -144,6 +148,91 @@ void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, int64
   }
 }
 
+// ------------------------------------------------------------------------- deterministic add / mean
+template <typename Idx>
+__global__ void sort_keys_kernel(const Idx* idx, int64_t* keys, int64_t* order, index_t positions, index_t n,
+                                 index_t m, index_t inner, index_t slots) {
+  PE_GRID_LOOP(p, positions) {
+    const index_t s = slot_of(idx, p, n, m, inner);
+    keys[p] = s >= 0 ? s : slots;  // out of range: sorted past every slot and skipped
+    order[p] = p;
+  }
+}
+
+// Thread q starts a segment when its key differs from the previous one and folds the segment.
+template <Reduce R, typename T, typename A>
+__global__ void fold_segments_kernel(A* acc, const T* values, const int64_t* keys, const int64_t* order,
+                                     index_t positions, index_t slots, bool include_self) {
+  PE_GRID_LOOP(q, positions) {
+    const int64_t key = keys[q];
+    if (key >= slots || (q > 0 && keys[q - 1] == key)) continue;
+    A s = include_self ? acc[key] : static_cast<A>(load(values[order[q]]));
+    int32_t count = include_self ? 1 : 0;
+    for (index_t r = q + (include_self ? 0 : 1); r < positions && keys[r] == key; ++r) {
+      s = ReduceOp<Reduce::Add>::combine(s, static_cast<A>(load(values[order[r]])));
+      ++count;
+    }
+    if (!include_self) ++count;
+    acc[key] = R == Reduce::Mean ? mean_divide<A>(s, count) : s;
+  }
+}
+
+struct SortedWorkspace {
+  int64_t *keys_in, *keys_out, *order_in, *order_out;
+  void* temp;
+  size_t temp_bytes;
+};
+
+inline int key_bits(index_t slots) {
+  int bits = 1;
+  while (bits < 63 && (index_t(1) << bits) <= slots) ++bits;
+  return bits;
+}
+
+inline size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
+
+inline SortedWorkspace carve(void* base, index_t positions, size_t temp_bytes) {
+  char* p = static_cast<char*>(base);
+  const size_t arr = align_up(sizeof(int64_t) * (size_t)positions);
+  SortedWorkspace w;
+  w.keys_in = reinterpret_cast<int64_t*>(p);
+  w.keys_out = reinterpret_cast<int64_t*>(p + arr);
+  w.order_in = reinterpret_cast<int64_t*>(p + 2 * arr);
+  w.order_out = reinterpret_cast<int64_t*>(p + 3 * arr);
+  w.temp = p + 4 * arr;
+  w.temp_bytes = temp_bytes;
+  return w;
+}
+
+inline size_t cub_sort_bytes(index_t positions, index_t slots) {
+  size_t bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int64_t*)nullptr, (int64_t*)nullptr,
+                                  (const int64_t*)nullptr, (int64_t*)nullptr, (int)positions, 0,
+                                  key_bits(slots));
+  return bytes;
+}
+
+template <Reduce R, typename T, typename Idx>
+void sorted_impl(acc_t<T>* acc, const T* values, const Idx* idx, void* workspace, size_t workspace_bytes,
+                 index_t outer, index_t n, index_t m, index_t inner, bool include_self, cudaStream_t stream) {
+  using A = acc_t<T>;
+  const index_t positions = outer * m * inner, slots = outer * n * inner;
+  if (positions == 0 || n == 0) return;
+  if (positions > (index_t)INT32_MAX) throw std::runtime_error("put_along_axis: deterministic path needs < 2^31 indices");
+  const size_t temp = cub_sort_bytes(positions, slots);
+  if (workspace_bytes < put_along_axis_sorted_workspace(positions, slots))
+    throw std::runtime_error("put_along_axis: deterministic workspace too small");
+  SortedWorkspace w = carve(workspace, positions, temp);
+  const unsigned grid = grid_size(positions, kThreads);
+  sort_keys_kernel<Idx><<<grid, kThreads, 0, stream>>>(idx, w.keys_in, w.order_in, positions, n, m, inner, slots);
+  size_t temp_bytes = w.temp_bytes;
+  cub::DeviceRadixSort::SortPairs(w.temp, temp_bytes, w.keys_in, w.keys_out, w.order_in, w.order_out, (int)positions,
+                                  0, key_bits(slots), stream);
+  fold_segments_kernel<R, T, A><<<grid, kThreads, 0, stream>>>(acc, values, w.keys_out, w.order_out, positions,
+                                                               slots, include_self);
+  check_launch("put_along_axis deterministic");
+}
+
 // ---------------------------------------------------------------------------------------- backward
 template <typename T, typename Idx>
 __global__ void assign_grad_kernel(const Idx* idx, const T* g, const int64_t* winner, T* values_grad,
@@ -270,6 +359,24 @@ void put_along_axis_forward(Reduce reduce, acc_t<T>* acc, const T* values, const
   });
 }
 
+size_t put_along_axis_sorted_workspace(index_t positions, index_t slots) {
+  return 4 * align_up(sizeof(int64_t) * (size_t)positions) + cub_sort_bytes(positions, slots);
+}
+
+template <typename T, typename Idx>
+void put_along_axis_sorted(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, void* workspace,
+                           size_t workspace_bytes, index_t outer, index_t n, index_t m, index_t inner,
+                           bool include_self, cudaStream_t stream) {
+  if (reduce == Reduce::Mean)
+    sorted_impl<Reduce::Mean, T, Idx>(acc, values, indices, workspace, workspace_bytes, outer, n, m, inner,
+                                      include_self, stream);
+  else if (reduce == Reduce::Add)
+    sorted_impl<Reduce::Add, T, Idx>(acc, values, indices, workspace, workspace_bytes, outer, n, m, inner,
+                                     include_self, stream);
+  else
+    throw std::runtime_error("put_along_axis: the sorted path is for add and mean");
+}
+
 template <typename T, typename Idx>
 void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, const T* values, const T* out,
                              const T* out_grad, T* arr_grad, T* values_grad, int64_t* winner, int32_t* count,
@@ -288,7 +395,12 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
   template void put_along_axis_backward<T, Idx>(Reduce, const T*, const Idx*, const T*, const T*, const T*,  \
                                                 T*, T*, int64_t*, int32_t*, int32_t*, acc_t<T>*, index_t,    \
                                                 index_t, index_t, index_t, bool, cudaStream_t);
-#define PE_INSTANTIATE_ALL(T) PE_INSTANTIATE_FWD(T, int32_t) PE_INSTANTIATE_FWD(T, int64_t)
+#define PE_INSTANTIATE_SORTED(T, Idx)                                                                     \
+  template void put_along_axis_sorted<T, Idx>(Reduce, acc_t<T>*, const T*, const Idx*, void*, size_t, index_t, \
+                                              index_t, index_t, index_t, bool, cudaStream_t);
+#define PE_INSTANTIATE_ALL(T)                                                                  \
+  PE_INSTANTIATE_FWD(T, int32_t) PE_INSTANTIATE_FWD(T, int64_t) PE_INSTANTIATE_SORTED(T, int32_t) \
+  PE_INSTANTIATE_SORTED(T, int64_t)
 #define PE_INSTANTIATE_FLOAT(T) PE_INSTANTIATE_ALL(T) PE_INSTANTIATE_BWD(T, int32_t) PE_INSTANTIATE_BWD(T, int64_t)
 PE_INSTANTIATE_FLOAT(float)
 PE_INSTANTIATE_FLOAT(double)
@@ -299,6 +411,7 @@ PE_INSTANTIATE_ALL(int64_t)
 #undef PE_INSTANTIATE_FWD
 #undef PE_INSTANTIATE_BWD
 #undef PE_INSTANTIATE_ALL
+#undef PE_INSTANTIATE_SORTED
 #undef PE_INSTANTIATE_FLOAT
 
 }  // namespace gpu

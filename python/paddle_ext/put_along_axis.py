@@ -130,12 +130,13 @@ def _call(fn, *args):
         raise
 
 
-def _scatter_block(arr, indices, values, axis, reduce, include_self, pad_shape):
+def _scatter_block(arr, indices, values, axis, reduce, include_self, pad_shape, deterministic):
     """broadcast=False with indices narrower than arr off the axis: scatter into the block
     arr[:i0, ..., :, ..., :ik] and keep the rest of arr (grads flow through slice/pad/where)."""
     rank = len(pad_shape)
     block = paddle.slice(arr, list(range(rank)), [0] * rank, pad_shape)
-    result = _call(_library.ops().pe_put_along_axis, block, indices, values, axis, reduce, include_self)
+    result = _call(_library.ops().pe_put_along_axis, block, indices, values, axis, reduce, include_self,
+                   deterministic)
     pads = []
     for d in range(rank):
         pads += [0, arr.shape[d] - pad_shape[d]]
@@ -147,7 +148,8 @@ def _scatter_block(arr, indices, values, axis, reduce, include_self, pad_shape):
     return paddle.where(mask, padded, arr)
 
 
-def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, name=None):
+def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, name=None,
+                   deterministic=False):
     """Scatter ``values`` into a copy of ``arr`` at ``indices`` along ``axis``, reducing duplicates.
 
     For each position ``p`` of ``indices`` (after broadcasting), the output slot is ``p`` with its
@@ -166,6 +168,9 @@ def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=Tru
         include_self (bool): whether arr's own value takes part in the reduction of a written slot.
         broadcast (bool): broadcast ``indices`` to arr and ``values`` to ``indices`` (Paddle's default).
         name: unused, for API compatibility.
+        deterministic (bool): on a GPU, 'add' and 'mean' sort the indices and fold each slot in
+            position order (bit-identical run to run) instead of using float atomics. The CPU
+            kernels are deterministic in every mode; 'assign' is deterministic on the GPU too.
 
     Returns:
         Tensor of arr's shape and dtype.
@@ -176,12 +181,14 @@ def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=Tru
     """
     indices, values, axis, reduce, include_self, pad_shape = _prepare(
         arr, indices, values, axis, reduce, include_self, broadcast, OP)
+    deterministic = _check_bool(deterministic, "deterministic", OP)
     if pad_shape is not None:
-        return _scatter_block(arr, indices, values, axis, reduce, include_self, pad_shape)
-    return _call(_library.ops().pe_put_along_axis, arr, indices, values, axis, reduce, include_self)
+        return _scatter_block(arr, indices, values, axis, reduce, include_self, pad_shape, deterministic)
+    return _call(_library.ops().pe_put_along_axis, arr, indices, values, axis, reduce, include_self, deterministic)
 
 
-def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, name=None):
+def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, name=None,
+                    deterministic=False):
     """Inplace :func:`put_along_axis`: writes into ``arr`` and returns the result (dygraph and static mode).
 
     The returned tensor shares ``arr``'s memory and carries the autograd history: differentiate through
@@ -190,8 +197,9 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
     op = OP + "_"
     indices, values, axis, reduce, include_self, pad_shape = _prepare(
         arr, indices, values, axis, reduce, include_self, broadcast, op)
+    deterministic = _check_bool(deterministic, "deterministic", op)
     if pad_shape is not None:
-        result = _scatter_block(arr, indices, values, axis, reduce, include_self, pad_shape)
+        result = _scatter_block(arr, indices, values, axis, reduce, include_self, pad_shape, deterministic)
         paddle.assign(result, output=arr)
         return arr
     needs_grad = not arr.stop_gradient or (is_tensor(values) and not values.stop_gradient)
@@ -199,7 +207,7 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
         # These grads need arr's value before the write, which the inplace op overwrites: run the
         # functional op on a copy (kept for its backward) and write the result into arr's buffer.
         out = _call(_library.ops().pe_put_along_axis, paddle.assign(arr), indices, values, axis, reduce,
-                    include_self)
+                    include_self, deterministic)
         if paddle.in_dynamic_mode():
             with paddle.no_grad():
                 arr.copy_(out, False)
@@ -208,4 +216,5 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
         return out
     # Grads flow through the returned tensor, which shares arr's memory (Paddle's custom inplace ops
     # leave the Python object `arr` on its previous grad node).
-    return _call(_library.ops().pe_put_along_axis_, arr, indices, values, axis, reduce, include_self)
+    return _call(_library.ops().pe_put_along_axis_, arr, indices, values, axis, reduce, include_self,
+                 deterministic)

@@ -43,3 +43,21 @@ extern "C" int pe_put_along_axis_backward(int dtype, int index_dtype, int reduce
     });
   });
 }
+
+extern "C" int64_t pe_put_along_axis_sorted_workspace(int64_t positions, int64_t slots) {
+  return (int64_t)gpu::put_along_axis_sorted_workspace(positions, slots);
+}
+
+extern "C" int pe_put_along_axis_sorted(int dtype, int index_dtype, int reduce, void* acc, const void* values,
+                                        const void* indices, void* workspace, int64_t workspace_bytes,
+                                        int64_t outer, int64_t n, int64_t m, int64_t inner, int include_self) {
+  return with_index(index_dtype, [&](auto itag) {
+    using Idx = typename decltype(itag)::type;
+    return shim_dispatch_all(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      gpu::put_along_axis_sorted<T, Idx>((Reduce)reduce, (acc_t<T>*)acc, (const T*)values, (const Idx*)indices,
+                                         workspace, (size_t)workspace_bytes, outer, n, m, inner, include_self != 0,
+                                         0);
+    });
+  });
+}

@@ -172,3 +172,35 @@ def test_backward_matches_reference(dtype, reduce, include_self):
     tol = 1e-12 if dtype == "float64" else 1e-5
     np.testing.assert_allclose(arr_grad.get().astype(np.float64), ra, rtol=tol, atol=tol)
     np.testing.assert_allclose(values_grad.get().astype(np.float64), rv, rtol=tol, atol=tol)
+
+
+def _sorted(dtype, reduce, arr, idx, vals, shape4, include_self):
+    lib = library()
+    lib.pe_put_along_axis_sorted_workspace.restype = ctypes.c_int64
+    outer, n, m, inner = shape4
+    acc = DeviceBuffer(host_array(to_float64(host_array(arr, dtype), dtype), _acc_dtype(dtype)))
+    values = DeviceBuffer(host_array(vals, dtype))
+    indices = DeviceBuffer(np.ascontiguousarray(idx))
+    nbytes = lib.pe_put_along_axis_sorted_workspace(ctypes.c_int64(outer * m * inner), ctypes.c_int64(outer * n * inner))
+    workspace = DeviceBuffer(np.zeros(max(nbytes, 1), np.uint8))
+    check(lib.pe_put_along_axis_sorted(DTYPE_CODES[dtype], INDEX_CODES[idx.dtype.type], REDUCE_CODES[reduce],
+                                       _ptr(acc), _ptr(values), _ptr(indices), _ptr(workspace),
+                                       ctypes.c_int64(nbytes), ctypes.c_int64(outer), ctypes.c_int64(n),
+                                       ctypes.c_int64(m), ctypes.c_int64(inner), int(include_self)))
+    return acc.get()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int64"])
+@pytest.mark.parametrize("reduce", ["add", "mean"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_deterministic_add_mean_are_bit_identical_run_to_run(dtype, reduce, include_self):
+    shape4 = (2, 500, 40000, 3)
+    arr, idx, vals = _inputs(dtype, shape4, seed=11)
+    first = _sorted(dtype, reduce, arr, idx, vals, shape4, include_self)
+    for _ in range(2):
+        np.testing.assert_array_equal(_sorted(dtype, reduce, arr, idx, vals, shape4, include_self), first)
+    a64 = to_float64(host_array(arr, dtype), dtype) if not dtype.startswith("int") else arr
+    v64 = to_float64(host_array(vals, dtype), dtype) if not dtype.startswith("int") else vals
+    want = _fast_ref(a64, idx, v64, reduce, include_self)
+    tol = {"float64": 1e-12, "float32": 1e-4, "float16": 1e-4, "int64": 0}[dtype]
+    np.testing.assert_allclose(first.astype(np.float64), want, rtol=tol, atol=tol)

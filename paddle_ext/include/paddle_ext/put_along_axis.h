@@ -124,11 +124,12 @@ namespace cpu {
 template <typename Idx>
 BadIndex check_indices(const Idx* indices, index_t count, index_t n);
 
-// acc: arr's [outer, n, inner] values in the accumulation type; updated in place.
-// count: int32 [outer, n, inner] zeroed scratch, needed for Mean or !include_self (else nullptr).
-// Out-of-range indices are skipped (never written); the caller checks them first.
+// out = arr with values scattered in (out may be arr itself: the inplace op). Half types accumulate in
+// a float32 buffer and are rounded once. Out-of-range indices are skipped (never written); returns
+// false if there was one, so a caller writing a fresh buffer needs no separate check pass (inplace
+// callers run check_indices first).
 template <typename T, typename Idx>
-void put_along_axis_forward(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, int32_t* count,
+bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values, const Idx* indices,
                             index_t outer, index_t n, index_t m, index_t inner, bool include_self);
 
 // Grads for every mode. out_grad/arr/out: [outer, n, inner]; values/values_grad: [outer, m, inner].
@@ -149,6 +150,14 @@ template <typename T, typename Idx>
 void put_along_axis_forward(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, int32_t* count,
                             int64_t* winner, index_t outer, index_t n, index_t m, index_t inner,
                             bool include_self, cudaStream_t stream);
+// deterministic=True for Add/Mean: sort (slot, position) pairs with a stable radix sort, then one
+// thread per slot folds its values in position order, exactly like the CPU: bit-identical run to run
+// and to the CPU for float32/float64. `workspace` holds put_along_axis_sorted_workspace() bytes.
+size_t put_along_axis_sorted_workspace(index_t positions, index_t slots);
+template <typename T, typename Idx>
+void put_along_axis_sorted(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, void* workspace,
+                           size_t workspace_bytes, index_t outer, index_t n, index_t m, index_t inner,
+                           bool include_self, cudaStream_t stream);
 // Scratch per slot, zeroed by the caller (winner filled with -1): winner (Assign), count (all others), aux (Mul, Min, Max),
 // prod (Mul, acc type). Null where the mode does not need it.
 template <typename T, typename Idx>
