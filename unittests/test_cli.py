@@ -21,7 +21,7 @@ def test_bench_quick_reports_medians_and_ratios(tmp_path, capsys):
     rows = json.loads(path.read_text())
     assert rows and all(r["medians_ms"]["paddle_ext"] > 0 for r in rows)
     assert all(r["ratios"] for r in rows) and any("paddle" in r["ratios"] for r in rows)
-    assert "| op | case |" in capsys.readouterr().out
+    assert "| case | paddle_ext ms |" in capsys.readouterr().out
 
 
 def test_every_benchmark_module_defines_cases():

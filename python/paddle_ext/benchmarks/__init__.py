@@ -81,21 +81,19 @@ def format_row(r: Result) -> str:
 
 
 def format_markdown(results: list[Result]) -> str:
-    """A table for docs/: one row per case, ratios as 'other / paddle_ext'."""
-    cands = []
-    for r in results:
-        cands += [c for c in r.medians_ms if c not in cands]
-    head = "| op | case | " + " | ".join(f"{c} ms" for c in cands) + " |"
-    lines = [head, "|" + "---|" * (len(cands) + 2)]
-    for r in results:
-        cells = []
-        for c in cands:
-            if c not in r.medians_ms:
-                cells.append("–")
-            else:
-                cells.append(f"{r.medians_ms[c]:.3f}" + (f" ({r.ratios[c]:.2f}×)" if c in r.ratios else ""))
-        lines.append(f"| {r.op} | {r.name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    """One table per op family: a row per case, ratios as 'other / paddle_ext'."""
+    tables = []
+    for op in dict.fromkeys(r.op for r in results):
+        rows = [r for r in results if r.op == op]
+        cands = list(dict.fromkeys(c for r in rows for c in r.medians_ms))
+        lines = [f"**{op}**", "", "| case | " + " | ".join(f"{c} ms" for c in cands) + " |",
+                 "|" + "---|" * (len(cands) + 1)]
+        for r in rows:
+            cells = ["–" if c not in r.medians_ms else
+                     f"{r.medians_ms[c]:.3f}" + (f" ({r.ratios[c]:.2f}×)" if c in r.ratios else "") for c in cands]
+            lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
+        tables.append("\n".join(lines))
+    return "\n\n".join(tables)
 
 
 def torch_or_none():
