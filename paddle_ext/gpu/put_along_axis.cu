@@ -335,18 +335,6 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   check_launch("put_along_axis_grad");
 }
 
-template <typename Fn>
-void dispatch_reduce(Reduce reduce, Fn&& fn) {
-  switch (reduce) {
-    case Reduce::Assign: return fn(std::integral_constant<Reduce, Reduce::Assign>{});
-    case Reduce::Add: return fn(std::integral_constant<Reduce, Reduce::Add>{});
-    case Reduce::Mul: return fn(std::integral_constant<Reduce, Reduce::Mul>{});
-    case Reduce::Mean: return fn(std::integral_constant<Reduce, Reduce::Mean>{});
-    case Reduce::Min: return fn(std::integral_constant<Reduce, Reduce::Min>{});
-    case Reduce::Max: return fn(std::integral_constant<Reduce, Reduce::Max>{});
-  }
-}
-
 }  // namespace
 
 template <typename T, typename Idx>

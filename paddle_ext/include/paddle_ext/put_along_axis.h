@@ -11,6 +11,8 @@
 // below. Half types accumulate in float32 (the kernels work on an acc_t<T> buffer).
 #pragma once
 
+#include <type_traits>
+
 #include "paddle_ext/common.h"
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
@@ -20,6 +22,19 @@
 namespace paddle_ext {
 
 enum class Reduce : int { Assign = 0, Add = 1, Mul = 2, Mean = 3, Min = 4, Max = 5 };
+
+// The launchers' run-time reduce -> the kernels' compile-time template parameter (host code).
+template <typename Fn>
+void dispatch_reduce(Reduce reduce, Fn&& fn) {
+  switch (reduce) {
+    case Reduce::Assign: return fn(std::integral_constant<Reduce, Reduce::Assign>{});
+    case Reduce::Add: return fn(std::integral_constant<Reduce, Reduce::Add>{});
+    case Reduce::Mul: return fn(std::integral_constant<Reduce, Reduce::Mul>{});
+    case Reduce::Mean: return fn(std::integral_constant<Reduce, Reduce::Mean>{});
+    case Reduce::Min: return fn(std::integral_constant<Reduce, Reduce::Min>{});
+    case Reduce::Max: return fn(std::integral_constant<Reduce, Reduce::Max>{});
+  }
+}
 
 template <typename A>
 PE_HOSTDEVICE inline bool is_nan(A v) {
