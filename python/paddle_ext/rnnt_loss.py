@@ -128,13 +128,9 @@ def _symbols64(symbols):
 # the simple (additive joiner) loss
 
 
-def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
-    """(px, py) for an additive joiner: ``log_softmax(lm[b, s] + am[b, t])`` without the [B, S+1, T, C] tensor.
-
-    Args: lm ``[B, S+1, C]``, am ``[B, T, C]``, symbols int ``[B, S]``; see rnnt_loss_simple.
-    Returns: px ``[B, S, T+1]`` (regular) or ``[B, S, T]``, py ``[B, S+1, T]``.
-    """
-    op = "get_rnnt_logprobs"
+@paddle.jit.not_to_static
+def _check_lm_am(lm, am, op):
+    """lm [B, S+1, C] and am [B, T, C] of one float dtype -> (B, S, T, C)."""
     _check_float(lm, "lm", op, 3)
     _check_float(am, "am", op, 3)
     B, T, C = am.shape
@@ -142,6 +138,17 @@ def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_t
     if lm.shape[0] != B or lm.shape[2] != C or lm.dtype != am.dtype:
         raise ValueError(f"{op}: lm must be [B, S+1, C] with am's B = {B}, C = {C} and dtype; got lm "
                          f"{list(lm.shape)} {dtype_name(lm.dtype)}, am {list(am.shape)} {dtype_name(am.dtype)}")
+    return B, S, T, C
+
+
+def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
+    """(px, py) for an additive joiner: ``log_softmax(lm[b, s] + am[b, t])`` without the [B, S+1, T, C] tensor.
+
+    Args: lm ``[B, S+1, C]``, am ``[B, T, C]``, symbols int ``[B, S]``; see rnnt_loss_simple.
+    Returns: px ``[B, S, T+1]`` (regular) or ``[B, S, T]``, py ``[B, S+1, T]``.
+    """
+    op = "get_rnnt_logprobs"
+    B, S, T, C = _check_lm_am(lm, am, op)
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
     symbols = _symbols64(symbols)
     # subtract the maxima so that exp() neither overflows nor underflows
@@ -395,13 +402,7 @@ def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scal
     """(px, py) of the simple loss interpolated with an LM-only and an AM-only (unigram-LM) model:
     ``lm_only_scale * lm + am_only_scale * am + (1 - both) * combined``, in log space."""
     op = "rnnt_loss_smoothed"
-    _check_float(lm, "lm", op, 3)
-    _check_float(am, "am", op, 3)
-    B, T, C = am.shape
-    S = lm.shape[1] - 1
-    if lm.shape[0] != B or lm.shape[2] != C or lm.dtype != am.dtype:
-        raise ValueError(f"{op}: lm must be [B, S+1, C] with am's B = {B}, C = {C} and dtype; got lm "
-                         f"{list(lm.shape)}, am {list(am.shape)}")
+    B, S, T, C = _check_lm_am(lm, am, op)
     for arg, v in (("lm_only_scale", lm_only_scale), ("am_only_scale", am_only_scale)):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0.0 <= v <= 1.0:
             raise ValueError(f"{op}: {arg} must be a float in [0, 1], got {v!r}")
