@@ -76,28 +76,33 @@ struct BackwardIO {
 constexpr int kRowThreads = 256;
 constexpr int kItems = 4;
 
+// Scans steps [s0, s1) of one strided line from the carry `acc` (the line starts at `base`).
+template <typename IO>
+__device__ void scan_column_piece(const IO& io, const typename IO::Op& op, typename IO::Value acc, index_t base,
+                                  index_t s0, index_t s1, index_t n, index_t inner, bool exclusive, bool reverse) {
+  for (index_t s = s0; s < s1; ++s) {
+    const index_t i = base + (reverse ? n - 1 - s : s) * inner;
+    const typename IO::Value v = io.read(i);
+    if (exclusive) {
+      io.write(i, acc);
+      acc = op(acc, v);
+    } else {
+      acc = op(acc, v);
+      io.write(i, acc);
+    }
+  }
+}
+
 // One thread per (outer, column) line of a strided axis.
 template <typename IO>
 __global__ void scan_columns_kernel(IO io, index_t outer, index_t n, index_t inner, bool exclusive, bool reverse) {
-  using V = typename IO::Value;
   const typename IO::Op op;
   const index_t lines = outer * inner;
   for (index_t line = blockIdx.x * (index_t)blockDim.x + threadIdx.x; line < lines;
        line += (index_t)gridDim.x * blockDim.x) {
     const index_t o = line / inner, c = line % inner;
     const index_t base = o * n * inner + c;
-    V acc = IO::identity();
-    for (index_t s = 0; s < n; ++s) {
-      const index_t i = base + (reverse ? n - 1 - s : s) * inner;
-      const V v = io.read(i);
-      if (exclusive) {
-        io.write(i, acc);
-        acc = op(acc, v);
-      } else {
-        acc = op(acc, v);
-        io.write(i, acc);
-      }
-    }
+    scan_column_piece(io, op, IO::identity(), base, 0, n, n, inner, exclusive, reverse);
   }
 }
 
@@ -340,19 +345,7 @@ __global__ void __launch_bounds__(32 * kSegments) scan_column_segments_kernel(IO
     __syncthreads();
     acc = IO::identity();
     for (int q = 0; q < segment; ++q) acc = op(acc, totals[q][lane]);
-    if (c < inner) {
-      for (index_t s = s0; s < s1; ++s) {
-        const index_t i = base + (reverse ? n - 1 - s : s) * inner;
-        const V v = io.read(i);
-        if (exclusive) {
-          io.write(i, acc);
-          acc = op(acc, v);
-        } else {
-          acc = op(acc, v);
-          io.write(i, acc);
-        }
-      }
-    }
+    if (c < inner) scan_column_piece(io, op, acc, base, s0, s1, n, inner, exclusive, reverse);
     __syncthreads();  // totals is reused by the next group
   }
 }
