@@ -47,7 +47,6 @@ def modules():
 
 
 def time_median(fn: Callable[[], object], repeats: int, min_seconds: float = 0.0) -> float:
-    fn()  # warm-up: library load, allocations, caches
     samples, start = [], time.perf_counter()
     while len(samples) < repeats or (time.perf_counter() - start < min_seconds and len(samples) < 100):
         t0 = time.perf_counter()
@@ -62,6 +61,10 @@ def run(selected=None, quick=False, repeats=7, log=print) -> list[Result]:
         if selected and name not in selected:
             continue
         for case in module.cases(quick):
+            # Warm every candidate before timing any: library loads, caches, and the allocators' pools
+            # (otherwise whichever candidate runs first in a process pays fresh-page faults).
+            for fn in case.candidates.values():
+                fn()
             medians = {}
             for cand, fn in case.candidates.items():
                 medians[cand] = time_median(fn, case.repeats or repeats)
