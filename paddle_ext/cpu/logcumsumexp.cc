@@ -20,10 +20,6 @@
 #include <limits>
 #include <type_traits>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
 #include "paddle_ext/logcumsumexp.h"
 #include "paddle_ext/parallel.h"
 #include "paddle_ext/vec_math.h"
@@ -645,22 +641,6 @@ struct BackwardColumns {
   }
 };
 
-// A large output usually arrives as fresh pages from the allocator, and faulting them in 4 KiB at a
-// time costs about as much as the scan itself. Asking for transparent huge pages (a hint; Linux only,
-// for the 2 MiB-aligned middle of the buffer) makes that a few hundred faults instead of thousands.
-inline void advise_huge_pages(void* data, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t kHuge = uintptr_t(1) << 21;
-  if (bytes < 4 * kHuge) return;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHuge - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)data;
-  (void)bytes;
-#endif
-}
-
 inline index_t grain_for(index_t work_per_task) {  // ~32k elements per thread at least
   return std::max<index_t>(1, (index_t(1) << 15) / std::max<index_t>(work_per_task, 1));
 }
@@ -671,7 +651,6 @@ template <typename T>
 void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t inner, bool exclusive,
                           bool reverse) {
   if (outer == 0 || n == 0 || inner == 0) return;
-  advise_huge_pages(out, sizeof(T) * outer * n * inner);
   if (inner == 1 && outer == 1 && n >= (index_t(1) << 16) && max_threads() >= 2) {
     // Split so that both threads finish together: the reducing thread's first part costs ~0.45 scans.
     const ForwardSplitRow<T> k{{x, out, n, exclusive, reverse}, n * 11 / 16};
@@ -693,7 +672,6 @@ template <typename T>
 void logcumsumexp_backward(const T* x, const T* out, const T* out_grad, T* x_grad, index_t outer, index_t n,
                            index_t inner, bool exclusive, bool reverse) {
   if (outer == 0 || n == 0 || inner == 0) return;
-  advise_huge_pages(x_grad, sizeof(T) * outer * n * inner);
   // The grad of x[j] collects the outputs that j fed, so it runs in the opposite direction.
   if (inner == 1) {
     const BackwardRows<T> k{x, out, out_grad, x_grad, n, exclusive, !reverse};
