@@ -37,6 +37,21 @@ class DemoTask:
     run: Callable[..., TaskResult]
 
 
+def train_steps(steps: int, compute_loss: Callable[[], object], optimizer, log, what: str) -> tuple[list[float], float]:
+    """Full-batch training: `steps` optimizer steps on compute_loss(), a status line every fifth of the
+    run. Returns the losses and the training time in seconds."""
+    losses, start = [], time.perf_counter()
+    for step in range(steps):
+        loss = compute_loss()
+        loss.backward()
+        optimizer.step()
+        optimizer.clear_grad()
+        losses.append(float(loss))
+        if step % max(1, steps // 5) == 0 or step == steps - 1:
+            log(f"   step {step:4d}  {what} {losses[-1]:.4f}")
+    return losses, time.perf_counter() - start
+
+
 def tasks() -> dict[str, DemoTask]:
     found = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):

@@ -10,14 +10,13 @@ neighbours keep the table's zeros. The metric is the accuracy on the nodes not u
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import paddle
 
 import paddle_ext
 
-from . import DemoTask, TaskResult
+from . import DemoTask, TaskResult, train_steps
 from .export import export_and_compare
 
 CLASSES = 4
@@ -91,17 +90,9 @@ def run(steps: int, seed: int, out_dir, log=print, nodes: int = 3000) -> TaskRes
     before = accuracy()
     log(f"   SBM graph: {nodes} nodes, {len(src) // 2} edges, {CLASSES} blocks; "
         f"{train.sum()} labelled nodes; test accuracy {before:.4f}")
-    losses, start = [], time.perf_counter()
-    for step in range(steps):
-        logits = paddle.gather(model(xt, st, dt), train_idx)
-        loss = paddle.nn.functional.cross_entropy(logits, train_labels)
-        loss.backward()
-        opt.step()
-        opt.clear_grad()
-        losses.append(float(loss))
-        if step % max(1, steps // 5) == 0 or step == steps - 1:
-            log(f"   step {step:4d}  cross-entropy {losses[-1]:.4f}")
-    train_seconds = time.perf_counter() - start
+    losses, train_seconds = train_steps(
+        steps, lambda: paddle.nn.functional.cross_entropy(paddle.gather(model(xt, st, dt), train_idx), train_labels),
+        opt, log, "cross-entropy")
     after = accuracy()
     log(f"   test accuracy {before:.4f} -> {after:.4f}")
     diff = export_and_compare(model, {"x": x, "src": src, "dst": dst}, out_dir, log)

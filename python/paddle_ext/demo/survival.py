@@ -7,14 +7,13 @@ known non-linear hazard; the metric is Harrell's concordance index on held-out p
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import paddle
 
 import paddle_ext
 
-from . import DemoTask, TaskResult
+from . import DemoTask, TaskResult, train_steps
 from .export import export_and_compare
 
 FEATURES = 8
@@ -77,16 +76,8 @@ def run(steps: int, seed: int, out_dir, log=print) -> TaskResult:
 
     before = c_index()
     log(f"   cohort: {len(x_train)} train / {len(x_test)} test, {e_train.mean():.0%} events; C-index {before:.4f}")
-    losses, start = [], time.perf_counter()
-    for step in range(steps):
-        loss = -(model(xt) * et).sum() / et.sum()
-        loss.backward()
-        opt.step()
-        opt.clear_grad()
-        losses.append(float(loss))
-        if step % max(1, steps // 5) == 0 or step == steps - 1:
-            log(f"   step {step:4d}  neg. partial log-likelihood {losses[-1]:.4f}")
-    train_seconds = time.perf_counter() - start
+    losses, train_seconds = train_steps(steps, lambda: -(model(xt) * et).sum() / et.sum(), opt, log,
+                                        "neg. partial log-likelihood")
     after = c_index()
     log(f"   held-out C-index {before:.4f} -> {after:.4f}")
     diff = export_and_compare(model, {"x": x_test}, out_dir, log)
