@@ -9,12 +9,15 @@
 
 #include "paddle_ext/common.h"
 
+extern "C" int pe_sync_after_launch;  // shim_common.cu
+
 template <typename T>
 struct ShimTag {
   using type = T;
 };
 
-// Runs a launch, then synchronizes: 0 on success, a CUDA error code, or -1 for a C++ exception.
+// Runs a launch, then synchronizes (unless bench_gpu.py turned that off): 0 on success, a CUDA error code,
+// or -1 for a C++ exception.
 template <typename Body>
 int shim_run(Body&& body) {
   try {
@@ -23,7 +26,7 @@ int shim_run(Body&& body) {
     std::fprintf(stderr, "%s\n", e.what());
     return -1;
   }
-  return (int)cudaDeviceSynchronize();
+  return (int)(pe_sync_after_launch ? cudaDeviceSynchronize() : cudaGetLastError());
 }
 
 // Codes shared with gpu_runtime.py: 0 float32, 1 float64, 2 float16, 3 bfloat16, 4 int32, 5 int64.

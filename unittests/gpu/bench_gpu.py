@@ -1,0 +1,298 @@
+"""GPU benchmark of the CUDA launchers through the test shims (run on a GPU machine; not a test).
+
+    python unittests/gpu/bench_gpu.py [--json PATH] [--quick]
+
+Times each launcher with CUDA events on the default stream (launches stay asynchronous: `pe_set_sync(0)`),
+median of several repeats, and reports achieved bandwidth (bytes the kernel must read and write / time)
+next to a device-to-device copy's, and the time of PyTorch's CUDA op when torch with CUDA is installed.
+Paddle's GPU build is not needed (none is installed on the lent GPU machines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_runtime import DTYPE_CODES, DeviceBuffer, check, host_array, library  # noqa: E402
+
+I64 = ctypes.c_int64
+REDUCE_CODES = {"assign": 0, "add": 1, "mul": 2, "mean": 3, "amin": 4, "amax": 5}
+TORCH_REDUCE = {"add": "sum", "mul": "prod", "mean": "mean", "amin": "amin", "amax": "amax"}
+ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
+
+
+def _p(buf):
+    return ctypes.c_void_p(buf.ptr if buf is not None else 0)
+
+
+def time_ms(launch, iters=20, repeats=5):
+    """Median over repeats of the mean time of `iters` back-to-back launches (after a warm-up)."""
+    lib = library()
+    launch()
+    check(lib.pe_synchronize())
+    samples = []
+    for _ in range(repeats):
+        lib.pe_timer_start()
+        for _ in range(iters):
+            launch()
+        samples.append(lib.pe_timer_stop() / iters)
+    check(lib.pe_synchronize())
+    return statistics.median(samples)
+
+
+def torch_ms(fn, iters=20, repeats=5):
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) / iters)
+    return statistics.median(samples)
+
+
+def cuda_torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def copy_bandwidth(rows):
+    lib = library()
+    nbytes = 1 << 30
+    src, dst = DeviceBuffer.empty((nbytes,), np.uint8), DeviceBuffer.empty((nbytes,), np.uint8)
+    ms = time_ms(lambda: lib.pe_d2d(_p(dst), _p(src), I64(nbytes)), iters=10)
+    gbps = 2 * nbytes / ms / 1e6
+    rows.append({"op": "copy", "case": "device-to-device copy 1 GiB", "ms": ms, "GB/s": gbps})
+    return gbps
+
+
+def bench_logcumsumexp(rows, torch, copy_gbps, quick):
+    lib = library()
+    shapes = [((4096, 4096), -1), ((4096, 4096), 0), ((16, 1 << 20), -1)]
+    if quick:
+        shapes = [((1024, 1024), -1), ((1024, 1024), 0)]
+    cases = [(s, a, "float32") for s, a in shapes] + [(shapes[0][0], a, d) for a in (-1, 0)
+                                                       for d in ("float64", "float16", "bfloat16")]
+    rng = np.random.default_rng(0)
+    for shape, axis, dtype in cases:
+        x = rng.standard_normal(size=shape).astype(np.float32) * 3
+        outer, n, inner = (shape[0], shape[1], 1) if axis == -1 else (1, shape[0], shape[1])
+        dx = DeviceBuffer(host_array(x, dtype))
+        dout, dg, dgx = (DeviceBuffer(host_array(np.zeros(shape), dtype)) for _ in range(3))
+        dg = DeviceBuffer(host_array(rng.standard_normal(size=shape), dtype))
+        code = DTYPE_CODES[dtype]
+        fwd = lambda: lib.pe_logcumsumexp_forward(code, _p(dx), _p(dout), I64(outer), I64(n), I64(inner), 0, 0)
+        bwd = lambda: lib.pe_logcumsumexp_backward(code, _p(dx), _p(dout), _p(dg), _p(dgx), I64(outer), I64(n),
+                                                   I64(inner), 0, 0)
+        nbytes = x.size * ITEMSIZE[dtype]
+        f_ms, b_ms = time_ms(fwd), time_ms(bwd)
+        row = {"op": "logcumsumexp", "case": f"{list(shape)} axis={axis} {dtype}", "fwd ms": f_ms,
+               "fwd GB/s": 2 * nbytes / f_ms / 1e6, "fwd % copy": 100 * 2 * nbytes / f_ms / 1e6 / copy_gbps,
+               "bwd ms": b_ms, "bwd GB/s": 4 * nbytes / b_ms / 1e6}
+        if torch is not None:
+            tdt = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+                   "bfloat16": torch.bfloat16}[dtype]
+            tx = torch.from_numpy(x).to("cuda", tdt)
+            row["torch fwd ms"] = torch_ms(lambda: torch.logcumsumexp(tx, axis))
+            row["fwd speedup vs torch"] = row["torch fwd ms"] / f_ms
+            tg = torch.randn(shape, device="cuda", dtype=tdt)
+            txg = tx.clone().requires_grad_(True)
+
+            def torch_fwd_bwd():
+                return torch.autograd.grad(torch.logcumsumexp(txg, axis), txg, tg)
+
+            row["torch fwd+bwd ms"] = torch_ms(torch_fwd_bwd)
+            row["fwd+bwd speedup vs torch"] = row["torch fwd+bwd ms"] / (f_ms + b_ms)
+        # accuracy of this run's float32 output against float64 on the host
+        if dtype == "float32":
+            check(fwd())
+            check(lib.pe_synchronize())
+            got = dout.get().astype(np.float64)
+            ref = np.logaddexp.accumulate(x.astype(np.float64), axis=axis)
+            row["max rel err vs float64"] = float(np.max(np.abs(got - ref) / np.maximum(np.abs(ref), 1e-30)))
+        rows.append(row)
+        print(row, flush=True)
+
+
+def bench_put_along_axis(rows, torch, quick):
+    lib = library()
+    n, m, inner = (100_000, 200_000, 64) if quick else (1_000_000, 2_000_000, 64)
+    rng = np.random.default_rng(0)
+    arr = rng.standard_normal(size=(n, inner), dtype=np.float32)
+    rows_idx = rng.integers(0, n, size=(m, 1))
+    idx = np.ascontiguousarray(np.broadcast_to(rows_idx, (m, inner))).astype(np.int64)
+    vals = rng.random(size=(m, inner), dtype=np.float32) + 0.5
+    darr, didx, dvals = DeviceBuffer(arr), DeviceBuffer(idx), DeviceBuffer(vals)
+    dacc, dgrad, dag = (DeviceBuffer.empty((n, inner), np.float32) for _ in range(3))
+    dvg = DeviceBuffer.empty((m, inner), np.float32)
+    slots = n * inner
+    winner, count = DeviceBuffer.empty((slots,), np.int64), DeviceBuffer.empty((slots,), np.int32)
+    aux, prod = DeviceBuffer.empty((slots,), np.int32), DeviceBuffer.empty((slots,), np.float32)
+    dout = DeviceBuffer.empty((n, inner), np.float32)
+    abytes, ibytes, vbytes = arr.nbytes, idx.nbytes, vals.nbytes
+    for reduce in REDUCE_CODES:
+        r = REDUCE_CODES[reduce]
+
+        def fwd():
+            lib.pe_d2d(_p(dacc), _p(darr), I64(abytes))
+            if reduce == "assign":
+                lib.pe_memset(_p(winner), 0xFF, I64(slots * 8))
+            if reduce == "mean":
+                lib.pe_memset(_p(count), 0, I64(slots * 4))
+            return lib.pe_put_along_axis_forward(0, 5, r, _p(dacc), _p(dvals), _p(didx),
+                                                 _p(count) if reduce == "mean" else _p(None),
+                                                 _p(winner) if reduce == "assign" else _p(None),
+                                                 I64(1), I64(n), I64(m), I64(inner), 1)
+
+        def bwd():
+            lib.pe_memset(_p(winner), 0xFF, I64(slots * 8))
+            for buf, size in ((count, 4), (aux, 4), (prod, 4)):
+                lib.pe_memset(_p(buf), 0, I64(slots * size))
+            return lib.pe_put_along_axis_backward(0, 5, r, _p(darr), _p(didx), _p(dvals), _p(dout), _p(dgrad),
+                                                  _p(dag), _p(dvg), _p(winner), _p(count), _p(aux), _p(prod), I64(1),
+                                                  I64(n), I64(m), I64(inner), 1)
+
+        check(fwd())
+        check(lib.pe_synchronize())
+        lib.pe_d2d(_p(dout), _p(dacc), I64(abytes))
+        f_ms = time_ms(fwd, iters=5)
+        b_ms = time_ms(bwd, iters=5)
+        row = {"op": "put_along_axis", "case": f"{reduce} [{n},{inner}]<-[{m},{inner}] axis=0 float32",
+               "fwd ms": f_ms, "fwd GB/s": (2 * abytes + ibytes + vbytes) / f_ms / 1e6, "bwd ms": b_ms}
+        if torch is not None:
+            ta, ti, tv = (torch.from_numpy(a).cuda() for a in (arr, idx, vals))
+
+            def tfwd(ta=ta, tv=tv):
+                if reduce == "assign":
+                    return torch.scatter(ta, 0, ti, tv)
+                return torch.scatter_reduce(ta, 0, ti, tv, TORCH_REDUCE[reduce])
+
+            row["torch fwd ms"] = torch_ms(tfwd, iters=5)
+            row["fwd speedup vs torch"] = row["torch fwd ms"] / f_ms
+            tag, tvg = ta.clone().requires_grad_(True), tv.clone().requires_grad_(True)
+            tg = torch.randn_like(ta)
+            row["torch fwd+bwd ms"] = torch_ms(lambda: torch.autograd.grad(tfwd(tag, tvg), [tag, tvg], tg), iters=5)
+            row["fwd+bwd speedup vs torch"] = row["torch fwd+bwd ms"] / (f_ms + b_ms)
+            del ta, ti, tv, tag, tvg, tg
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(row, flush=True)
+
+
+def bench_adaptive_log_softmax(rows, torch, quick):
+    lib = library()
+    for m, k in ([(256, 4000)] if quick else [(2048, 20003), (256, 40000), (4096, 140000)]):
+        rng = np.random.default_rng(0)
+        logits = rng.standard_normal(size=(m, k), dtype=np.float32)
+        target = rng.integers(0, k, size=m).astype(np.int64)
+        dl, dt = DeviceBuffer(logits), DeviceBuffer(target)
+        dout, dlse, dog = (DeviceBuffer.empty((m,), np.float32) for _ in range(3))
+        dog = DeviceBuffer(np.ones(m, np.float32))
+        dlg = DeviceBuffer.empty((m, k), np.float32)
+        fwd = lambda: lib.pe_als_target_forward(0, _p(dl), _p(dt), _p(dout), _p(dlse), I64(m), I64(k))
+        check(fwd())
+        bwd = lambda: lib.pe_als_target_backward(0, _p(dl), _p(dt), _p(dlse), _p(dog), _p(dlg), I64(m), I64(k))
+        f_ms, b_ms = time_ms(fwd), time_ms(bwd)
+        row = {"op": "adaptive_log_softmax", "case": f"target log-prob [{m},{k}] float32", "fwd ms": f_ms,
+               "fwd GB/s": logits.nbytes / f_ms / 1e6, "bwd ms": b_ms, "bwd GB/s": 2 * logits.nbytes / b_ms / 1e6}
+        if torch is not None:
+            tl, tt = torch.from_numpy(logits).cuda(), torch.from_numpy(target).cuda()
+            row["torch fwd ms"] = torch_ms(lambda: torch.log_softmax(tl, 1).gather(1, tt[:, None]))
+            row["fwd speedup vs torch"] = row["torch fwd ms"] / f_ms
+            tlg = tl.clone().requires_grad_(True)
+            og = torch.ones(m, 1, device="cuda")
+            row["torch fwd+bwd ms"] = torch_ms(
+                lambda: torch.autograd.grad(torch.log_softmax(tlg, 1).gather(1, tt[:, None]), tlg, og))
+            row["fwd+bwd speedup vs torch"] = row["torch fwd+bwd ms"] / (f_ms + b_ms)
+        rows.append(row)
+        print(row, flush=True)
+
+
+def bench_mutual_information(rows, quick):
+    lib = library()
+    for B, S, T, dtype in ([(4, 20, 50, "float32")] if quick else [(32, 100, 500, "float32"), (8, 50, 1500, "float32"),
+                                                                   (32, 100, 500, "float64")]):
+        rng = np.random.default_rng(0)
+        px = rng.normal(-1.5, 1.0, size=(B, S, T + 1)).astype(dtype)
+        py = rng.normal(-1.0, 1.0, size=(B, S + 1, T)).astype(dtype)
+        dpx, dpy = DeviceBuffer(px), DeviceBuffer(py)
+        dp = DeviceBuffer.empty((B, S + 1, T + 1), np.float64)
+        dans = DeviceBuffer.empty((B,), dtype)
+        dgx, dgy = DeviceBuffer.empty(px.shape, dtype), DeviceBuffer.empty(py.shape, dtype)
+        code = DTYPE_CODES[dtype]
+        fwd = lambda: lib.pe_mutual_information_forward(code, _p(dpx), _p(dpy), _p(None), _p(dp), _p(dans), I64(B),
+                                                        I64(S), I64(T), 0)
+        check(fwd())
+        bwd = lambda: lib.pe_mutual_information_backward(code, _p(dpx), _p(dpy), _p(None), _p(dp), _p(None), _p(dgx),
+                                                         _p(dgy), I64(B), I64(S), I64(T), 0)
+        row = {"op": "mutual_information", "case": f"B={B} S={S} T={T} {dtype}", "fwd ms": time_ms(fwd, iters=5),
+               "bwd ms": time_ms(bwd, iters=5)}
+        rows.append(row)
+        print(row, flush=True)
+
+
+def to_markdown(rows):
+    out = []
+    for op in dict.fromkeys(r["op"] for r in rows):
+        group = [r for r in rows if r["op"] == op]
+        keys = list(dict.fromkeys(k for r in group for k in r if k != "op"))
+        out += [f"**{op}**", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        for r in group:
+            cells = [f"{r[k]:.4g}" if isinstance(r.get(k), float) else str(r.get(k, "–")) for k in keys]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--op", action="append", help="logcumsumexp, put_along_axis, adaptive_log_softmax, "
+                                                      "mutual_information (default: all)")
+    args = parser.parse_args(argv)
+    lib = library()
+    lib.pe_d2d.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    lib.pe_memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
+    lib.pe_timer_stop.restype = ctypes.c_float
+    lib.pe_set_sync(0)
+    torch = cuda_torch()
+    ops = args.op or ["logcumsumexp", "put_along_axis", "adaptive_log_softmax", "mutual_information"]
+    rows = []
+    gbps = copy_bandwidth(rows)
+    print(rows[-1], flush=True)
+    try:
+        if "logcumsumexp" in ops:
+            bench_logcumsumexp(rows, torch, gbps, args.quick)
+        if "adaptive_log_softmax" in ops:
+            bench_adaptive_log_softmax(rows, torch, args.quick)
+        if "mutual_information" in ops:
+            bench_mutual_information(rows, args.quick)
+        if "put_along_axis" in ops:
+            bench_put_along_axis(rows, torch, args.quick)
+    finally:
+        lib.pe_set_sync(1)
+        print(to_markdown(rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
