@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_runtime import DTYPE_CODES, DeviceBuffer, check, host_array, library  # noqa: E402
+from gpu_runtime import DTYPE_CODES, DeviceBuffer, check, host_array, library, release_pending  # noqa: E402
 
 I64 = ctypes.c_int64
 REDUCE_CODES = {"assign": 0, "add": 1, "mul": 2, "mean": 3, "amin": 4, "amax": 5}
@@ -128,6 +128,7 @@ def bench_logcumsumexp(rows, torch, copy_gbps, quick):
             row["max rel err vs float64"] = float(np.max(np.abs(got - ref) / np.maximum(np.abs(ref), 1e-30)))
         rows.append(row)
         print(row, flush=True)
+        release_pending()
 
 
 def bench_put_along_axis(rows, torch, quick):
@@ -193,6 +194,7 @@ def bench_put_along_axis(rows, torch, quick):
             torch.cuda.empty_cache()
         rows.append(row)
         print(row, flush=True)
+        release_pending()
 
 
 def bench_adaptive_log_softmax(rows, torch, quick):
@@ -222,6 +224,7 @@ def bench_adaptive_log_softmax(rows, torch, quick):
             row["fwd+bwd speedup vs torch"] = row["torch fwd+bwd ms"] / (f_ms + b_ms)
         rows.append(row)
         print(row, flush=True)
+        release_pending()
 
 
 def bench_mutual_information(rows, quick):
@@ -245,6 +248,7 @@ def bench_mutual_information(rows, quick):
                "bwd ms": time_ms(bwd, iters=5)}
         rows.append(row)
         print(row, flush=True)
+        release_pending()
 
 
 def to_markdown(rows):

@@ -95,6 +95,19 @@ def to_float64(host: np.ndarray, dtype: str) -> np.ndarray:
     return (from_bfloat16_bits(host) if dtype == "bfloat16" else host).astype(np.float64)
 
 
+# Device pointers of dropped buffers, freed after each test (conftest.py). A temporary such as
+# `launch(ptr_of(DeviceBuffer(x)), ptr_of(DeviceBuffer(y)))` is collected before the launch runs: freeing
+# it at once lets the next allocation reuse the memory under the kernel's feet (seen on an H200: wrong
+# results, then illegal-address errors that poisoned the context).
+_pending_frees: list = []
+
+
+def release_pending() -> None:
+    while _pending_frees:
+        lib, ptr = _pending_frees.pop()
+        lib.pe_free(ptr)
+
+
 class DeviceBuffer:
     """A device copy of a host array; `.ptr` for the launchers, `.get()` to copy back."""
 
@@ -116,8 +129,9 @@ class DeviceBuffer:
 
     def __del__(self):
         if getattr(self, "ptr", None):
-            self.lib.pe_free(self.ptr)
+            _pending_frees.append((self.lib, self.ptr))
 
 
 def check(code: int) -> None:
+    """Asserts a shim call succeeded."""
     assert code == 0, f"CUDA call failed with {code}: {library().pe_error_string(code) if code > 0 else 'exception'}"
