@@ -10,7 +10,7 @@ export MAX_JOBS ?= $(JOBS)
 export GLOG_minloglevel ?= 2
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: venv build test test-gpu demo bench info clean
+.PHONY: venv build test test-gpu bench-gpu demo bench info clean
 
 venv: $(DEPS)
 $(DEPS): requirements.txt
@@ -28,6 +28,11 @@ test: build
 # The CUDA runtime suite alone (skips without a GPU).
 test-gpu: build
 	$(VPY) -m pytest unittests/gpu -q -p no:cacheprovider -rs $(PYTEST_ARGS)
+
+# The CUDA launchers timed with CUDA events next to a device copy and torch's CUDA ops (needs a GPU; no
+# Paddle needed, so it also runs with a plain `python3 unittests/gpu/bench_gpu.py` on a bare GPU machine).
+bench-gpu: $(DEPS)
+	$(VPY) unittests/gpu/bench_gpu.py $(ARGS)
 
 demo: build
 	$(VENV)/bin/paddle-ext demo $(ARGS)

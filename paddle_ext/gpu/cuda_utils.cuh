@@ -24,5 +24,20 @@ inline unsigned grid_size(index_t work, int block, index_t max_blocks = 65535LL 
   return (unsigned)std::max<index_t>(1, std::min(blocks, max_blocks));
 }
 
+// A small stream-ordered scratch buffer (the launchers get no allocator): cudaMallocAsync from the
+// device's default pool, freed in stream order when the launcher returns.
+template <typename V>
+struct DeviceScratch {
+  V* ptr = nullptr;
+  cudaStream_t stream;
+  DeviceScratch(index_t count, cudaStream_t s) : stream(s) {
+    const cudaError_t err = cudaMallocAsync((void**)&ptr, sizeof(V) * std::max<index_t>(count, 1), stream);
+    if (err != cudaSuccess) throw std::runtime_error(std::string("scratch allocation: ") + cudaGetErrorString(err));
+  }
+  ~DeviceScratch() { cudaFreeAsync(ptr, stream); }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+};
+
 }  // namespace gpu
 }  // namespace paddle_ext

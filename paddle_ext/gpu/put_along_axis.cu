@@ -321,7 +321,9 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   } else {
     if (slots > 0 && (R == Reduce::Mul || R == Reduce::Min || R == Reduce::Max))
       stats_init_kernel<R, T, A><<<sgrid, kThreads, 0, stream>>>(arr, out, aux, prod, include_self, slots);
-    if (positions > 0 && n > 0)
+    // add with include_self needs no statistics: both grads are g (gathered for values)
+    const bool needs_stats = !(R == Reduce::Add && include_self);
+    if (positions > 0 && n > 0 && needs_stats)
       stats_kernel<R, T, A, Idx><<<pgrid, kThreads, 0, stream>>>(idx, values, out, count, aux, prod, positions, n, m,
                                                                  inner);
     if (values_grad && positions > 0)

@@ -161,10 +161,13 @@ def bench_put_along_axis(rows, torch, quick):
                                                  _p(winner) if reduce == "assign" else _p(None),
                                                  I64(1), I64(n), I64(m), I64(inner), 1)
 
-        def bwd():
-            lib.pe_memset(_p(winner), 0xFF, I64(slots * 8))
-            for buf, size in ((count, 4), (aux, 4), (prod, 4)):
-                lib.pe_memset(_p(buf), 0, I64(slots * size))
+        def bwd():  # the scratch the binding prepares for this mode
+            if reduce == "assign":
+                lib.pe_memset(_p(winner), 0xFF, I64(slots * 8))
+            else:
+                lib.pe_memset(_p(count), 0, I64(slots * 4))
+            if reduce in ("mul", "amin", "amax"):
+                lib.pe_memset(_p(aux), 0, I64(slots * 4))
             return lib.pe_put_along_axis_backward(0, 5, r, _p(darr), _p(didx), _p(dvals), _p(dout), _p(dgrad),
                                                   _p(dag), _p(dvg), _p(winner), _p(count), _p(aux), _p(prod), I64(1),
                                                   I64(n), I64(m), I64(inner), 1)

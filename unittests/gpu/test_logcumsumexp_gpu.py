@@ -68,7 +68,7 @@ def _specials_rows(rows, n, seed):
     x = np.random.default_rng(seed).normal(0, 3, size=(rows, n))
     x[0, :1500] = -np.inf  # a -inf prefix longer than a tile
     x[1, n // 2] = np.nan
-    x[2, 1023] = np.inf
+    x[2, 2047] = np.inf
     x[3, ::5] = -np.inf  # scattered -inf: stays linear
     x[4, 2000] = 700.0  # a range no exp(x - M) can span: exact path for that tile
     x[4, 2001] = -700.0
@@ -159,3 +159,85 @@ def test_strided_forward_and_backward(dtype, shape3, exclusive, reverse):
     tol = TOL[dtype] * 10 if dtype != "float16" else 2e-2
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
     assert got[0, 7, 3] == 0.0
+
+
+# A few rows longer than a chunk (16384) are split over blocks: chunk sums, then each chunk scanned from
+# the chunks before it. 40000 = two full chunks and a partial one, so `reverse` starts on the partial one.
+def _specials_long_rows():
+    x = np.random.default_rng(7).normal(0, 3, size=(5, 40000))
+    x[0, :20000] = -np.inf  # a -inf prefix longer than a chunk
+    x[1, 16384] = np.nan  # first element of the second chunk
+    x[2, 32767] = np.inf  # last element of the second chunk
+    x[3, 16383] = 700.0  # an exact-path tile at a chunk edge
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_forward_long_rows_split_into_chunks(dtype, exclusive, reverse):
+    x = _specials_long_rows()
+    x64 = to_float64(host_array(x, dtype), dtype)
+    got = _run("pe_logcumsumexp_forward", dtype, [x], (5, 40000, 1), exclusive, reverse).reshape(5, 40000)
+    ref = refs.logcumsumexp(x64, 1, exclusive, reverse)
+    for check in (np.isnan, np.isposinf, np.isneginf):
+        assert np.array_equal(check(got), check(ref))
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_backward_long_rows_split_into_chunks(dtype, exclusive, reverse):
+    rng = np.random.default_rng(8)
+    x = rng.normal(0, 1, size=(3, 40000))
+    x[0, :17000] = -np.inf
+    g = rng.normal(size=(3, 40000))
+    g[1, 16384:32768] = 0.0  # a chunk that contributes nothing
+    x = to_float64(host_array(x, dtype), dtype)
+    g = to_float64(host_array(g, dtype), dtype)
+    out = refs.logcumsumexp(x, 1, exclusive, reverse)
+    got = _run("pe_logcumsumexp_backward", dtype, [x, out, g], (3, 40000, 1), exclusive, reverse).reshape(3, 40000)
+    assert np.all(got[np.isneginf(x)] == 0.0) and not np.isnan(got).any()
+    np.testing.assert_allclose(got, _grad_ref_cumsum(x, g, exclusive, reverse), rtol=TOL[dtype] * 10,
+                               atol=TOL[dtype] * 10)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("shape3", [(1, 600, 64), (3, 50, 7)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_strided_forward_with_specials(dtype, shape3, exclusive, reverse):
+    x = np.random.default_rng(9).normal(0, 3, size=shape3)
+    x[0, 10, 5] = np.nan
+    x[0, 20, 6] = np.inf
+    x[0, :30, 4] = -np.inf
+    x[0, 40, 3], x[0, 41, 3] = 700.0, -700.0
+    x[-1, :, 2] = -np.inf
+    x64 = to_float64(host_array(x, dtype), dtype)
+    got = _run("pe_logcumsumexp_forward", dtype, [x], shape3, exclusive, reverse)
+    ref = refs.logcumsumexp(x64, 1, exclusive, reverse)
+    for check in (np.isnan, np.isposinf, np.isneginf):
+        assert np.array_equal(check(got), check(ref))
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=TOL[dtype], atol=TOL[dtype])
+
+
+# Many rows (>= 512, up to 16384 long) take one warp per row: 256 positions per step, vector loads where a
+# lane's 8 items are aligned (n = 512) and scalar loads where they are not (n = 301).
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("n", [301, 512])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_forward_many_rows_one_warp_each(dtype, n, exclusive, reverse):
+    x = np.random.default_rng(10).normal(0, 3, size=(600, n))
+    x[0, :200] = -np.inf  # a -inf prefix longer than a warp step
+    x[1, 150] = np.nan
+    x[2, 255] = np.inf  # the last item of the first step
+    x[3, ::5] = -np.inf
+    x[4, 200], x[4, 201] = 700.0, -700.0  # a range no exp(x - M) spans: exact step
+    x[5, :] = -np.inf
+    x64 = to_float64(host_array(x, dtype), dtype)
+    got = _run("pe_logcumsumexp_forward", dtype, [x], (600, n, 1), exclusive, reverse).reshape(600, n)
+    ref = refs.logcumsumexp(x64, 1, exclusive, reverse)
+    for check in (np.isnan, np.isposinf, np.isneginf):
+        assert np.array_equal(check(got), check(ref))
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=TOL[dtype], atol=TOL[dtype])

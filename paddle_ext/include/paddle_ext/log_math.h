@@ -37,6 +37,12 @@ struct LogSumAcc {
       max = v;
     }
   }
+  // The accumulator holding one term, `log_value` (the carry into a scan piece).
+  PE_HOSTDEVICE static inline LogSumAcc from_log(A log_value) {
+    LogSumAcc acc;
+    acc.add(log_value);
+    return acc;
+  }
   PE_HOSTDEVICE inline A value() const {
     if (max == neg_inf<A>() || max != max || max == -neg_inf<A>()) return max;
     return max + std::log(sum);
