@@ -1,8 +1,8 @@
 // CPU adaptive_log_softmax kernels on raw pointers (no Paddle header): rows split across the cores,
 // each row read twice for its lse (max, then sum of exp) and once more for an elementwise output.
-// Every dtype is computed in double lanes with vec_math.h's exp (the formulas of adaptive_log_softmax.h
-// with a vector exp functor), rounded once at the store; the kernels are templates on the SIMD width W,
-// compiled for AVX-512/AVX2/SSE2 and picked at run time (simd::dispatch, PADDLE_EXT_SIMD caps it).
+// The formulas of adaptive_log_softmax.h run on vectors with vec_math.h's exps: float in float lanes,
+// the other dtypes in double lanes (see Lanes); the kernels are templates on the SIMD width W, compiled
+// for AVX-512/AVX2/SSE2 and picked at run time (simd::dispatch; PADDLE_EXT_SIMD caps it).
 // The vector path needs a finite lse (a finite row maximum): then x - lse <= ~0 and NaN cannot occur. Rows
 // with NaN or +inf, or of only -inf, take the scalar path (std::exp), with the header's exact semantics.
 #include "paddle_ext/adaptive_log_softmax.h"
@@ -34,64 +34,111 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // time slice (measured: the N=512 layer step went from ~20 ms to ~100 ms with a 32k-element grain).
 inline index_t row_grain(index_t k) { return std::max<index_t>(1, (index_t(1) << 20) / std::max<index_t>(k, 1)); }
 
-template <int W>
-struct FloatLanes {  // (outside the functions: GCC rejects __builtin_convertvector on dependent local typedefs)
-  typedef float vf __attribute__((vector_size(4 * W)));
-};
-
-// W elements of T <-> W double lanes; n < W loads the first n and fills the rest with `pad` (stores n).
-// float and double convert as vectors; the 16-bit types go through common.h's scalar conversions.
+// Lanes<W, T>: the vector type kernels compute T in, for the dispatcher's register width (W doubles).
+// float: 2W float lanes and vec_math.h's float exp (~1 ulp); every other dtype: W double lanes and its
+// double exp (full precision for float64; ~1e-13 relative for the 16-bit types, rounded once at the store).
 template <int W, typename T>
-PE_VINLINE vd<W> load_lanes(const T* p) {
-  if constexpr (std::is_same<T, double>::value) {
-    return simd::loadu<W>(p);
-  } else if constexpr (std::is_same<T, float>::value) {
-    typename FloatLanes<W>::vf f;
-    std::memcpy(&f, p, sizeof(f));
-    return __builtin_convertvector(f, vd<W>);
-  } else {
-    vd<W> v;
-    for (int i = 0; i < W; ++i) v[i] = load(p[i]);
+struct Lanes {
+  static constexpr int N = W;
+  using V = vd<W>;
+  using Mask = vl<W>;
+  PE_VINLINE static V splat(double v) { return simd::splat<W>(v); }
+  PE_VINLINE static V load(const T* p) {
+    if constexpr (std::is_same<T, double>::value) {
+      return simd::loadu<W>(p);
+    } else {  // the 16-bit types, through common.h's scalar conversions
+      V v;
+      for (int i = 0; i < W; ++i) v[i] = paddle_ext::load(p[i]);
+      return v;
+    }
+  }
+  PE_VINLINE static void store(T* p, V v) {
+    if constexpr (std::is_same<T, double>::value) {
+      simd::storeu<W>(p, v);
+    } else {
+      for (int i = 0; i < W; ++i) p[i] = paddle_ext::store<T>(static_cast<float>(v[i]));
+    }
+  }
+  PE_VINLINE static V exp(V x) { return simd::vexp_neg<W, sizeof(T) == 8>(x); }  // x <= ~0 here
+  PE_VINLINE static double hmax(V v) { return simd::hmax<W>(v); }
+  PE_VINLINE static double hsum(V v) { return simd::hsum<W>(v); }
+  PE_VINLINE static bool any(Mask m) { return simd::any<W>(m); }
+};
+template <int W>
+struct Lanes<W, float> {
+  static constexpr int N = 2 * W;
+  using V = simd::vf<N>;
+  using Mask = simd::vi<N>;
+  PE_VINLINE static V splat(double v) { return simd::splatf<N>(static_cast<float>(v)); }
+  PE_VINLINE static V load(const float* p) {
+    V v;
+    std::memcpy(&v, p, sizeof(v));
     return v;
   }
-}
-template <int W, typename T>
-PE_VINLINE vd<W> load_part(const T* p, index_t n, double pad) {
-  vd<W> v = simd::splat<W>(pad);
-  for (index_t i = 0; i < n; ++i) v[i] = static_cast<double>(load(p[i]));
+  PE_VINLINE static void store(float* p, V v) { std::memcpy(p, &v, sizeof(v)); }
+  PE_VINLINE static V exp(V x) { return simd::vexpf<N>(x); }
+  PE_VINLINE static double hmax(V v) {
+    float m = v[0];
+    for (int i = 1; i < N; ++i) m = v[i] > m ? v[i] : m;
+    return m;
+  }
+  PE_VINLINE static double hsum(V v) {
+    double s = 0;
+    for (int i = 0; i < N; ++i) s += v[i];
+    return s;
+  }
+  PE_VINLINE static bool any(Mask m) {
+    int32_t r = 0;
+    for (int i = 0; i < N; ++i) r |= m[i];
+    return r != 0;
+  }
+};
+
+// The first n < N elements, the other lanes set to `pad`; and the partial store.
+template <typename L, typename T>
+PE_VINLINE typename L::V load_part(const T* p, index_t n, double pad) {
+  typename L::V v = L::splat(pad);
+  for (index_t i = 0; i < n; ++i) v[i] = load(p[i]);
   return v;
 }
-template <int W, typename T>
-PE_VINLINE void store_lanes(T* p, vd<W> v) {
-  if constexpr (std::is_same<T, double>::value) {
-    simd::storeu<W>(p, v);
-  } else if constexpr (std::is_same<T, float>::value) {
-    const typename FloatLanes<W>::vf f = __builtin_convertvector(v, typename FloatLanes<W>::vf);
-    std::memcpy(p, &f, sizeof(f));
-  } else {
-    for (int i = 0; i < W; ++i) p[i] = store<T>(static_cast<float>(v[i]));
-  }
-}
-template <int W, typename T>
-PE_VINLINE void store_part(T* p, vd<W> v, index_t n) {
+template <typename L, typename T>
+PE_VINLINE void store_part(T* p, typename L::V v, index_t n) {
   for (index_t i = 0; i < n; ++i) p[i] = store<T>(static_cast<acc_t<T>>(v[i]));
 }
 
-// exp(x) for x <= ~0 (x - max or x - lse with a finite lse); -inf gives 0. Full double precision for
-// float64 data, ~1e-13 relative (ample before rounding to float32 or narrower) otherwise.
-template <int W, bool kFull>
-struct VecExp {
-  PE_VINLINE vd<W> operator()(vd<W> x) const { return simd::vexp_neg<W, kFull>(x); }
+template <typename L>
+struct LaneExp {
+  PE_VINLINE typename L::V operator()(typename L::V x) const { return L::exp(x); }
 };
 
-// y[j] = f(x[j], j) over a row of k elements, W lanes at a time; the last partial vector is padded with
+// y[j] = f(x[j], j) over a row of k elements, L::N lanes at a time; the last partial vector is padded with
 // `pad` and stored partially. F is a functor with a PE_VINLINE operator() (a lambda would not be compiled
 // for the dispatcher's instruction set).
-template <int W, typename T, typename F>
+template <typename L, typename T, typename F>
 PE_VINLINE void map_row(const T* x, T* y, index_t k, double pad, const F& f) {
+  constexpr int N = L::N;
   index_t j = 0;
-  for (; j + W <= k; j += W) store_lanes<W>(y + j, f(load_lanes<W>(x + j), j));
-  if (j < k) store_part<W>(y + j, f(load_part<W>(x + j, k - j, pad), j), k - j);
+  for (; j + N <= k; j += N) L::store(y + j, f(L::load(x + j), j));
+  if (j < k) store_part<L>(y + j, f(load_part<L>(x + j, k - j, pad), j), k - j);
+}
+
+// sum of f(x[j]) over a row in double: lanes add within chunks of 64 vectors (float lanes: ~1e-7 relative
+// at 10^5 columns), chunks add in double. Padding lanes hold `pad` (f(pad) must be 0).
+template <typename L, typename T, typename F>
+PE_VINLINE double sum_row(const T* x, index_t k, double pad, const F& f) {
+  constexpr int N = L::N;
+  double total = 0;
+  for (index_t j = 0; j < k;) {
+    const index_t end = std::min(k, j + 64 * N);
+    typename L::V part{};
+    for (; j + N <= end; j += N) part += f(L::load(x + j));
+    if (j < end) {
+      part += f(load_part<L>(x + j, end - j, pad));
+      j = end;
+    }
+    total += L::hsum(part);
+  }
+  return total;
 }
 
 // The scalar lse (std::exp), exactly as the header defines it: for rows the vector path does not take.
@@ -108,53 +155,62 @@ double row_lse_scalar(const T* x, index_t k) {
   return als_lse<double>(max, sum);
 }
 
-// lse of a row in double; NaN (NaN or +inf in the row) and -inf (all -inf) come from the scalar rules.
-template <int W, bool kFull, typename T>
+inline bool finite(double v) { return v - v == 0; }
+
+template <typename L>
+struct ExpShifted {  // the terms of the lse sum: exp(x - max), 0 for the -inf padding
+  typename L::V max;
+  PE_VINLINE typename L::V operator()(typename L::V x) const { return als_softmax(x, max, LaneExp<L>()); }
+};
+template <typename L>
+struct Identity {
+  PE_VINLINE typename L::V operator()(typename L::V x) const { return x; }
+};
+
+// lse of a row in double; rows with NaN or +inf, or of only -inf, take the scalar rules.
+template <typename L, typename T>
 PE_VINLINE double row_lse(const T* x, index_t k) {
-  vd<W> hi = simd::splat<W>(-kInf);
-  vl<W> nan = vl<W>{};
+  constexpr int N = L::N;
+  using V = typename L::V;
+  V hi = L::splat(-kInf);
+  typename L::Mask nan{};
   index_t j = 0;
-  for (; j + W <= k; j += W) {
-    const vd<W> v = load_lanes<W>(x + j);
-    hi = simd::vmax<W>(hi, v);
+  for (; j + N <= k; j += N) {
+    const V v = L::load(x + j);
+    hi = v > hi ? v : hi;
     nan |= v != v;
   }
   if (j < k) {
-    const vd<W> v = load_part<W>(x + j, k - j, -kInf);
-    hi = simd::vmax<W>(hi, v);
+    const V v = load_part<L>(x + j, k - j, -kInf);
+    hi = v > hi ? v : hi;
     nan |= v != v;
   }
-  const double max = simd::hmax<W>(hi);
-  if (simd::any<W>(nan) || max == kInf || max == -kInf) return row_lse_scalar(x, k);
-  const vd<W> m = simd::splat<W>(max);
-  const VecExp<W, kFull> exp;
-  vd<W> sum = vd<W>{};
-  for (j = 0; j + W <= k; j += W) sum += als_softmax(load_lanes<W>(x + j), m, exp);
-  if (j < k) sum += als_softmax(load_part<W>(x + j, k - j, -kInf), m, exp);
-  return als_lse<double>(max, simd::hsum<W>(sum));
+  const double max = L::hmax(hi);
+  if (L::any(nan) || !finite(max)) return row_lse_scalar(x, k);
+  return als_lse<double>(max, sum_row<L>(x, k, -kInf, ExpShifted<L>{L::splat(max)}));
 }
 
-inline bool finite(double v) { return v - v == 0; }
-
-// The header's elementwise formulas on W lanes, as map_row functors.
-template <int W, bool kFull>
+// The header's elementwise formulas on lanes, as map_row functors.
+template <typename L>
 struct TargetGradLanes {  // a non-target element; the target one is fixed up after the row
-  vd<W> lse, g;
-  PE_VINLINE vd<W> operator()(vd<W> x, index_t) const { return als_target_grad(x, lse, g, false, VecExp<W, kFull>()); }
+  typename L::V lse, g;
+  PE_VINLINE typename L::V operator()(typename L::V x, index_t) const {
+    return als_target_grad(x, lse, g, false, LaneExp<L>());
+  }
 };
-template <int W>
+template <typename L>
 struct FullValueLanes {
-  vd<W> lse, offset;
-  PE_VINLINE vd<W> operator()(vd<W> x, index_t) const { return als_full_value(x, lse, offset); }
+  typename L::V lse, offset;
+  PE_VINLINE typename L::V operator()(typename L::V x, index_t) const { return als_full_value(x, lse, offset); }
 };
-template <int W, typename T>
+template <typename L, typename T>
 struct FullGradLanes {
-  vd<W> lse, g_sum;
+  typename L::V lse, g_sum;
   const T* g;
   index_t k;
-  PE_VINLINE vd<W> operator()(vd<W> x, index_t j) const {
-    const vd<W> gj = j + W <= k ? load_lanes<W>(g + j) : load_part<W>(g + j, k - j, 0.0);
-    return als_full_grad(x, lse, gj, g_sum, VecExp<W, sizeof(T) == 8>());
+  PE_VINLINE typename L::V operator()(typename L::V x, index_t j) const {
+    const typename L::V gj = j + L::N <= k ? L::load(g + j) : load_part<L>(g + j, k - j, 0.0);
+    return als_full_grad(x, lse, gj, g_sum, LaneExp<L>());
   }
 };
 
@@ -169,7 +225,7 @@ struct TargetForward {
   PE_VINLINE void run(index_t r0, index_t r1) const {
     for (index_t r = r0; r < r1; ++r) {
       const T* x = logits + r * k;
-      const double l = row_lse<W, sizeof(T) == 8>(x, k);
+      const double l = row_lse<Lanes<W, T>>(x, k);
       lse[r] = static_cast<acc_t<T>>(l);
       const int64_t t = target[r];
       out[r] = store<T>(static_cast<acc_t<T>>(als_target_ok(t, k) ? load(x[t]) - l : std::nan("")));
@@ -188,12 +244,13 @@ struct TargetBackward {
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
     using A = acc_t<T>;
+    using L = Lanes<W, T>;
     for (index_t r = r0; r < r1; ++r) {
       const T* x = logits + r * k;
       T* dx = logits_grad + r * k;
       const A l = lse[r], g = load(out_grad[r]);
       if (finite(l)) {
-        map_row<W>(x, dx, k, -kInf, TargetGradLanes<W, sizeof(T) == 8>{simd::splat<W>(l), simd::splat<W>(g)});
+        map_row<L>(x, dx, k, -kInf, TargetGradLanes<L>{L::splat(l), L::splat(g)});
       } else {
         for (index_t j = 0; j < k; ++j) dx[j] = store<T>(als_target_grad<A>(load(x[j]), l, g, false));
       }
@@ -212,11 +269,12 @@ struct FullForward {
   index_t k;
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
+    using L = Lanes<W, T>;
     for (index_t r = r0; r < r1; ++r) {
       const T* x = logits + r * k;
-      const double l = row_lse<W, sizeof(T) == 8>(x, k);
+      const double l = row_lse<L>(x, k);
       lse[r] = static_cast<acc_t<T>>(l);
-      map_row<W>(x, out + r * k, k, 0.0, FullValueLanes<W>{simd::splat<W>(l), simd::splat<W>(load(offset[r]))});
+      map_row<L>(x, out + r * k, k, 0.0, FullValueLanes<L>{L::splat(l), L::splat(load(offset[r]))});
     }
   }
 };
@@ -232,20 +290,17 @@ struct FullBackward {
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
     using A = acc_t<T>;
+    using L = Lanes<W, T>;
     for (index_t r = r0; r < r1; ++r) {
       const T* x = logits + r * k;
       const T* g = out_grad + r * k;
       T* dx = logits_grad + r * k;
-      vd<W> acc = vd<W>{};
-      index_t j = 0;
-      for (; j + W <= k; j += W) acc += load_lanes<W>(g + j);
-      if (j < k) acc += load_part<W>(g + j, k - j, 0.0);
-      const double s = simd::hsum<W>(acc);
+      const double s = sum_row<L>(g, k, 0.0, Identity<L>());
       const A l = lse[r];
       if (finite(l)) {
-        map_row<W>(x, dx, k, -kInf, FullGradLanes<W, T>{simd::splat<W>(l), simd::splat<W>(s), g, k});
+        map_row<L>(x, dx, k, -kInf, FullGradLanes<L, T>{L::splat(l), L::splat(s), g, k});
       } else {
-        for (j = 0; j < k; ++j) dx[j] = store<T>(als_full_grad<A>(load(x[j]), l, load(g[j]), static_cast<A>(s)));
+        for (index_t j = 0; j < k; ++j) dx[j] = store<T>(als_full_grad<A>(load(x[j]), l, load(g[j]), static_cast<A>(s)));
       }
       offset_grad[r] = store<T>(static_cast<A>(s));
     }
