@@ -151,7 +151,7 @@ def test_export_round_trip():
 
 
 def test_float32_accuracy_over_the_exp_range():
-    # The CPU float path uses its own vectorised exp: check it where exp underflows (x - lse < -87.3)
+    # The CPU kernels use vec_math.h's vector exp: check it where float32's exp underflows (x - lse < -87.3)
     # and across the whole useful range, through the forward and both grads.
     x = np.linspace(-120.0, 30.0, 4001).reshape(1, -1)
     x = np.concatenate([x, x[:, ::-1], x * 0.1], axis=0)
@@ -167,31 +167,63 @@ def test_float32_accuracy_over_the_exp_range():
     np.testing.assert_allclose(full, refs.adaptive_log_softmax_full(x32, np.zeros(3)), rtol=1e-6, atol=2e-5)
 
 
-def test_baseline_and_avx2_cpu_kernels_agree(tmp_path):
-    # The CPU kernels exist twice (baseline ISA and AVX2+FMA, picked at run time); PADDLE_EXT_NO_AVX2=1
-    # forces the baseline copy, run here in a subprocess on the same data.
+_SIMD_SCRIPT = """
+import sys, numpy as np, paddle, paddle_ext
+rng = np.random.default_rng(3)
+results = {}
+for dtype in ("float32", "float64"):
+    # 5001 columns: a partial last vector at every width; row 1 has -inf logits (masked classes), row 3
+    # spans exp's whole useful range, row 4 holds a NaN (the scalar path).
+    x = rng.normal(0, 3, size=(5, 5001))
+    x[1, ::3] = -np.inf
+    x[3] = np.linspace(-100, 20, 5001)
+    x[4, 7] = np.nan
+    t = np.array([5000, 4, 2500, 17, 9])
+    g = np.array([1.0, -2.0, 0.5, 3.0, 1.5])
+    xt = paddle.to_tensor(x.astype(dtype), stop_gradient=False)
+    out = paddle_ext.adaptive_log_softmax_target(xt, paddle.to_tensor(t))
+    (gx,) = paddle.grad(out, xt, grad_outputs=paddle.to_tensor(g.astype(dtype)))
+    off = paddle.to_tensor(g.astype(dtype), stop_gradient=False)
+    full = paddle_ext.adaptive_log_softmax_full(xt, off)
+    gf = rng.normal(size=x.shape)
+    gfx, goff = paddle.grad(full, [xt, off], grad_outputs=paddle.to_tensor(gf.astype(dtype)))
+    results.update({dtype + "_" + k: v.numpy() for k, v in
+                    dict(out=out, gx=gx, full=full, gfx=gfx, goff=goff).items()})
+    results.update({dtype + "_x": x, dtype + "_t": t, dtype + "_g": g, dtype + "_gf": gf})
+np.savez(sys.argv[1], **results)
+"""
+
+
+@pytest.mark.parametrize("level", ["default", "avx2", "sse2"])
+def test_every_simd_level_matches_the_reference(tmp_path, level):
+    # The CPU kernels are compiled for AVX-512, AVX2 and SSE2 and picked at run time; PADDLE_EXT_SIMD caps
+    # the choice, so each level runs here in a subprocess (on a CPU without AVX-512, "default" is AVX2).
     import os
     import subprocess
     import sys
 
     script = tmp_path / "run.py"
-    script.write_text(
-        "import sys, numpy as np, paddle, paddle_ext\n"
-        "x = np.linspace(-100, 20, 3 * 5001).reshape(3, 5001).astype(np.float32)\n"
-        "t = np.array([5000, 3, 2500])\n"
-        "xt = paddle.to_tensor(x, stop_gradient=False)\n"
-        "out = paddle_ext.adaptive_log_softmax_target(xt, paddle.to_tensor(t))\n"
-        "(g,) = paddle.grad(out, xt, grad_outputs=paddle.to_tensor(np.array([1.0, -2.0, 0.5], np.float32)))\n"
-        "full = paddle_ext.adaptive_log_softmax_full(xt)\n"
-        "np.savez(sys.argv[1], out=out.numpy(), g=g.numpy(), full=full.numpy())\n")
-    results = {}
-    for name, extra in (("avx2", {}), ("baseline", {"PADDLE_EXT_NO_AVX2": "1"})):
-        env = dict(os.environ, **extra)
-        subprocess.run([sys.executable, str(script), str(tmp_path / f"{name}.npz")], check=True, env=env,
-                       capture_output=True)
-        results[name] = np.load(tmp_path / f"{name}.npz")
-    for key in ("out", "g", "full"):
-        np.testing.assert_allclose(results["baseline"][key], results["avx2"][key], rtol=1e-6, atol=1e-7)
+    script.write_text(_SIMD_SCRIPT)
+    env = dict(os.environ)
+    env.pop("PADDLE_EXT_SIMD", None)
+    if level != "default":
+        env["PADDLE_EXT_SIMD"] = level
+    subprocess.run([sys.executable, str(script), str(tmp_path / "r.npz")], check=True, env=env, capture_output=True)
+    r = np.load(tmp_path / "r.npz")
+    for dtype, rtol in (("float32", 2e-6), ("float64", 1e-12)):
+        x = r[dtype + "_x"].astype(dtype).astype(np.float64)
+        t, g, gf = r[dtype + "_t"], r[dtype + "_g"].astype(dtype), r[dtype + "_gf"].astype(dtype)
+        atol = 1e-12 if dtype == "float64" else 2e-5
+        np.testing.assert_allclose(r[dtype + "_out"], refs.adaptive_log_softmax_target(x, t), rtol=rtol, atol=atol)
+        np.testing.assert_allclose(r[dtype + "_gx"], refs.adaptive_log_softmax_target_grad(x, t, g), rtol=rtol * 5,
+                                   atol=atol * 1e-2)
+        np.testing.assert_allclose(r[dtype + "_full"], refs.adaptive_log_softmax_full(x, g), rtol=rtol, atol=atol)
+        with np.errstate(invalid="ignore"):
+            goff_ref = gf.astype(np.float64).sum(axis=1)
+            gx_ref = gf - np.exp(x - refs.logsumexp_rows(x)[:, None]) * goff_ref[:, None]
+        np.testing.assert_allclose(r[dtype + "_gfx"], gx_ref, rtol=rtol * 5, atol=atol)
+        np.testing.assert_allclose(r[dtype + "_goff"], goff_ref, rtol=rtol * 5, atol=atol)
+        assert np.isnan(r[dtype + "_gx"][4]).all() and np.isnan(r[dtype + "_out"][4])
 
 
 def test_rows_split_across_threads():

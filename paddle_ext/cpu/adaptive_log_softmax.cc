@@ -1,74 +1,340 @@
 // CPU adaptive_log_softmax kernels on raw pointers (no Paddle header): rows split across the cores,
 // each row read twice for its lse (max, then sum of exp) and once more for an elementwise output.
-// The bodies (adaptive_log_softmax_kernels.inc) are compiled for the baseline ISA and for AVX2+FMA;
-// the AVX2 copy (8-wide exp) runs where the CPU has it — about 2x on the exp-bound loops.
-// FP compares may not trap here, so GCC can turn the clamps/selects of als_expf_host into vector blends
-// (with the default -ftrapping-math the exp loops stay scalar and branchy). No FP exceptions are used.
-#pragma GCC optimize("no-trapping-math")
-
+// The formulas of adaptive_log_softmax.h run on vectors with vec_math.h's exps: float in float lanes,
+// the other dtypes in double lanes (see Lanes); the kernels are templates on the SIMD width W, compiled
+// for AVX-512/AVX2/SSE2 and picked at run time (simd::dispatch; PADDLE_EXT_SIMD caps it).
+// The vector path needs a finite lse (a finite row maximum): then x - lse <= ~0 and NaN cannot occur. Rows
+// with NaN or +inf, or of only -inf, take the scalar path (std::exp), with the header's exact semantics.
 #include "paddle_ext/adaptive_log_softmax.h"
 
 #include <algorithm>
-#include <cstdlib>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "paddle_ext/parallel.h"
+#include "paddle_ext/vec_math.h"
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 namespace paddle_ext {
 namespace cpu {
-
-namespace baseline {
-#include "adaptive_log_softmax_kernels.inc"
-}  // namespace baseline
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PE_ALS_AVX2 1
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace avx2 {
-#include "adaptive_log_softmax_kernels.inc"
-}  // namespace avx2
-#pragma GCC pop_options
-#endif
-
 namespace {
-inline bool use_avx2() {
-#ifdef PE_ALS_AVX2
-  // PADDLE_EXT_NO_AVX2=1 forces the baseline copy (tests compare the two).
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          std::getenv("PADDLE_EXT_NO_AVX2") == nullptr;
-  return yes;
-#else
-  return false;
-#endif
-}
-}  // namespace
 
-#ifdef PE_ALS_AVX2
-#define PE_ALS_DISPATCH(fn, ...) (use_avx2() ? avx2::fn(__VA_ARGS__) : baseline::fn(__VA_ARGS__))
-#else
-#define PE_ALS_DISPATCH(fn, ...) baseline::fn(__VA_ARGS__)
-#endif
+using simd::vd;
+using simd::vl;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Rows per thread chunk: at least ~1M elements (~1 ms) per thread. Smaller calls stay serial: a parallel
+// region costs a barrier, and on an oversubscribed machine OpenMP's spin-waiting sibling can cost a whole
+// time slice (measured: the N=512 layer step went from ~20 ms to ~100 ms with a 32k-element grain).
+inline index_t row_grain(index_t k) { return std::max<index_t>(1, (index_t(1) << 20) / std::max<index_t>(k, 1)); }
+
+// Lanes<W, T>: the vector type kernels compute T in, for the dispatcher's register width (W doubles).
+// float: 2W float lanes and vec_math.h's float exp (~1 ulp); every other dtype: W double lanes and its
+// double exp (full precision for float64; ~1e-13 relative for the 16-bit types, rounded once at the store).
+template <int W, typename T>
+struct Lanes {
+  static constexpr int N = W;
+  using V = vd<W>;
+  using Mask = vl<W>;
+  PE_VINLINE static V splat(double v) { return simd::splat<W>(v); }
+  PE_VINLINE static V load(const T* p) {
+    if constexpr (std::is_same<T, double>::value) {
+      return simd::loadu<W>(p);
+    } else {  // the 16-bit types, through common.h's scalar conversions
+      V v;
+      for (int i = 0; i < W; ++i) v[i] = paddle_ext::load(p[i]);
+      return v;
+    }
+  }
+  PE_VINLINE static void store(T* p, V v) {
+    if constexpr (std::is_same<T, double>::value) {
+      simd::storeu<W>(p, v);
+    } else {
+      for (int i = 0; i < W; ++i) p[i] = paddle_ext::store<T>(static_cast<float>(v[i]));
+    }
+  }
+  PE_VINLINE static V exp(V x) { return simd::vexp_neg<W, sizeof(T) == 8>(x); }  // x <= ~0 here
+  PE_VINLINE static double hmax(V v) { return simd::hmax<W>(v); }
+  PE_VINLINE static double hsum(V v) { return simd::hsum<W>(v); }
+  PE_VINLINE static bool any(Mask m) { return simd::any<W>(m); }
+};
+template <int W>
+struct Lanes<W, float> {
+  static constexpr int N = 2 * W;
+  using V = simd::vf<N>;
+  using Mask = simd::vi<N>;
+  PE_VINLINE static V splat(double v) { return simd::splatf<N>(static_cast<float>(v)); }
+  PE_VINLINE static V load(const float* p) {
+    V v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+  }
+  PE_VINLINE static void store(float* p, V v) { std::memcpy(p, &v, sizeof(v)); }
+  PE_VINLINE static V exp(V x) { return simd::vexpf<N>(x); }
+  PE_VINLINE static double hmax(V v) {
+    float m = v[0];
+    for (int i = 1; i < N; ++i) m = v[i] > m ? v[i] : m;
+    return m;
+  }
+  PE_VINLINE static double hsum(V v) {
+    double s = 0;
+    for (int i = 0; i < N; ++i) s += v[i];
+    return s;
+  }
+  PE_VINLINE static bool any(Mask m) {
+    int32_t r = 0;
+    for (int i = 0; i < N; ++i) r |= m[i];
+    return r != 0;
+  }
+};
+
+// The first n < N elements, the other lanes set to `pad`; and the partial store.
+template <typename L, typename T>
+PE_VINLINE typename L::V load_part(const T* p, index_t n, double pad) {
+  typename L::V v = L::splat(pad);
+  for (index_t i = 0; i < n; ++i) v[i] = load(p[i]);
+  return v;
+}
+template <typename L, typename T>
+PE_VINLINE void store_part(T* p, typename L::V v, index_t n) {
+  for (index_t i = 0; i < n; ++i) p[i] = store<T>(static_cast<acc_t<T>>(v[i]));
+}
+
+template <typename L>
+struct LaneExp {
+  PE_VINLINE typename L::V operator()(typename L::V x) const { return L::exp(x); }
+};
+
+// y[j] = f(x[j], j) over a row of k elements, L::N lanes at a time; the last partial vector is padded with
+// `pad` and stored partially. F is a functor with a PE_VINLINE operator() (a lambda would not be compiled
+// for the dispatcher's instruction set).
+template <typename L, typename T, typename F>
+PE_VINLINE void map_row(const T* x, T* y, index_t k, double pad, const F& f) {
+  constexpr int N = L::N;
+  index_t j = 0;
+  for (; j + N <= k; j += N) L::store(y + j, f(L::load(x + j), j));
+  if (j < k) store_part<L>(y + j, f(load_part<L>(x + j, k - j, pad), j), k - j);
+}
+
+// sum of f(x[j]) over a row in double: lanes add within chunks of 64 vectors (float lanes: ~1e-7 relative
+// at 10^5 columns), chunks add in double. Padding lanes hold `pad` (f(pad) must be 0).
+template <typename L, typename T, typename F>
+PE_VINLINE double sum_row(const T* x, index_t k, double pad, const F& f) {
+  constexpr int N = L::N;
+  double total = 0;
+  for (index_t j = 0; j < k;) {
+    const index_t end = std::min(k, j + 64 * N);
+    typename L::V part{};
+    for (; j + N <= end; j += N) part += f(L::load(x + j));
+    if (j < end) {
+      part += f(load_part<L>(x + j, end - j, pad));
+      j = end;
+    }
+    total += L::hsum(part);
+  }
+  return total;
+}
+
+// The scalar lse (std::exp), exactly as the header defines it: for rows the vector path does not take.
+template <typename T>
+double row_lse_scalar(const T* x, index_t k) {
+  double max = -kInf;
+  for (index_t j = 0; j < k; ++j) {
+    const double v = load(x[j]);
+    if (v != v) return v;
+    max = v > max ? v : max;
+  }
+  double sum = 0;
+  for (index_t j = 0; j < k; ++j) sum += als_exp_term<double>(load(x[j]), max);
+  return als_lse<double>(max, sum);
+}
+
+inline bool finite(double v) { return v - v == 0; }
+
+template <typename L>
+struct ExpShifted {  // the terms of the lse sum: exp(x - max), 0 for the -inf padding
+  typename L::V max;
+  PE_VINLINE typename L::V operator()(typename L::V x) const { return als_softmax(x, max, LaneExp<L>()); }
+};
+template <typename L>
+struct Identity {
+  PE_VINLINE typename L::V operator()(typename L::V x) const { return x; }
+};
+
+// lse of a row in double; rows with NaN or +inf, or of only -inf, take the scalar rules.
+template <typename L, typename T>
+PE_VINLINE double row_lse(const T* x, index_t k) {
+  constexpr int N = L::N;
+  using V = typename L::V;
+  V hi = L::splat(-kInf);
+  typename L::Mask nan{};
+  index_t j = 0;
+  for (; j + N <= k; j += N) {
+    const V v = L::load(x + j);
+    hi = v > hi ? v : hi;
+    nan |= v != v;
+  }
+  if (j < k) {
+    const V v = load_part<L>(x + j, k - j, -kInf);
+    hi = v > hi ? v : hi;
+    nan |= v != v;
+  }
+  const double max = L::hmax(hi);
+  if (L::any(nan) || !finite(max)) return row_lse_scalar(x, k);
+  return als_lse<double>(max, sum_row<L>(x, k, -kInf, ExpShifted<L>{L::splat(max)}));
+}
+
+// The header's elementwise formulas on lanes, as map_row functors.
+template <typename L>
+struct TargetGradLanes {  // a non-target element; the target one is fixed up after the row
+  typename L::V lse, g;
+  PE_VINLINE typename L::V operator()(typename L::V x, index_t) const {
+    return als_target_grad(x, lse, g, false, LaneExp<L>());
+  }
+};
+template <typename L>
+struct FullValueLanes {
+  typename L::V lse, offset;
+  PE_VINLINE typename L::V operator()(typename L::V x, index_t) const { return als_full_value(x, lse, offset); }
+};
+template <typename L, typename T>
+struct FullGradLanes {
+  typename L::V lse, g_sum;
+  const T* g;
+  index_t k;
+  PE_VINLINE typename L::V operator()(typename L::V x, index_t j) const {
+    const typename L::V gj = j + L::N <= k ? L::load(g + j) : load_part<L>(g + j, k - j, 0.0);
+    return als_full_grad(x, lse, gj, g_sum, LaneExp<L>());
+  }
+};
+
+template <typename T>
+struct TargetForward {
+  const T* logits;
+  const int64_t* target;
+  T* out;
+  acc_t<T>* lse;
+  index_t k;
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    for (index_t r = r0; r < r1; ++r) {
+      const T* x = logits + r * k;
+      const double l = row_lse<Lanes<W, T>>(x, k);
+      lse[r] = static_cast<acc_t<T>>(l);
+      const int64_t t = target[r];
+      out[r] = store<T>(static_cast<acc_t<T>>(als_target_ok(t, k) ? load(x[t]) - l : std::nan("")));
+    }
+  }
+};
+
+template <typename T>
+struct TargetBackward {
+  const T* logits;
+  const int64_t* target;
+  const acc_t<T>* lse;
+  const T* out_grad;
+  T* logits_grad;
+  index_t k;
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    using A = acc_t<T>;
+    using L = Lanes<W, T>;
+    for (index_t r = r0; r < r1; ++r) {
+      const T* x = logits + r * k;
+      T* dx = logits_grad + r * k;
+      const A l = lse[r], g = load(out_grad[r]);
+      if (finite(l)) {
+        map_row<L>(x, dx, k, -kInf, TargetGradLanes<L>{L::splat(l), L::splat(g)});
+      } else {
+        for (index_t j = 0; j < k; ++j) dx[j] = store<T>(als_target_grad<A>(load(x[j]), l, g, false));
+      }
+      const int64_t t = target[r];
+      if (als_target_ok(t, k)) dx[t] = store<T>(als_target_grad<A>(load(x[t]), l, g, true));
+    }
+  }
+};
+
+template <typename T>
+struct FullForward {
+  const T* logits;
+  const T* offset;
+  T* out;
+  acc_t<T>* lse;
+  index_t k;
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    using L = Lanes<W, T>;
+    for (index_t r = r0; r < r1; ++r) {
+      const T* x = logits + r * k;
+      const double l = row_lse<L>(x, k);
+      lse[r] = static_cast<acc_t<T>>(l);
+      map_row<L>(x, out + r * k, k, 0.0, FullValueLanes<L>{L::splat(l), L::splat(load(offset[r]))});
+    }
+  }
+};
+
+template <typename T>
+struct FullBackward {
+  const T* logits;
+  const acc_t<T>* lse;
+  const T* out_grad;
+  T* logits_grad;
+  T* offset_grad;
+  index_t k;
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    using A = acc_t<T>;
+    using L = Lanes<W, T>;
+    for (index_t r = r0; r < r1; ++r) {
+      const T* x = logits + r * k;
+      const T* g = out_grad + r * k;
+      T* dx = logits_grad + r * k;
+      const double s = sum_row<L>(g, k, 0.0, Identity<L>());
+      const A l = lse[r];
+      if (finite(l)) {
+        map_row<L>(x, dx, k, -kInf, FullGradLanes<L, T>{L::splat(l), L::splat(s), g, k});
+      } else {
+        for (index_t j = 0; j < k; ++j) dx[j] = store<T>(als_full_grad<A>(load(x[j]), l, load(g[j]), static_cast<A>(s)));
+      }
+      offset_grad[r] = store<T>(static_cast<A>(s));
+    }
+  }
+};
+
+// Rows [0, m) in chunks over the threads, each chunk through the widest SIMD the CPU has.
+template <typename K>
+void for_rows(const K& kernel, index_t m, index_t k) {
+  parallel_for(0, m, row_grain(k), [&](index_t begin, index_t end) { simd::dispatch(kernel, begin, end); });
+}
+
+}  // namespace
 
 template <typename T>
 void als_target_forward(const T* logits, const int64_t* target, T* out, acc_t<T>* lse, index_t m, index_t k) {
-  PE_ALS_DISPATCH(als_target_forward_impl<T>, logits, target, out, lse, m, k);
+  for_rows(TargetForward<T>{logits, target, out, lse, k}, m, k);
 }
 
 template <typename T>
 void als_target_backward(const T* logits, const int64_t* target, const acc_t<T>* lse, const T* out_grad,
                          T* logits_grad, index_t m, index_t k) {
-  PE_ALS_DISPATCH(als_target_backward_impl<T>, logits, target, lse, out_grad, logits_grad, m, k);
+  for_rows(TargetBackward<T>{logits, target, lse, out_grad, logits_grad, k}, m, k);
 }
 
 template <typename T>
 void als_full_forward(const T* logits, const T* offset, T* out, acc_t<T>* lse, index_t m, index_t k) {
-  PE_ALS_DISPATCH(als_full_forward_impl<T>, logits, offset, out, lse, m, k);
+  for_rows(FullForward<T>{logits, offset, out, lse, k}, m, k);
 }
 
 template <typename T>
 void als_full_backward(const T* logits, const acc_t<T>* lse, const T* out_grad, T* logits_grad, T* offset_grad,
                        index_t m, index_t k) {
-  PE_ALS_DISPATCH(als_full_backward_impl<T>, logits, lse, out_grad, logits_grad, offset_grad, m, k);
+  for_rows(FullBackward<T>{logits, lse, out_grad, logits_grad, offset_grad, k}, m, k);
 }
 
 #define PE_INSTANTIATE(T)                                                                                     \

@@ -21,45 +21,26 @@
 
 namespace paddle_ext {
 
-// exp on the host for float: Cephes' range reduction (x = n ln2 + r, |r| <= ln2/2) and degree-5
-// minimax polynomial, within ~1 ulp of std::exp; branch-free so the CPU row loops vectorise (glibc's expf
-// does not). exp(x) for x < -87.3 (including -inf) is 0, for x > 88 +inf (the kernels only pass x - max or
-// x - lse, <= ~0); NaN stays NaN. Device code and double use std::exp.
-inline float als_expf_host(float x) {
-  const float kMax = 88.0f, kMin = -87.3365447504019f;
-  float xc = x > kMax ? kMax : x;
-  xc = xc < kMin ? kMin : xc;
-  const float kRound = 12582912.0f;  // 1.5 * 2^23: (v + kRound) - kRound rounds v to nearest, no libm call
-  const float n = (xc * 1.44269504088896341f + kRound) - kRound;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = ((int32_t)n + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  float y = p * scale;
-  y = x < kMin ? 0.0f : y;
-  y = x > kMax ? -neg_inf<float>() : y;
-  return x != x ? x : y;
-}
+// Host compilers must inline the formulas into the CPU kernels: there they run on vectors, inside
+// functions compiled for a wider instruction set than the default one (vec_math.h's dispatch).
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define PE_ALS_INLINE __attribute__((always_inline)) inline
+#else
+#define PE_ALS_INLINE inline
+#endif
+
+// The formulas below take the exp as a functor: std::exp by default (the CUDA kernels and the CPU's scalar
+// path), vec_math.h's vector exp on double lanes in the CPU kernels, where A is then a vector type.
+struct AlsStdExp {
+  template <typename A>
+  PE_HOSTDEVICE A operator()(A x) const {
+    return std::exp(x);
+  }
+};
 
 template <typename A>
 PE_HOSTDEVICE inline A als_exp(A x) {
-#ifdef __CUDA_ARCH__
   return std::exp(x);
-#else
-  if constexpr (std::is_same<A, float>::value) {
-    return als_expf_host(x);
-  } else {
-    return std::exp(x);
-  }
-#endif
 }
 
 // lse from the row maximum and sum(exp(x - max)). A row of -inf has max -inf: lse is -inf, and every
@@ -76,24 +57,25 @@ PE_HOSTDEVICE inline A als_exp_term(A x, A max) {
   return max == neg_inf<A>() ? A(0) : als_exp<A>(x - max);
 }
 
-template <typename A>
-PE_HOSTDEVICE inline A als_softmax(A x, A lse) {
-  return als_exp<A>(x - lse);
+template <typename A, typename Exp = AlsStdExp>
+PE_HOSTDEVICE PE_ALS_INLINE A als_softmax(A x, A lse, Exp exp = Exp()) {
+  return exp(x - lse);
+}
+
+template <typename A, typename Exp = AlsStdExp>
+PE_HOSTDEVICE PE_ALS_INLINE A als_target_grad(A x, A lse, A g, bool is_target, Exp exp = Exp()) {
+  const A p = als_softmax(x, lse, exp);
+  return (is_target ? 1 - p : 0 - p) * g;
 }
 
 template <typename A>
-PE_HOSTDEVICE inline A als_target_grad(A x, A lse, A g, bool is_target) {
-  return ((is_target ? A(1) : A(0)) - als_softmax(x, lse)) * g;
-}
-
-template <typename A>
-PE_HOSTDEVICE inline A als_full_value(A x, A lse, A offset) {
+PE_HOSTDEVICE PE_ALS_INLINE A als_full_value(A x, A lse, A offset) {
   return x - lse + offset;
 }
 
-template <typename A>
-PE_HOSTDEVICE inline A als_full_grad(A x, A lse, A g, A g_sum) {
-  return g - als_softmax(x, lse) * g_sum;
+template <typename A, typename Exp = AlsStdExp>
+PE_HOSTDEVICE PE_ALS_INLINE A als_full_grad(A x, A lse, A g, A g_sum, Exp exp = Exp()) {
+  return g - als_softmax(x, lse, exp) * g_sum;
 }
 
 // Target out of [0, K): the C++ binding rejects it on CPU; a GPU kernel writes NaN instead (no host sync).

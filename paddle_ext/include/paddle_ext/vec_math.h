@@ -326,3 +326,57 @@ void dispatch(const K& k, Args... args) {
 }  // namespace paddle_ext
 
 #endif  // !__CUDACC__
+
+// ---------------------------------------------------------------------------------------------------
+// Float lanes (used by adaptive_log_softmax): vf<F> is F floats, F = 2W for the same register width.
+#if !defined(__CUDACC__)
+namespace paddle_ext {
+namespace simd {
+
+template <int F>
+struct VecTypesF {
+  typedef float vf __attribute__((vector_size(4 * F)));
+  typedef int32_t vi __attribute__((vector_size(4 * F)));
+};
+template <int F>
+using vf = typename VecTypesF<F>::vf;
+template <int F>
+using vi = typename VecTypesF<F>::vi;
+
+template <int F>
+PE_VINLINE vf<F> splatf(float v) {
+  return vf<F>{} + v;
+}
+template <int F>
+PE_VINLINE vf<F> selectf(vi<F> mask, vf<F> a, vf<F> b) {  // mask lanes are 0 or -1
+  return (vf<F>)((mask & (vi<F>)a) | (~mask & (vi<F>)b));
+}
+
+// exp(x) on float lanes within ~1 ulp of float: Cephes' reduction x = n ln2 + r (|r| <= ln2/2, ln2 in two
+// parts) and degree-5 minimax polynomial, 2^n put into the exponent. 0 below -87.3 (no subnormal results)
+// and for -inf; +inf above 88; NaN stays NaN.
+template <int F>
+PE_VINLINE vf<F> vexpf(vf<F> x) {
+  const float kMax = 88.0f, kMin = -87.3365447504019f;
+  vf<F> xc = x > kMax ? splatf<F>(kMax) : x;
+  xc = xc < kMin ? splatf<F>(kMin) : xc;
+  const float kRound = 12582912.0f;  // 1.5 * 2^23: (v + kRound) - kRound rounds v to an integer
+  const vf<F> n = (xc * 1.44269504088896341f + kRound) - kRound;
+  vf<F> r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  vf<F> p = splatf<F>(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const vf<F> y = p * (vf<F>)((__builtin_convertvector(n, vi<F>) + 127) << 23);
+  vf<F> out = selectf<F>(x < kMin, vf<F>{}, y);
+  out = selectf<F>(x > kMax, splatf<F>(std::numeric_limits<float>::infinity()), out);
+  return selectf<F>(x != x, x, out);
+}
+
+}  // namespace simd
+}  // namespace paddle_ext
+#endif  // !__CUDACC__

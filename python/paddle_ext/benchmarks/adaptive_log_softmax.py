@@ -2,7 +2,13 @@
 O(K^2) CPU log_softmax patched out (``x - logsumexp(x)``), PyTorch's layer (when installed), and a full
 softmax head (Linear + cross_entropy). Paddle's unpatched layer is not run: at the WikiText-103
 configuration it takes ~1050 s per step on this machine type. The note of each case gives the peak RSS
-growth of each candidate during its first (warm-up) call, sampled every 2 ms."""
+growth of each candidate during its first (warm-up) call, sampled every 2 ms.
+
+Threads: Paddle runs its CPU matmuls (MKL) on FLAGS_paddle_num_threads = 1 thread unless told otherwise,
+PyTorch on one thread per core. Per core the two GEMMs are equally fast here (~135-175 GFLOP/s float32
+at the head's shapes), so the Paddle candidates run with Paddle's math library set to PyTorch's thread
+count (``paddle.base.core.set_num_threads``), restored to 1 after each call: the comparison is of the
+layers, not of two thread counts."""
 
 from __future__ import annotations
 
@@ -67,6 +73,27 @@ def _patched_log_softmax():
         F.log_softmax = original
 
 
+def math_threads() -> int:
+    """The thread count PyTorch uses here (one per core), which the Paddle candidates get too."""
+    torch = torch_or_none()
+    return torch.get_num_threads() if torch is not None else len(os.sched_getaffinity(0))
+
+
+def with_paddle_threads(fn, threads):
+    """fn run with Paddle's CPU math library on `threads` threads, then back to Paddle's default of 1
+    (so that the other benchmark modules see Paddle as it comes)."""
+    from paddle.base import core  # noqa: PLC0415
+
+    def run():
+        core.set_num_threads(threads)
+        try:
+            return fn()
+        finally:
+            core.set_num_threads(1)
+
+    return run
+
+
 def zipf_labels(n_classes: int, size: int, seed=0) -> np.ndarray:
     """Labels drawn with p(rank r) ∝ 1/r (Zipf, s = 1), as word frequencies in a corpus."""
     p = 1.0 / np.arange(1, n_classes + 1)
@@ -112,7 +139,9 @@ def _layer_case(in_features, n_classes, cutoffs, batch, quick):
         full_head.clear_gradients(False)
         return loss
 
-    candidates = {"paddle_ext": paddle_step(ours), "paddle_patched": patched_step}
+    threads = math_threads()
+    candidates = {"paddle_ext": with_paddle_threads(paddle_step(ours), threads),
+                  "paddle_patched": with_paddle_threads(patched_step, threads)}
     torch = torch_or_none()
     if torch is not None:
         tl = torch.nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, div_value=4.0)
@@ -127,7 +156,7 @@ def _layer_case(in_features, n_classes, cutoffs, batch, quick):
             return loss
 
         candidates["torch"] = torch_step
-    candidates["paddle_full_softmax"] = full_step
+    candidates["paddle_full_softmax"] = with_paddle_threads(full_step, threads)
 
     label = f"fwd+bwd in={in_features} classes={n_classes} cutoffs={cutoffs} N={batch} f32"
     # the large case: 3 timed runs (the full softmax alone is ~30 s a step on 2 cores)
@@ -141,7 +170,8 @@ def _layer_case(in_features, n_classes, cutoffs, batch, quick):
             with _PeakRss() as mem:
                 out = fn()
             peaks[name] = mem.growth_mib
-            case.note = "peak RSS growth MiB: " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items())
+            case.note = (f"math threads {threads}; peak RSS growth MiB: "
+                         + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
             return out
 
         return run
@@ -166,7 +196,9 @@ def _fused_op_case(m, k, quick):
         (g,) = paddle.grad(out.sum(), logits)
         return g
 
-    candidates = {"paddle_ext": ours, "paddle_patched": composition}
+    threads = math_threads()
+    candidates = {"paddle_ext": with_paddle_threads(ours, threads),
+                  "paddle_patched": with_paddle_threads(composition, threads)}
     torch = torch_or_none()
     if torch is not None:
         lt = torch.from_numpy(logits.numpy()).requires_grad_()
