@@ -920,6 +920,109 @@ struct BackwardRows {
   }
 };
 
+// W floats <-> W doubles.
+template <int W>
+PE_VINLINE vd<W> load_half_d(const float* p) {
+  typename FV<W>::vhalf h;
+  std::memcpy(&h, p, sizeof(h));
+  return __builtin_convertvector(h, vd<W>);
+}
+template <int W>
+PE_VINLINE void store_half_d(float* p, vd<W> v) {
+  const typename FV<W>::vhalf h = __builtin_convertvector(v, typename FV<W>::vhalf);
+  std::memcpy(p, &h, sizeof(h));
+}
+
+// A block of `steps` steps of one lane group (2W neighbouring columns; row k at xs + k * xst, its
+// outputs at os + k * ost) in double lanes, from the per-column log carries; exact, as the double
+// kernels (NaN/+inf and wide ranges per lane by LogSumAcc).
+template <int W, bool kExclusive>
+PE_VINLINE void column_block_d(const float* xs, index_t xst, float* os, index_t ost, index_t steps, double* carry) {
+  for (int half = 0; half < 2; ++half) {
+    const int off = half * W;
+    vd<W> hi = simd::splat<W>(-kInf), lo = simd::splat<W>(kInf), check = vd<W>{};
+    for (index_t k = 0; k < steps; ++k) {
+      const vd<W> v = load_half_d<W>(xs + k * xst + off);
+      check += v;
+      hi = simd::vmax<W>(hi, v);
+      lo = simd::select<W>(v == -kInf, lo, simd::vmin<W>(lo, v));
+    }
+    const vd<W> Lc = simd::loadu<W>(carry + off);
+    const vd<W> M = simd::vmax<W>(hi, Lc);
+    lo = simd::select<W>(Lc == -kInf, lo, simd::vmin<W>(lo, Lc));
+    const vl<W> wide = (M - lo > kMaxRange) & (M > -kInf);
+    const vl<W> bad = (check != check) | (check == kInf) | (Lc != Lc) | (Lc == kInf) | wide;
+    if (simd::any<W>(bad)) {
+      for (int l = 0; l < W; ++l) {
+        LogSumAcc<double> acc = acc_from_log(carry[off + l]);
+        for (index_t k = 0; k < steps; ++k) {
+          const double v = xs[k * xst + off + l];
+          if (kExclusive) os[k * ost + off + l] = static_cast<float>(acc.value());
+          acc.add(v);
+          if (!kExclusive) os[k * ost + off + l] = static_cast<float>(acc.value());
+        }
+        carry[off + l] = acc.value();
+      }
+      continue;
+    }
+    const vl<W> empty = M == -kInf;  // nothing but -inf so far: c stays 0, outputs -inf
+    vd<W> c = simd::select<W>(empty, vd<W>{}, simd::vexp_neg<W, false>(Lc - M));
+    for (index_t k = 0; k < steps; ++k) {
+      const vd<W> e = simd::select<W>(empty, vd<W>{}, simd::vexp_neg<W, false>(load_half_d<W>(xs + k * xst + off) - M));
+      if (!kExclusive) c += e;
+      store_half_d<W>(os + k * ost + off, M + simd::vlog<W, false>(c));  // c == 0 gives -inf
+      if (kExclusive) c += e;
+    }
+    simd::storeu<W>(carry + off, M + simd::vlog<W, false>(c));
+  }
+}
+
+// The same block in float lanes: per column M = the max of the block and the carry, then
+// s = exp(carry - M) + t with t the block's running float sum of exp(x - M) (the carry and t are
+// combined in double at the block's end, so rounding does not compound from block to block), and
+// out = M + log(s). Returns false (carry untouched) for NaN/+inf, a range too wide for float exps,
+// or an output the error bound rejects; the caller then redoes the block (or the column group) in
+// double.
+template <int W, bool kExclusive>
+PE_VINLINE bool column_block_f(const float* xs, index_t xst, float* os, index_t ost, index_t steps, double* carry) {
+  using F = FV<W>;
+  using vf = typename F::vf;
+  using vi = typename F::vi;
+  vf hi = F::splat(-kInf), lo = F::splat(kInf), check = vf{};
+  for (index_t k = 0; k < steps; ++k) {
+    const vf v = F::load(xs + k * xst);
+    check += v;
+    hi = F::vmax(hi, v);
+    lo = F::select(v == -kInf, lo, F::vmin(lo, v));
+  }
+  const vd<W> cl = simd::loadu<W>(carry), ch = simd::loadu<W>(carry + W);
+  const vf Lc = F::from_d(cl, ch);  // rounded: only the choice of M and the range test see it
+  const vf M = F::vmax(hi, Lc);
+  lo = F::select(Lc == -kInf, lo, F::vmin(lo, Lc));
+  const vi bad = (check != check) | (check == kInf) | (Lc != Lc) | (Lc == kInf) | ((M - lo > 80.0f) & (M > -kInf)) |
+                 (F::vabs(M) > 1e30f & (M != -kInf));
+  if (F::any(bad)) return false;
+  const vf Mz = F::select(M == -kInf, vf{}, M);  // an empty column: every term and the carry are 0
+  const vd<W> Ml = F::lo_d(Mz), Mh = F::hi_d(Mz);
+  const vd<W> Cl = simd::vexp_neg<W, false>(cl - Ml), Ch = simd::vexp_neg<W, false>(ch - Mh);  // -inf gives 0
+  const vf C = F::from_d(Cl, Ch);
+  vf t = vf{};
+  vi unsafe = vi{};
+  for (index_t k = 0; k < steps; ++k) {
+    const vf e = F::exp_neg(F::load(xs + k * xst) - Mz);
+    if (!kExclusive) t += e;
+    const vf l = F::log(C + t);
+    const vf o = Mz + l;
+    unsafe |= float_unsafe<W>(o, l, 16.0f);
+    F::store(os + k * ost, o);
+    if (kExclusive) t += e;
+  }
+  if (F::any(unsafe)) return false;
+  simd::storeu<W>(carry, Ml + simd::vlog<W, false>(Cl + F::lo_d(t)));  // C + t == 0: -inf
+  simd::storeu<W>(carry + W, Mh + simd::vlog<W, false>(Ch + F::hi_d(t)));
+  return true;
+}
+
 // A block of columns of one outer slice of a strided axis (task t: columns [c0, c0 + kColumns)), in
 // the rows' linear form with one column per lane: kSteps steps are gathered, each lane gets its max M
 // over them (and its carry), then c += exp(x - M) and out = M + log(c) step by step. A lane-vector with
@@ -934,8 +1037,114 @@ struct ForwardColumns {
   static constexpr bool kFull = sizeof(T) == 8;  // double: full precision; narrower outputs: ~1e-13
   static constexpr index_t kSteps = 16;
 
+  // Float lanes (float32 and narrower): lane groups of 2W columns. A group is `exact` until its first
+  // float block; a block that float cannot do is redone in double while the group is exact, and
+  // otherwise the group is rescanned in double from step 0 and stays in double.
+  template <int W>
+  PE_VINLINE void run_f(index_t t0, index_t t1) const {
+    constexpr int L = 2 * W;
+    constexpr index_t kGroups = kColumns / L;
+    alignas(64) double carry[kColumns];
+    alignas(64) float bx[kSteps * L], bo[kSteps * L];
+    unsigned char mode[kGroups];  // 0: exact, 1: float rounding in the carry, 2: double from now on
+    const index_t blocks = (inner + kColumns - 1) / kColumns;
+    for (index_t t = t0; t < t1; ++t) {
+      const index_t o = t / blocks, c0 = (t % blocks) * kColumns;
+      const index_t w = std::min(kColumns, inner - c0), groups = (w + L - 1) / L;
+      std::fill(carry, carry + groups * L, -kInf);
+      std::fill(mode, mode + groups, 0);
+      for (index_t step0 = 0; step0 < n; step0 += kSteps) {
+        const index_t steps = std::min(kSteps, n - step0);
+        for (index_t g = 0; g < groups; ++g) {
+          const index_t c = c0 + g * L, lanes = std::min<index_t>(L, w - g * L);
+          const index_t row0 = o * n + (reverse ? n - 1 - step0 : step0);
+          const index_t dir = reverse ? -1 : 1;  // rows of successive steps
+          const bool direct = std::is_same<T, float>::value && lanes == L;  // read and write the tensors in place
+          const float* xs = bx;
+          float* os = bo;
+          index_t xst = L, ost = L;
+          if (direct) {
+            xs = reinterpret_cast<const float*>(x) + row0 * inner + c;
+            os = reinterpret_cast<float*>(out) + row0 * inner + c;
+            xst = ost = dir * inner;
+          } else {
+            gather_block<W>(row0, dir, c, lanes, steps, bx);
+          }
+          double* cg = carry + g * L;
+          bool done = false;
+          if (mode[g] != 2) {
+            done = exclusive ? column_block_f<W, true>(xs, xst, os, ost, steps, cg)
+                             : column_block_f<W, false>(xs, xst, os, ost, steps, cg);
+            if (done) mode[g] = 1;
+          }
+          if (!done && mode[g] == 1) {  // rescan the group from step 0 in double
+            std::fill(cg, cg + L, -kInf);
+            for (index_t s0 = 0; s0 < step0; s0 += kSteps) {
+              const index_t r0 = o * n + (reverse ? n - 1 - s0 : s0);
+              gather_block<W>(r0, dir, c, lanes, kSteps, bx);
+              exclusive ? column_block_d<W, true>(bx, L, bo, L, kSteps, cg) : column_block_d<W, false>(bx, L, bo, L, kSteps, cg);
+              scatter_block<W>(r0, dir, c, lanes, kSteps, bo);
+            }
+            if (!direct) gather_block<W>(row0, dir, c, lanes, steps, bx);  // bx held earlier blocks
+            mode[g] = 2;
+          }
+          if (!done) {
+            exclusive ? column_block_d<W, true>(xs, xst, os, ost, steps, cg)
+                      : column_block_d<W, false>(xs, xst, os, ost, steps, cg);
+          }
+          if (!direct) scatter_block<W>(row0, dir, c, lanes, steps, bo);
+        }
+      }
+    }
+  }
+
+  // Rows row0 + k * dir (k < steps), columns [c, c + lanes), as float into buf[k * 2W + l] (padded
+  // with -inf), and back.
+  template <int W>
+  PE_VINLINE void gather_block(index_t row0, index_t dir, index_t c, index_t lanes, index_t steps, float* buf) const {
+    constexpr int L = 2 * W;
+    using S = Storage<T>;
+    for (index_t k = 0; k < steps; ++k) {
+      const typename S::type* row = reinterpret_cast<const typename S::type*>(x) + (row0 + k * dir) * inner + c;
+      float* b = buf + k * L;
+      index_t l = 0;
+      if (sizeof(T) == 2 && lanes == L) {
+        typename Vec16<L>::vh h;
+        std::memcpy(&h, row, sizeof(h));
+        const typename Vec16<L>::vf f = Vec16<L>::to_float(h, std::is_same<T, float16_t>::value);
+        std::memcpy(b, &f, sizeof(f));
+        l = L;
+      }
+      for (; l < lanes; ++l) b[l] = static_cast<float>(S::to_double(row[l]));
+      for (; l < L; ++l) b[l] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  template <int W>
+  PE_VINLINE void scatter_block(index_t row0, index_t dir, index_t c, index_t lanes, index_t steps,
+                                const float* buf) const {
+    constexpr int L = 2 * W;
+    using S = Storage<T>;
+    for (index_t k = 0; k < steps; ++k) {
+      typename S::type* row = reinterpret_cast<typename S::type*>(out) + (row0 + k * dir) * inner + c;
+      const float* b = buf + k * L;
+      index_t l = 0;
+      if (sizeof(T) == 2 && lanes == L) {
+        typename Vec16<L>::vf f;
+        std::memcpy(&f, b, sizeof(f));
+        const typename Vec16<L>::vh h = Vec16<L>::from_float(f, std::is_same<T, float16_t>::value);
+        std::memcpy(row, &h, sizeof(h));
+        l = L;
+      }
+      for (; l < lanes; ++l) row[l] = S::from_double(b[l]);
+    }
+  }
+
   template <int W>
   PE_VINLINE void run(index_t t0, index_t t1) const {
+    if constexpr (!kFull) {
+      run_f<W>(t0, t1);
+      return;
+    }
     alignas(64) double carry[kColumns], buf[kSteps][kColumns];
     const index_t blocks = (inner + kColumns - 1) / kColumns;
     for (index_t t = t0; t < t1; ++t) {
