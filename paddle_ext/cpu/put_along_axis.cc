@@ -1,17 +1,31 @@
 // CPU put_along_axis kernels on raw pointers (no Paddle header).
 //
-// Every pass is a visit of (slot, position) pairs by scatter_visit(), which partitions the
-// *destination* among the threads so that no two threads ever touch one slot (no atomics, no locks,
-// deterministic): by outer block, by inner column range (the graph case: rows scattered along axis 0
-// with 64 features), or, when both are too narrow, by ranges of the scattered axis itself.
-// Within a slot, contributions always arrive in increasing flat position, as in a sequential loop.
+// Every pass is a visit of (slot, position) pairs by visit(), which partitions the *destination*
+// among the threads so that no two threads ever touch one slot (no atomics, no locks,
+// deterministic): by outer block, by inner column block (the graph case: rows scattered along axis 0
+// with 64 features), or, when both are too narrow, by ranges of the scattered axis itself. Each
+// position belongs to exactly one slot, so the same visit also partitions the positions for the
+// gathers of the backward. Within a slot, contributions arrive in increasing flat position (or
+// decreasing, for the reverse visit of assign's backward), as in a sequential loop.
+//
+// Speed (docs/put_along_axis.md): the passes are memory-bound. A row of indices whose entries over
+// the thread's column block all agree (the graph case, and every row when inner == 1) is handled as
+// one contiguous, vectorised row operation, with the destination row of a later index row
+// prefetched (random rows otherwise stall on memory latency). Per-slot bookkeeping (counts for
+// mean, winners for assign) is kept per destination *row* for such rows, inner times smaller than
+// per slot, with a per-slot array (calloc'd: untouched pages are never faulted in) only for rows
+// that do not agree. Scratch that must be per slot reuses the arr_grad output where it can: large
+// fresh allocations cost a page fault per 4 KiB on this kind of machine.
 #include "paddle_ext/put_along_axis.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
-#include <type_traits>
 #include <limits>
 #include <memory>
+#include <new>
+#include <type_traits>
 #include <vector>
 
 #include "paddle_ext/parallel.h"
@@ -23,7 +37,50 @@ namespace {
 // Elements worth a second thread. Large on purpose: these passes are memory-bound, and on a shared
 // machine a fork-join can wait milliseconds for a thread that lost its core, more than a
 // few-million-element pass costs on one thread.
-constexpr index_t kGrain = 1 << 20;
+#ifndef PE_PUT_ALONG_AXIS_GRAIN  // smaller in the kernels' own multi-thread tests
+#define PE_PUT_ALONG_AXIS_GRAIN (1 << 20)
+#endif
+constexpr index_t kGrain = PE_PUT_ALONG_AXIS_GRAIN;
+// Index rows looked ahead to prefetch a destination row (a few hundred ns of memory latency over
+// ~20-50 ns of work per row).
+constexpr index_t kHintsAhead = 8;
+
+struct Geometry {
+  index_t outer, n, m, inner;
+  index_t slots() const { return outer * n * inner; }
+  index_t positions() const { return outer * m * inner; }
+};
+
+// How the destination is split among threads (see the file comment). A column block is the unit of
+// row-level bookkeeping: stat row r = block * outer * n + o * n + k.
+struct Plan {
+  enum Kind { Single, Outer, Columns, Narrow } kind = Single;
+  int threads = 1;
+  index_t block = 1;    // columns per block
+  index_t nblocks = 1;  // blocks (> 1 only for Columns)
+  index_t chunk = 1;    // outer rows per dynamic chunk (Outer)
+};
+
+Plan make_plan(const Geometry& g) {
+  Plan p;
+  p.block = std::max<index_t>(g.inner, 1);
+  const int threads = g.positions() < 2 * kGrain ? 1 : max_threads();
+  if (threads <= 1) return p;
+  p.threads = threads;
+  if (g.outer >= threads) {
+    p.kind = Plan::Outer;
+    p.chunk = std::max<index_t>(1, g.outer / (8 * threads));
+  } else if (g.inner >= 8 * threads) {
+    // One column block per thread (multiples of 8: whole cache lines of int64 indices). Each block is
+    // a full pass over the scattered rows, so more blocks would multiply the random row accesses.
+    p.kind = Plan::Columns;
+    p.block = (g.inner / threads + 7) / 8 * 8;
+    p.nblocks = (g.inner + p.block - 1) / p.block;
+  } else {
+    p.kind = Plan::Narrow;
+  }
+  return p;
+}
 
 // fn(chunk) for chunk in [0, chunks), handed out one at a time: on a shared machine a thread that
 // loses its core does not hold the others back, as a static half-and-half split would.
@@ -35,74 +92,172 @@ void dynamic_chunks(index_t chunks, int threads, const Fn& fn) {
   for (index_t c = 0; c < chunks; ++c) fn(c);
 }
 
-// fn(slot, position) for every in-range index, slot-disjoint across threads. Out-of-range indices
-// are skipped (never written); returns false if there was one.
-template <typename Idx, typename Fn>
-bool scatter_visit(const Idx* idx, index_t outer, index_t n, index_t m, index_t inner, const Fn& fn) {
-  const index_t total = outer * m * inner;
-  if (total == 0) return true;
-  const int threads = total < 2 * kGrain ? 1 : max_threads();
-  bool bad_seen = false;  // written only as `true`: a benign flag for the caller
-  auto run = [&](index_t o0, index_t o1, index_t i0, index_t i1, index_t k0, index_t k1) {
-    bool bad = false;
-    for (index_t o = o0; o < o1; ++o) {
-      for (index_t j = 0; j < m; ++j) {
-        const index_t row = (o * m + j) * inner;
-        for (index_t i = i0; i < i1; ++i) {
-          const index_t k = static_cast<index_t>(idx[row + i]);
+// What a visit may use: destination rows to prefetch (up to two arrays indexed by slot), and a filter
+// that restricts it to the stat rows flagged in `only` (a fix-up after a full visit; with
+// `all_uniform`, known from that visit, an index row is skipped after reading its first entry).
+struct Hints {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  int elem_size = 0;
+  bool write = false;
+  const uint8_t* only = nullptr;
+  bool all_uniform = false;
+};
+
+inline void prefetch_row(const Hints& pf, index_t s, index_t len) {
+  const index_t bytes = len * pf.elem_size;
+  for (const void* base : {pf.a, pf.b}) {
+    if (!base) continue;
+    const char* p = static_cast<const char*>(base) + s * pf.elem_size;
+    for (index_t off = 0; off < bytes; off += 64) {
+      if (pf.write) __builtin_prefetch(p + off, 1, 3);
+      else __builtin_prefetch(p + off, 0, 3);
+    }
+  }
+}
+
+// The outcome of a visit: every index in range, and whether some index row did not agree.
+struct Visited {
+  bool ok = true;
+  bool scattered = false;
+};
+
+// c ? a : b on the bits: no branch (a data-dependent select over a row otherwise compiles to a
+// branch that mispredicts about half the time), for every storage type incl. the 16-bit floats.
+template <typename T>
+inline T pick(bool c, T a, T b) {
+  using U = std::conditional_t<sizeof(T) == 8, uint64_t, std::conditional_t<sizeof(T) == 4, uint32_t,
+            std::conditional_t<sizeof(T) == 2, uint16_t, uint8_t>>>;
+  static_assert(sizeof(T) == sizeof(U), "pick: unexpected size");
+  U ua, ub;
+  std::memcpy(&ua, &a, sizeof(T));
+  std::memcpy(&ub, &b, sizeof(T));
+  const U mask = U(0) - U(c);
+  const U r = (ua & mask) | (ub & ~mask);
+  T out;
+  std::memcpy(&out, &r, sizeof(T));
+  return out;
+}
+
+using Uniform = std::true_type;
+using Scattered = std::false_type;
+
+// One part of a visit: outer rows [o0, o1), columns [i0, i1) (column block b), destination range
+// [k0, k1) along the axis. fn(slot, position, len, stat_row, Uniform|Scattered): for Uniform, the
+// len contiguous slots and positions of an index row that agree; for Scattered, one element
+// (len == 1). bad(position) for an out-of-range index (only the part owning k = 0 reports it).
+template <bool Reverse, bool Unit, typename Idx, typename Fn, typename Bad>
+Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, index_t i0, index_t i1, index_t b,
+                index_t k0, index_t k1, const Hints& pf, const Fn& fn, const Bad& bad_fn) {
+  const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0;
+  const index_t rbase = b * g.outer * n;
+  const bool do_prefetch = !Unit && (pf.a || pf.b) && len * pf.elem_size >= 64;
+  const bool report = k0 == 0;
+  const uint8_t* only = pf.only;
+  const bool skip_fast = only && (Unit || pf.all_uniform);
+  bool bad = false, scattered = false;
+  for (index_t o = o0; o < o1; ++o) {
+    const Idx* ib = idx + o * m * inner + i0;
+    const index_t pbase = o * m * inner + i0, sbase = o * n * inner + i0, rrow = rbase + o * n;
+    for (index_t jj = 0; jj < m; ++jj) {
+      const index_t j = Reverse ? m - 1 - jj : jj;
+      if (do_prefetch && jj + kHintsAhead < m) {
+        const index_t jp = Reverse ? j - kHintsAhead : j + kHintsAhead;
+        const index_t kp = static_cast<index_t>(ib[jp * inner]);
+        if (index_in_range(kp, n)) prefetch_row(pf, sbase + wrap_index(kp, n) * inner, len);
+      }
+      const Idx* row = ib + j * inner;
+      const index_t p = pbase + j * inner;
+      const Idx first = row[0];
+      if (skip_fast) {
+        const index_t k = static_cast<index_t>(first);
+        if (!index_in_range(k, n) || !only[rrow + wrap_index(k, n)]) continue;
+      }
+      bool uniform = true;
+      if (!Unit) {
+        Idx diff = 0;
+        for (index_t t = 1; t < len; ++t) diff |= row[t] ^ first;
+        uniform = diff == 0;
+      }
+      if (uniform) {
+        const index_t k = static_cast<index_t>(first);
+        if (!index_in_range(k, n)) {
+          bad = true;
+          if (report)
+            for (index_t t = 0; t < len; ++t) bad_fn(p + t);
+          continue;
+        }
+        const index_t kk = wrap_index(k, n);
+        if (kk < k0 || kk >= k1 || (only && !only[rrow + kk])) continue;
+        fn(sbase + kk * inner, p, Unit ? index_t(1) : len, rrow + kk, Uniform{});
+      } else {
+        scattered = true;
+        for (index_t t = 0; t < len; ++t) {
+          const index_t k = static_cast<index_t>(row[t]);
           if (!index_in_range(k, n)) {
             bad = true;
+            if (report) bad_fn(p + t);
             continue;
           }
           const index_t kk = wrap_index(k, n);
-          if (kk < k0 || kk >= k1) continue;
-          fn((o * n + kk) * inner + i, row + i);
+          if (kk < k0 || kk >= k1 || (only && !only[rrow + kk])) continue;
+          fn(sbase + kk * inner + t, p + t, index_t(1), rrow + kk, Scattered{});
         }
       }
     }
-    if (bad) {
-#pragma omp atomic write
-      bad_seen = true;
-    }
-  };
-  if (threads <= 1) {
-    run(0, outer, 0, inner, 0, n);
-  } else if (outer >= threads) {
-    const index_t chunk = std::max<index_t>(1, outer / (8 * threads));
-    dynamic_chunks((outer + chunk - 1) / chunk, threads, [&](index_t c) {
-      run(c * chunk, std::min(outer, (c + 1) * chunk), 0, inner, 0, n);
-    });
-  } else if (inner >= 8 * threads) {
-    // One column block per thread (multiples of 8: whole cache lines of int64 indices). Each block is a
-    // full pass over the scattered rows, so more blocks would multiply the random row accesses.
-    const index_t block = (inner / threads + 7) / 8 * 8;
-    dynamic_chunks((inner + block - 1) / block, threads,
-                   [&](index_t c) { run(0, outer, c * block, std::min(inner, (c + 1) * block), 0, n); });
-  } else {  // narrow: each thread scans every index and applies the ones aimed at its slot range
-    parallel_for(0, std::max<index_t>(n, 1), 1, [&](index_t b, index_t e) { run(0, outer, 0, inner, b, e); });
   }
-  return !bad_seen;
+  return Visited{!bad, scattered};
 }
 
-template <typename Fn>
-void elementwise(index_t count, const Fn& fn) {
-  parallel_for(0, count, kGrain, [&](index_t b, index_t e) {
-    for (index_t s = b; s < e; ++s) fn(s);
-  });
+template <bool Reverse, typename Idx, typename Fn, typename Bad>
+Visited visit(const Idx* idx, const Geometry& g, const Plan& plan, const Hints& pf, const Fn& fn, const Bad& bad_fn) {
+  if (g.positions() == 0) return Visited{};
+  std::atomic<bool> ok{true}, scattered{false};
+  auto part = [&](index_t o0, index_t o1, index_t i0, index_t i1, index_t b, index_t k0, index_t k1) {
+    const Visited v = i1 - i0 == 1
+                          ? visit_part<Reverse, true>(idx, g, o0, o1, i0, i1, b, k0, k1, pf, fn, bad_fn)
+                          : visit_part<Reverse, false>(idx, g, o0, o1, i0, i1, b, k0, k1, pf, fn, bad_fn);
+    if (!v.ok) ok.store(false, std::memory_order_relaxed);
+    if (v.scattered) scattered.store(true, std::memory_order_relaxed);
+  };
+  switch (plan.kind) {
+    case Plan::Single:
+      part(0, g.outer, 0, g.inner, 0, 0, g.n);
+      break;
+    case Plan::Outer:
+      dynamic_chunks((g.outer + plan.chunk - 1) / plan.chunk, plan.threads, [&](index_t c) {
+        part(c * plan.chunk, std::min(g.outer, (c + 1) * plan.chunk), 0, g.inner, 0, 0, g.n);
+      });
+      break;
+    case Plan::Columns:
+      dynamic_chunks(plan.nblocks, plan.threads, [&](index_t c) {
+        part(0, g.outer, c * plan.block, std::min(g.inner, (c + 1) * plan.block), c, 0, g.n);
+      });
+      break;
+    case Plan::Narrow:  // each thread scans every index and applies the ones aimed at its slot range
+      parallel_for(0, std::max<index_t>(g.n, 1), 1,
+                   [&](index_t k0, index_t k1) { part(0, g.outer, 0, g.inner, 0, k0, k1); });
+      break;
+  }
+  return Visited{ok.load(), scattered.load()};
 }
 
-// Gather-style pass: fn(slot or -1, position) for every position; each position is written by one
-// thread only, so this one partitions the positions, not the slots.
 template <typename Idx, typename Fn>
-void gather_visit(const Idx* idx, index_t outer, index_t n, index_t m, index_t inner, const Fn& fn) {
-  parallel_for(0, outer * m, std::max<index_t>(1, kGrain / std::max<index_t>(inner, 1)), [&](index_t b, index_t e) {
-    for (index_t r = b; r < e; ++r) {
-      const index_t o = r / m, row = r * inner, base = o * n * inner;
-      for (index_t i = 0; i < inner; ++i) {
-        const index_t k = static_cast<index_t>(idx[row + i]);
-        fn(index_in_range(k, n) ? base + wrap_index(k, n) * inner + i : index_t(-1), row + i);
+Visited visit(const Idx* idx, const Geometry& g, const Plan& plan, const Hints& pf, const Fn& fn) {
+  return visit<false>(idx, g, plan, pf, fn, [](index_t) {});
+}
+
+// fn(slot, len, stat_row) over every slot, a column block of one destination row at a time.
+template <typename Fn>
+void for_slots(const Geometry& g, const Plan& plan, const Fn& fn) {
+  const index_t rows = g.outer * g.n, inner = g.inner;
+  if (rows * inner == 0) return;
+  parallel_for(0, rows, std::max<index_t>(1, kGrain / std::max<index_t>(inner, 1)), [&](index_t b0, index_t b1) {
+    for (index_t r = b0; r < b1; ++r)
+      for (index_t b = 0; b < plan.nblocks; ++b) {
+        const index_t i0 = b * plan.block, i1 = std::min(inner, i0 + plan.block);
+        fn(r * inner + i0, i1 - i0, b * rows + r);
       }
-    }
   });
 }
 
@@ -118,126 +273,362 @@ void convert(const Src* in, Dst* out, index_t count) {
   });
 }
 
+// Contributions per slot: per stat row for index rows that agree, per slot (lazily touched) for the
+// rest. count(s) = row[stat_row(s)] + slot[s].
+struct Counter {
+  std::unique_ptr<int32_t[]> row;
+  int32_t* slot = nullptr;
+  std::atomic<bool> slot_used{false};
+  Counter(const Geometry& g, const Plan& plan) : row(new int32_t[plan.nblocks * g.outer * g.n]()) {
+    if (g.inner > 1 && g.slots() > 0) {
+      slot = static_cast<int32_t*>(std::calloc(g.slots(), sizeof(int32_t)));
+      if (!slot) throw std::bad_alloc();
+    }
+  }
+  ~Counter() { std::free(slot); }
+  Counter(const Counter&) = delete;
+  Counter& operator=(const Counter&) = delete;
+  // Slot-level counts exist: read them. (Relaxed: a thread's own writes are visible to itself, and
+  // another thread's flag only concerns that thread's slots, which are zero here.)
+  bool scattered() const { return slot_used.load(std::memory_order_relaxed); }
+  void mark_scattered() {
+    if (!scattered()) slot_used.store(true, std::memory_order_relaxed);
+  }
+  template <typename U>
+  void add(index_t s, index_t r, U) {
+    if constexpr (U::value) {
+      ++row[r];
+    } else {
+      mark_scattered();
+      ++slot[s];
+    }
+  }
+  int32_t at(index_t s, index_t r) const { return row[r] + (scattered() ? slot[s] : 0); }
+};
+
+// Counts of every slot, one visit.
+template <typename Idx>
+void count_contributions(const Idx* idx, const Geometry& g, const Plan& plan, Counter& cnt) {
+  visit(idx, g, plan, Hints{}, [&cnt](index_t s, index_t, index_t, index_t r, auto u) { cnt.add(s, r, u); });
+}
+
 // The hot lambdas capture pointers by value: by-reference captures are reloaded on every element.
 template <Reduce R, typename T, typename Idx>
-bool forward_impl(acc_t<T>* acc, const T* values, const Idx* idx, index_t outer, index_t n, index_t m,
-                  index_t inner, bool include_self) {
+bool forward_impl(acc_t<T>* acc, const T* values, const Idx* idx, const Geometry& g, bool include_self) {
   using A = acc_t<T>;
-  const index_t slots = outer * n * inner;
+  const Plan plan = make_plan(g);
+  const Hints pf{acc, nullptr, int(sizeof(A)), true};
   if (!include_self && R != Reduce::Assign) {
     // Written slots first take the reduction's identity (a write-only pass, no per-slot flags), so
     // arr takes no part in them; slots nobody writes keep arr's value.
     const A identity = reduce_identity<R, A>();
-    scatter_visit(idx, outer, n, m, inner, [acc, identity](index_t s, index_t) { acc[s] = identity; });
-  }
-  if (R != Reduce::Mean) {
-    return scatter_visit(idx, outer, n, m, inner, [acc, values](index_t s, index_t p) {
-      acc[s] = ReduceOp<R>::combine(acc[s], static_cast<A>(load(values[p])));
+    visit(idx, g, plan, pf, [acc, identity](index_t s, index_t, index_t len, index_t, auto) {
+      for (index_t t = 0; t < len; ++t) acc[s + t] = identity;
     });
   }
-  std::unique_ptr<int32_t[]> count_buf(new int32_t[slots]);  // contributions per slot, for the divisor
-  int32_t* count = count_buf.get();
-  elementwise(slots, [count](index_t s) { count[s] = 0; });
-  const bool ok = scatter_visit(idx, outer, n, m, inner, [acc, values, count](index_t s, index_t p) {
-    acc[s] += static_cast<A>(load(values[p]));
-    ++count[s];
-  });
+  auto combine = [acc, values](index_t s, index_t p, index_t len) {
+#pragma GCC ivdep
+    for (index_t t = 0; t < len; ++t)
+      acc[s + t] = ReduceOp<R>::combine(acc[s + t], static_cast<A>(load(values[p + t])));
+  };
+  if (R != Reduce::Mean)
+    return visit(idx, g, plan, pf, [combine](index_t s, index_t p, index_t len, index_t, auto) { combine(s, p, len); }).ok;
+
+  Counter cnt(g, plan);
+  Counter* c = &cnt;
+  const bool ok = visit(idx, g, plan, pf, [combine, c](index_t s, index_t p, index_t len, index_t r, auto u) {
+    combine(s, p, len);
+    c->add(s, r, u);
+  }).ok;
   const int32_t self = include_self ? 1 : 0;
-  if constexpr (std::numeric_limits<A>::is_integer) {
-    elementwise(slots, [acc, count, self](index_t s) {
-      if (count[s] > 0) acc[s] = mean_divide<A>(acc[s], count[s] + self);
-    });
-  } else {  // branch-free, so it vectorises: unwritten slots divide by 1 (exact)
-    elementwise(slots, [acc, count, self](index_t s) {
-      const int32_t c = count[s];
-      acc[s] = acc[s] / static_cast<A>(c > 0 ? c + self : 1);
-    });
-  }
+  const bool scattered = cnt.scattered();
+  for_slots(g, plan, [acc, c, self, scattered](index_t s, index_t len, index_t r) {
+    const int32_t rc = c->row[r];
+    if (!scattered) {
+      if (rc == 0) return;  // untouched row: nothing to divide
+      for (index_t t = 0; t < len; ++t) acc[s + t] = mean_divide<A>(acc[s + t], rc + self);
+      return;
+    }
+    for (index_t t = 0; t < len; ++t) {
+      const int32_t n = rc + c->slot[s + t];
+      if (n > 0) acc[s + t] = mean_divide<A>(acc[s + t], n + self);
+    }
+  });
   return ok;
 }
 
+// Per-slot int32 scratch in arr_grad's own memory when it is at least as wide (then every pass reads
+// a slot's scratch before it writes that slot's grad), else a fresh buffer. The stride is a
+// compile-time constant so that the loops over it vectorise.
+template <typename T>
+struct SlotScratch {
+  static constexpr index_t stride = sizeof(T) >= sizeof(int32_t) ? sizeof(T) / sizeof(int32_t) : 1;
+  std::unique_ptr<int32_t[]> own;
+  int32_t* ptr;
+  SlotScratch(T* arr_grad, index_t slots) {
+    if (arr_grad && sizeof(T) >= sizeof(int32_t) && alignof(T) >= alignof(int32_t)) {
+      ptr = reinterpret_cast<int32_t*>(arr_grad);
+    } else {
+      own.reset(new int32_t[std::max<index_t>(slots, 1) * stride]);
+      ptr = own.get();
+    }
+  }
+};
+
+// Read side of a Counter for the grad loops: base(r) once per row segment, plus slot[s] when
+// some row did not agree. Without a Counter every count reads as 1 (see backward_impl).
+struct Counts {
+  const int32_t* row = nullptr;
+  const int32_t* slot = nullptr;
+  int32_t base(index_t r) const { return row ? row[r] : 1; }
+};
+
 template <Reduce R, typename T, typename Idx>
 void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, const T* g, T* arr_grad,
-                   T* values_grad, index_t outer, index_t n, index_t m, index_t inner, bool include_self) {
+                   T* values_grad, const Geometry& geo, bool include_self) {
   using A = acc_t<T>;
-  const index_t slots = outer * n * inner;
-  auto G = [&](index_t s) { return static_cast<A>(load(g[s])); };
-  auto V = [&](index_t p) { return static_cast<A>(load(values[p])); };
-  auto O = [&](index_t s) { return static_cast<A>(load(out[s])); };
+  const Plan plan = make_plan(geo);
   const T zero = store<T>(A(0));
+  const Hints pf_g{g, nullptr, int(sizeof(T)), false};
+  T* vg = values_grad;
+  auto zero_bad = [vg, zero](index_t p) {
+    if (vg) vg[p] = zero;
+  };
 
-  if (R == Reduce::Assign) {  // the largest position of a slot wins; the others and arr get nothing
-    auto run = [&](auto* winner) {  // int32 positions when they fit: half the per-slot memory
-      using W = std::remove_pointer_t<decltype(winner)>;
-      elementwise(slots, [winner](index_t s) { winner[s] = W(-1); });
-      scatter_visit(idx, outer, n, m, inner, [winner](index_t s, index_t p) { winner[s] = static_cast<W>(p); });
-      if (values_grad)
-        gather_visit(idx, outer, n, m, inner, [winner, values_grad, g, zero](index_t s, index_t p) {
-          values_grad[p] = (s >= 0 && winner[s] == static_cast<W>(p)) ? g[s] : zero;
-        });
-      if (arr_grad)
-        elementwise(slots, [winner, arr_grad, g, zero](index_t s) { arr_grad[s] = winner[s] >= 0 ? zero : g[s]; });
-    };
-    if (outer * m * inner < (index_t)INT32_MAX) {
-      std::unique_ptr<int32_t[]> winner(new int32_t[slots]);
-      run(winner.get());
-    } else {
-      std::unique_ptr<index_t[]> winner(new index_t[slots]);
-      run(winner.get());
-    }
+  if (R == Reduce::Assign) {
+    // The largest position of a slot wins: visited in reverse, a slot's first visitor is its winner.
+    Counter hits(geo, plan);
+    Counter* h = &hits;
+    visit<true>(idx, geo, plan, pf_g, [h, vg, g, zero](index_t s, index_t p, index_t len, index_t r, auto u) {
+      if (vg) {
+        if (h->row[r] > 0) {  // a later row of the same destination won every slot
+          for (index_t t = 0; t < len; ++t) vg[p + t] = zero;
+        } else if (!h->scattered()) {
+          std::memcpy(vg + p, g + s, len * sizeof(T));
+        } else {
+          for (index_t t = 0; t < len; ++t) vg[p + t] = h->slot[s + t] == 0 ? g[s + t] : zero;
+        }
+      }
+      h->add(s, r, u);
+    }, zero_bad);
+    if (arr_grad)
+      for_slots(geo, plan, [h, arr_grad, g, zero](index_t s, index_t len, index_t r) {
+        const int32_t rc = h->row[r];
+        if (rc > 0) {
+          for (index_t t = 0; t < len; ++t) arr_grad[s + t] = zero;
+        } else if (!h->scattered()) {
+          std::memcpy(arr_grad + s, g + s, len * sizeof(T));
+        } else {
+          for (index_t t = 0; t < len; ++t) arr_grad[s + t] = h->slot[s + t] > 0 ? zero : g[s + t];
+        }
+      });
     return;
   }
-  if (R == Reduce::Add) {  // a copy and a gather, plus zeros at written slots without include_self
-    if (values_grad)
-      gather_visit(idx, outer, n, m, inner, [&](index_t s, index_t p) { values_grad[p] = s >= 0 ? g[s] : zero; });
-    if (arr_grad) {
-      convert(g, arr_grad, slots);
-      if (!include_self) scatter_visit(idx, outer, n, m, inner, [&](index_t s, index_t) { arr_grad[s] = zero; });
-    }
-    return;
-  }
 
-  // Per-slot statistics (see arr_grad_of / values_grad_of). Counts are needed for the mean's divisor
-  // and to tell written slots without include_self; with include_self the other modes' formulas give
-  // an unwritten slot its grad unchanged by themselves, so they run with count = 1.
+  // Written slots, for the grads that differ there: the mean's divisor, and arr_grad without
+  // include_self. With include_self the other modes' formulas give an unwritten slot its grad
+  // unchanged by themselves, so they run with count = 1.
   const bool need_count = R == Reduce::Mean || !include_self;
-  std::unique_ptr<int32_t[]> count(need_count ? new int32_t[slots] : nullptr);
-  std::unique_ptr<int32_t[]> aux(R == Reduce::Mean ? nullptr : new int32_t[slots]);
-  std::unique_ptr<A[]> prod(R == Reduce::Mul ? new A[slots] : nullptr);
-  elementwise(slots, [&](index_t s) {
-    if (need_count) count[s] = 0;
-    const A a = static_cast<A>(load(arr[s]));
-    if (R == Reduce::Mul) {
-      aux[s] = (include_self && a == A(0)) ? 1 : 0;
-      prod[s] = (include_self && a != A(0)) ? a : A(1);
-    } else if (R == Reduce::Min || R == Reduce::Max) {
-      aux[s] = (include_self && a == O(s)) ? 1 : 0;
-    }
-  });
-  scatter_visit(idx, outer, n, m, inner, [&](index_t s, index_t p) {
-    if (need_count) ++count[s];
-    if (R == Reduce::Mul) {
-      const A v = V(p);
-      if (v == A(0)) ++aux[s]; else prod[s] *= v;
-    } else if (R == Reduce::Min || R == Reduce::Max) {
-      if (V(p) == O(s)) ++aux[s];
-    }
-  });
-  auto C = [&](index_t s) { return need_count ? count[s] : int32_t(1); };
-  auto X = [&](index_t s) { return R == Reduce::Mean ? int32_t(0) : aux[s]; };
-  auto P = [&](index_t s) { return R == Reduce::Mul ? prod[s] : A(1); };
-  if (values_grad) {
-    gather_visit(idx, outer, n, m, inner, [&](index_t s, index_t p) {
-      values_grad[p] =
-          s < 0 ? zero : store<T>(values_grad_of<R, A>(G(s), V(p), O(s), C(s), X(s), P(s), include_self));
-    });
+  std::unique_ptr<Counter> counter;
+  if (need_count) {
+    counter.reset(new Counter(geo, plan));
+    count_contributions(idx, geo, plan, *counter);
   }
-  if (arr_grad) {
-    elementwise(slots, [&](index_t s) {
-      arr_grad[s] = store<T>(
-          arr_grad_of<R, A>(G(s), static_cast<A>(load(arr[s])), O(s), C(s), X(s), P(s), include_self));
-    });
+  Counts cv;
+  if (counter) {
+    cv.row = counter->row.get();
+    cv.slot = counter->scattered() ? counter->slot : nullptr;
   }
+
+  if (R == Reduce::Add || R == Reduce::Mean) {  // a gather (scaled by the count for mean)
+    if (vg)
+      visit<false>(idx, geo, plan, pf_g, [vg, g, cv, include_self](index_t s, index_t p, index_t len, index_t r, auto) {
+        if (R == Reduce::Add) {
+          std::memcpy(vg + p, g + s, len * sizeof(T));
+        } else {
+          const int32_t c0 = cv.base(r);
+          const int32_t* sl = cv.slot;
+#pragma GCC ivdep
+          for (index_t t = 0; t < len; ++t)
+            vg[p + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), A(0), A(0),
+                                                      sl ? c0 + sl[s + t] : c0, 0, A(1), include_self));
+        }
+      }, zero_bad);
+    if (arr_grad) {
+      if (R == Reduce::Add && include_self) {
+        convert(g, arr_grad, geo.slots());
+      } else {
+        for_slots(geo, plan, [arr_grad, g, cv, include_self](index_t s, index_t len, index_t r) {
+          const int32_t c0 = cv.base(r);
+          const int32_t* sl = cv.slot;
+#pragma GCC ivdep
+          for (index_t t = 0; t < len; ++t)
+            arr_grad[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), A(0), A(0),
+                                                         sl ? c0 + sl[s + t] : c0, 0, A(1), include_self));
+        });
+      }
+    }
+    return;
+  }
+
+  const index_t stat_rows = plan.nblocks * geo.outer * geo.n;
+  // Stat rows (destination rows of a column block) that a fix-up visit must redo exactly.
+  std::unique_ptr<uint8_t[]> flag_buf(new uint8_t[std::max<index_t>(stat_rows, 1)]());
+  uint8_t* flagged = flag_buf.get();
+  std::atomic<bool> any_flag{false};
+  std::atomic<bool>* any = &any_flag;
+
+  if (R == Reduce::Mul) {
+    // With no zero among a slot's factors, the product of its nonzero factors is `out` itself (the
+    // same products in the same order), so the grads need no per-slot scratch. Rows holding a
+    // zero factor (and every row for the half types, whose out was rounded) are redone exactly.
+    Visited seen;
+    std::unique_ptr<T[]> vg_own;
+    if (!vg) {  // not requested: the zero factors are still needed, cheapest found through this visit
+      vg_own.reset(new T[std::max<index_t>(geo.positions(), 1)]);
+      vg = vg_own.get();
+    }
+    if (std::is_same<A, T>::value) {
+      const Hints pf{g, out, int(sizeof(T)), false};
+      seen = visit<false>(idx, geo, plan, pf, [vg, g, out, values, include_self, flagged, any](index_t s, index_t p, index_t len, index_t r, auto) {
+        bool zero_factor = false;
+#pragma GCC ivdep
+        for (index_t t = 0; t < len; ++t) {
+          const A v = static_cast<A>(load(values[p + t])), o = static_cast<A>(load(out[s + t]));
+          zero_factor |= v == A(0);
+          vg[p + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), v, o, 1, 0, o, include_self));
+        }
+        if (zero_factor) {
+          flagged[r] = 1;
+          any->store(true, std::memory_order_relaxed);
+        }
+      }, zero_bad);
+      for_slots(geo, plan, [arr_grad, g, arr, out, cv, include_self, flagged, any](index_t s, index_t len, index_t r) {
+        bool zero_factor = false;
+        const int32_t c0 = cv.base(r);
+        const int32_t* sl = cv.slot;
+        for (index_t t = 0; t < len; ++t) zero_factor |= include_self && load(arr[s + t]) == A(0);
+        if (arr_grad) {
+#pragma GCC ivdep
+          for (index_t t = 0; t < len; ++t) {
+            const A o = static_cast<A>(load(out[s + t]));
+            arr_grad[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), static_cast<A>(load(arr[s + t])),
+                                                         o, sl ? c0 + sl[s + t] : c0, 0, o, include_self));
+          }
+        }
+        if (zero_factor) {
+          flagged[r] = 1;
+          any->store(true, std::memory_order_relaxed);
+        }
+      });
+    } else {
+      std::memset(flagged, 1, stat_rows);
+      any_flag = true;
+      seen.scattered = true;  // unknown: no visit yet
+    }
+    if (!any_flag.load()) return;
+    // Exact redo of the flagged rows: zeros among the factors and the product of the nonzero ones,
+    // per slot, in buffers whose untouched pages are never faulted in.
+    const index_t slots = std::max<index_t>(geo.slots(), 1);
+    std::unique_ptr<int32_t, decltype(&std::free)> zbuf(static_cast<int32_t*>(std::calloc(slots, sizeof(int32_t))), &std::free);
+    std::unique_ptr<A, decltype(&std::free)> pbuf(static_cast<A*>(std::calloc(slots, sizeof(A))), &std::free);
+    if (!zbuf || !pbuf) throw std::bad_alloc();
+    int32_t* zc = zbuf.get();
+    A* prod = pbuf.get();
+    Hints only;
+    only.only = flagged;
+    only.all_uniform = !seen.scattered;
+    for_slots(geo, plan, [zc, prod, arr, include_self, flagged](index_t s, index_t len, index_t r) {
+      if (!flagged[r]) return;
+      for (index_t t = 0; t < len; ++t) {
+        const A a = static_cast<A>(load(arr[s + t]));
+        zc[s + t] = (include_self && a == A(0)) ? 1 : 0;
+        prod[s + t] = (include_self && a != A(0)) ? a : A(1);
+      }
+    });
+    visit(idx, geo, plan, only, [zc, prod, values](index_t s, index_t p, index_t len, index_t, auto) {
+      for (index_t t = 0; t < len; ++t) {
+        const A v = static_cast<A>(load(values[p + t]));
+        if (v == A(0)) ++zc[s + t]; else prod[s + t] *= v;
+      }
+    });
+    if (vg)
+      visit<false>(idx, geo, plan, only, [vg, g, out, values, zc, prod, include_self](index_t s, index_t p, index_t len, index_t, auto) {
+        for (index_t t = 0; t < len; ++t)
+          vg[p + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), static_cast<A>(load(values[p + t])),
+                                                    static_cast<A>(load(out[s + t])), 1, zc[s + t], prod[s + t],
+                                                    include_self));
+      }, [](index_t) {});
+    if (arr_grad)
+      for_slots(geo, plan, [arr_grad, g, arr, out, zc, prod, cv, include_self, flagged](index_t s, index_t len, index_t r) {
+        if (!flagged[r]) return;
+        const int32_t c0 = cv.base(r);
+        for (index_t t = 0; t < len; ++t)
+          arr_grad[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), static_cast<A>(load(arr[s + t])),
+                                                       static_cast<A>(load(out[s + t])), cv.slot ? c0 + cv.slot[s + t] : c0,
+                                                       zc[s + t], prod[s + t], include_self));
+      });
+    return;
+  }
+
+  // Min / Max: a grad is split evenly among the contributors equal to the result (`ties`, arr
+  // included when it took part). One visit hands each matching value the whole grad, which is
+  // exact unless its slot has ties; only rows with a tie are then visited again to divide.
+  std::unique_ptr<T[]> vg_own;
+  const bool want_vg = vg != nullptr;
+  if (!want_vg) {  // not requested: written anyway, so that the loop below has no branch
+    vg_own.reset(new T[std::max<index_t>(geo.positions(), 1)]);
+    vg = vg_own.get();
+  }
+  SlotScratch<T> ties(arr_grad, geo.slots());
+  int32_t* tp = ties.ptr;
+  constexpr index_t ts = SlotScratch<T>::stride;
+  for_slots(geo, plan, [tp, arr, out, include_self](index_t s, index_t len, index_t) {
+    for (index_t t = 0; t < len; ++t)
+      tp[(s + t) * ts] = (include_self && load(arr[s + t]) == load(out[s + t])) ? 1 : 0;
+  });
+  Hints pf_ties{out, g, int(sizeof(T)), false};
+  const Visited seen = visit<false>(idx, geo, plan, pf_ties,
+               [tp, vg, g, out, values, zero, flagged, any](index_t s, index_t p, index_t len, index_t r, auto) {
+                 int32_t most = 0;
+#pragma GCC ivdep
+                 for (index_t t = 0; t < len; ++t) {
+                   const bool match = load(values[p + t]) == load(out[s + t]);
+                   const T gv = g[s + t];
+                   vg[p + t] = pick(match, gv, zero);
+                   const int32_t n = tp[(s + t) * ts] + (match ? 1 : 0);
+                   tp[(s + t) * ts] = n;
+                   most = std::max(most, match ? n : 0);
+                 }
+                 if (most > 1) {
+                   flagged[r] = 1;
+                   any->store(true, std::memory_order_relaxed);
+                 }
+               }, zero_bad);
+  if (want_vg && any_flag.load()) {
+    Hints only;
+    only.only = flagged;
+    only.all_uniform = !seen.scattered;
+    visit<false>(idx, geo, plan, only, [tp, vg, g, out, values, include_self](index_t s, index_t p, index_t len, index_t, auto) {
+      for (index_t t = 0; t < len; ++t) {
+        const int32_t n = tp[(s + t) * ts];
+        if (n > 1)
+          vg[p + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), static_cast<A>(load(values[p + t])),
+                                                    static_cast<A>(load(out[s + t])), 1, n, A(1), include_self));
+      }
+    }, [](index_t) {});
+  }
+  if (arr_grad)  // reads a slot's tie count, then overwrites it with the slot's grad
+    for_slots(geo, plan, [tp, arr_grad, g, arr, out, cv, include_self](index_t s, index_t len, index_t r) {
+      const int32_t c0 = cv.base(r);
+      const int32_t* sl = cv.slot;
+      for (index_t t = 0; t < len; ++t) {
+        const int32_t n = tp[(s + t) * ts];
+        arr_grad[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), static_cast<A>(load(arr[s + t])),
+                                                     static_cast<A>(load(out[s + t])), sl ? c0 + sl[s + t] : c0, n, A(1),
+                                                     include_self));
+      }
+    });
 }
 
 }  // namespace
@@ -278,12 +669,13 @@ bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values
   dispatch_reduce(reduce, [&](auto r) {
     if (std::is_same<A, T>::value) {  // reduce in out itself (arr == out for the inplace op)
       convert(arr, out, slots);
-      ok = forward_impl<decltype(r)::value, T, Idx>(reinterpret_cast<A*>(out), values, indices, outer, n, m, inner,
-                                                    include_self);
+      ok = forward_impl<decltype(r)::value, T, Idx>(reinterpret_cast<A*>(out), values, indices,
+                                                    Geometry{outer, n, m, inner}, include_self);
     } else {  // half types: accumulate in float32, round once
-      std::unique_ptr<A[]> acc(new A[slots]);
+      std::unique_ptr<A[]> acc(new A[std::max<index_t>(slots, 1)]);
       convert(arr, acc.get(), slots);
-      ok = forward_impl<decltype(r)::value, T, Idx>(acc.get(), values, indices, outer, n, m, inner, include_self);
+      ok = forward_impl<decltype(r)::value, T, Idx>(acc.get(), values, indices, Geometry{outer, n, m, inner},
+                                                    include_self);
       convert(acc.get(), out, slots);
     }
   });
@@ -295,8 +687,8 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
                              const T* out_grad, T* arr_grad, T* values_grad, index_t outer, index_t n,
                              index_t m, index_t inner, bool include_self) {
   dispatch_reduce(reduce, [&](auto r) {
-    backward_impl<decltype(r)::value, T, Idx>(arr, indices, values, out, out_grad, arr_grad, values_grad, outer,
-                                              n, m, inner, include_self);
+    backward_impl<decltype(r)::value, T, Idx>(arr, indices, values, out, out_grad, arr_grad, values_grad,
+                                              Geometry{outer, n, m, inner}, include_self);
   });
 }
 

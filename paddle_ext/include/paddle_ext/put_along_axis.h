@@ -91,10 +91,12 @@ PE_HOSTDEVICE inline A mean_divide(A sum, index_t count) {
 
 // Grad of `mul`: the product of all factors of a slot but `f`, from the slot's product of nonzero
 // factors and its count of zeros. Exact for zeros (no 0/0), unlike out / f.
+// Every quotient below is computed unconditionally (by a safe divisor where unused) and then selected:
+// same values, but branch-free, so the CPU loops over a row vectorise.
 template <typename A>
 PE_HOSTDEVICE inline A product_of_others(A f, A nonzero_product, int zeros) {
-  if (f != A(0)) return zeros == 0 ? nonzero_product / f : A(0);
-  return zeros == 1 ? nonzero_product : A(0);
+  const A q = nonzero_product / (f != A(0) ? f : A(1));
+  return f != A(0) ? (zeros == 0 ? q : A(0)) : (zeros == 1 ? nonzero_product : A(0));
 }
 
 // The value a slot starts from when arr takes no part in its reduction (GPU: include_self=False).
@@ -116,16 +118,25 @@ PE_HOSTDEVICE inline A values_grad_of(A g, A v, A out, int32_t count, int32_t au
   if constexpr (R == Reduce::Add) return g;
   else if constexpr (R == Reduce::Mean) return g / static_cast<A>(count + (include_self ? 1 : 0));
   else if constexpr (R == Reduce::Mul) return g * product_of_others<A>(v, prod, aux);
-  else return (v == out && aux > 0) ? g / static_cast<A>(aux) : A(0);
+  else {
+    const A share = g / static_cast<A>(aux > 0 ? aux : 1);
+    return (v == out && aux > 0) ? share : A(0);
+  }
 }
 template <Reduce R, typename A>
 PE_HOSTDEVICE inline A arr_grad_of(A g, A a, A out, int32_t count, int32_t aux, A prod, bool include_self) {
-  if (count == 0) return g;  // an unwritten slot passes its grad through
-  if (!include_self) return A(0);
-  if constexpr (R == Reduce::Mean) return g / static_cast<A>(count + 1);
-  else if constexpr (R == Reduce::Mul) return g * product_of_others<A>(a, prod, aux);
-  else if constexpr (R == Reduce::Min || R == Reduce::Max) return a == out ? g / static_cast<A>(aux) : A(0);
-  else return g;
+  A taken;  // the grad of a written slot that arr took part in
+  if constexpr (R == Reduce::Mean) {
+    taken = g / static_cast<A>(count + 1);
+  } else if constexpr (R == Reduce::Mul) {
+    taken = g * product_of_others<A>(a, prod, aux);
+  } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
+    const A share = g / static_cast<A>(aux > 0 ? aux : 1);  // aux >= 1 whenever a == out
+    taken = a == out ? share : A(0);
+  } else {
+    taken = g;
+  }
+  return count == 0 ? g : (include_self ? taken : A(0));  // an unwritten slot passes its grad through
 }
 
 // Python-visible error contract: the binding reports the first bad position of `indices`.

@@ -43,6 +43,20 @@ def _torch_scatter(torch, ta, axis, ti, tv, reduce):
     return torch.scatter_reduce(ta, axis, ti, tv, TORCH_REDUCE[reduce])
 
 
+def _single_threaded(torch, fn):
+    """The issue's torch baseline is single-threaded: torch.set_num_threads(1) around the call."""
+
+    def run():
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn()
+        finally:
+            torch.set_num_threads(threads)
+
+    return run
+
+
 def _forward_case(arr_shape, idx_shape, axis, reduce, repeats):
     key = (tuple(arr_shape), tuple(idx_shape), axis)
 
@@ -62,6 +76,7 @@ def _forward_case(arr_shape, idx_shape, axis, reduce, repeats):
             return _torch_scatter(torch, arr, axis, idx, vals, reduce)
 
         candidates["torch"] = torch_fwd
+        candidates["torch 1 thread"] = _single_threaded(torch, torch_fwd)
     label = f"fwd {reduce} {list(arr_shape)}<-{list(idx_shape)} axis={axis}"
     return Case("put_along_axis", label, candidates, repeats=repeats)
 
@@ -89,6 +104,7 @@ def _backward_case(arr_shape, idx_shape, axis, reduce, repeats):
             return torch.autograd.grad(out, [arr, vals], grad_outputs=torch.ones_like(out))
 
         candidates["torch"] = torch_step
+        candidates["torch 1 thread"] = _single_threaded(torch, torch_step)
     label = f"fwd+bwd {reduce} {list(arr_shape)}<-{list(idx_shape)} axis={axis}"
     return Case("put_along_axis", label, candidates, repeats=repeats)
 
