@@ -8,16 +8,16 @@ compatibility headers that only the CUDA wheel ships; the glue uses nothing from
 """
 
 import concurrent.futures
-import importlib.util
 import os
 import pathlib
 import shutil
 import subprocess
-import sys
 import sysconfig
 
 import paddle
 import pytest
+
+from paddle_ext.codegen import opgen
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CUDA_HOME = next((p for p in (os.environ.get("CUDA_HOME"), "/usr/local/cuda", "/usr/local/cuda-13.0")
@@ -26,21 +26,13 @@ CXX = shutil.which(os.environ.get("CXX", "g++"))
 PYBIND_STUB = '#pragma once\n#include "paddle/phi/api/include/tensor.h"\n#include "paddle/utils/optional.h"\n'
 
 
-def _opgen():
-    spec = importlib.util.spec_from_file_location("opgen", ROOT / "python/paddle_ext/codegen/opgen.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["opgen"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     if CUDA_HOME is None or CXX is None:
         pytest.skip("no CUDA toolkit headers or no C++ compiler")
     tmp = tmp_path_factory.mktemp("cuda_glue")
     generated = tmp / "generated"
-    _opgen().generate(ROOT / "ops", generated)
+    opgen.generate(ROOT / "ops", generated)
     stub = tmp / "stub" / "paddle" / "utils"
     stub.mkdir(parents=True)
     (stub / "pybind.h").write_text(PYBIND_STUB)

@@ -337,24 +337,20 @@ __device__ inline A warp_shift_up(A v, A first) {
   const A y = __shfl_up_sync(0xffffffffu, v, 1);
   return (threadIdx.x & 31) == 0 ? first : y;
 }
-template <typename A>
-__device__ inline A warp_max(A v) {
+template <typename A, typename Op>
+__device__ inline A warp_reduce(A v, Op op) {
 #pragma unroll
-  for (int d = 16; d > 0; d /= 2) {
-    const A y = __shfl_xor_sync(0xffffffffu, v, d);
-    v = y > v ? y : v;
-  }
+  for (int d = 16; d > 0; d /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, d));
   return v;
 }
 template <typename A>
-__device__ inline A warp_min(A v) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) {
-    const A y = __shfl_xor_sync(0xffffffffu, v, d);
-    v = y < v ? y : v;
-  }
-  return v;
-}
+struct MaxOp {
+  __device__ A operator()(A a, A b) const { return b > a ? b : a; }
+};
+template <typename A>
+struct MinOp {
+  __device__ A operator()(A a, A b) const { return b < a ? b : a; }
+};
 template <typename A>
 struct PlusOp {
   __device__ A operator()(A a, A b) const { return a + b; }
@@ -389,8 +385,8 @@ __global__ void __launch_bounds__(kRowThreads) forward_rows_warp_kernel(const T*
           mn = v[k] < mn ? v[k] : mn;
         }
       }
-      mx = warp_max(mx);
-      mn = warp_min(mn);
+      mx = warp_reduce(mx, MaxOp<A>());
+      mn = warp_reduce(mn, MinOp<A>());
       bad = __any_sync(0xffffffffu, bad);
       const A M = mx > carry ? mx : carry;
       const A low = carry == neg_inf<A>() || mn < carry ? mn : carry;
@@ -451,6 +447,15 @@ __global__ void __launch_bounds__(kRowThreads) forward_chunk_sums_kernel(const T
   }
 }
 
+// Scan positions [s0, s1) of scan chunk q. Chunks are cut in element order; with `reverse` scan chunk q
+// is element chunk chunks - 1 - q, so its positions are those of the element chunk, mirrored.
+__device__ inline void chunk_positions(index_t q, index_t chunks, index_t n, bool reverse, index_t* s0,
+                                       index_t* s1) {
+  const index_t e0 = (reverse ? chunks - 1 - q : q) * kChunk, e1 = std::min(n, e0 + kChunk);
+  *s0 = reverse ? n - e1 : e0;
+  *s1 = reverse ? n - e0 : e1;
+}
+
 // The log-sum of the chunks of `row` before `chunk` in scan order (the carry into that chunk).
 template <typename V, typename Op>
 __device__ V chunk_carry(const V* sums, index_t row, index_t chunk, index_t chunks, bool reverse, V identity, Op op) {
@@ -460,8 +465,6 @@ __device__ V chunk_carry(const V* sums, index_t row, index_t chunk, index_t chun
 }
 
 // Long rows, pass 2: block b scans chunk b % chunks of its row (in scan order) from the chunks before it.
-// Chunks are cut in element order; with `reverse` scan chunk q is element chunk chunks - 1 - q, so a
-// chunk's positions are those of the element chunk, mirrored.
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) forward_chunks_kernel(const T* x, T* out,
                                                                     const typename LogcumsumexpAcc<T>::type* sums,
@@ -473,8 +476,8 @@ __global__ void __launch_bounds__(kRowThreads) forward_chunks_kernel(const T* x,
   __shared__ A carry_shared;
   for (index_t b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
     const index_t row = b / chunks, q = b % chunks;
-    const index_t e0 = (reverse ? chunks - 1 - q : q) * kChunk, e1 = std::min(n, e0 + kChunk);
-    const index_t s0 = reverse ? n - e1 : e0, s1 = reverse ? n - e0 : e1;
+    index_t s0, s1;
+    chunk_positions(q, chunks, n, reverse, &s0, &s1);
     const A carry = chunk_carry(sums, row, q, chunks, reverse, neg_inf<A>(), LogAddExpOp<A>());
     forward_row_span<T, A>(x, out, row * n, n, s0, s1, carry, exclusive, reverse, temp, &stats_shared,
                            &carry_shared);
@@ -616,8 +619,8 @@ __global__ void __launch_bounds__(kRowThreads) backward_chunks_kernel(
   __shared__ SignedLog<A> carry_shared;
   for (index_t b = blockIdx.x; b < rows * chunks; b += gridDim.x) {
     const index_t row = b / chunks, q = b % chunks;
-    const index_t e0 = (reverse ? chunks - 1 - q : q) * kChunk, e1 = std::min(n, e0 + kChunk);
-    const index_t s0 = reverse ? n - e1 : e0, s1 = reverse ? n - e0 : e1;
+    index_t s0, s1;
+    chunk_positions(q, chunks, n, reverse, &s0, &s1);
     const SignedLog<A> carry =
         chunk_carry(sums, row, q, chunks, reverse, BackwardIO<T, A>::identity(), SignedLogAddExpOp<A>());
     backward_row_span<T, A>(x, out, out_grad, x_grad, row * n, n, s0, s1, carry, exclusive, reverse, temp,

@@ -25,6 +25,14 @@ def _run(name, dtype, arrays, shape3, exclusive, reverse):
     return to_float64(out.get(), dtype)
 
 
+def _assert_same_specials_and_close(got, ref, dtype):
+    """NaN, +inf and -inf exactly where the reference has them; the finite values within tolerance."""
+    for check in (np.isnan, np.isposinf, np.isneginf):
+        assert np.array_equal(check(got), check(ref))
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(got[finite], ref[finite], rtol=TOL[dtype], atol=TOL[dtype])
+
+
 @pytest.mark.parametrize("dtype", list(TOL))
 @pytest.mark.parametrize("shape3,axis", SHAPES)
 @pytest.mark.parametrize("exclusive,reverse", FLAGS)
@@ -84,10 +92,7 @@ def test_forward_rows_with_specials_across_tiles(dtype, exclusive, reverse):
     got = _run("pe_logcumsumexp_forward", dtype, [x], (7, 3000, 1), exclusive, reverse)
     ref = refs.logcumsumexp(x64.reshape(7, 3000), 1, exclusive, reverse).reshape(7, 3000, 1)
     got = got.reshape(7, 3000, 1)
-    for check in (np.isnan, np.isposinf, np.isneginf):
-        assert np.array_equal(check(got), check(ref))
-    finite = np.isfinite(ref)
-    np.testing.assert_allclose(got[finite], ref[finite], rtol=TOL[dtype], atol=TOL[dtype])
+    _assert_same_specials_and_close(got, ref, dtype)
 
 
 def _grad_ref_cumsum(x, g, exclusive, reverse):
@@ -179,10 +184,7 @@ def test_forward_long_rows_split_into_chunks(dtype, exclusive, reverse):
     x64 = to_float64(host_array(x, dtype), dtype)
     got = _run("pe_logcumsumexp_forward", dtype, [x], (5, 40000, 1), exclusive, reverse).reshape(5, 40000)
     ref = refs.logcumsumexp(x64, 1, exclusive, reverse)
-    for check in (np.isnan, np.isposinf, np.isneginf):
-        assert np.array_equal(check(got), check(ref))
-    finite = np.isfinite(ref)
-    np.testing.assert_allclose(got[finite], ref[finite], rtol=TOL[dtype], atol=TOL[dtype])
+    _assert_same_specials_and_close(got, ref, dtype)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -215,10 +217,7 @@ def test_strided_forward_with_specials(dtype, shape3, exclusive, reverse):
     x64 = to_float64(host_array(x, dtype), dtype)
     got = _run("pe_logcumsumexp_forward", dtype, [x], shape3, exclusive, reverse)
     ref = refs.logcumsumexp(x64, 1, exclusive, reverse)
-    for check in (np.isnan, np.isposinf, np.isneginf):
-        assert np.array_equal(check(got), check(ref))
-    finite = np.isfinite(ref)
-    np.testing.assert_allclose(got[finite], ref[finite], rtol=TOL[dtype], atol=TOL[dtype])
+    _assert_same_specials_and_close(got, ref, dtype)
 
 
 # Many rows (>= 512, up to 16384 long) take one warp per row: 256 positions per step, vector loads where a
@@ -237,7 +236,4 @@ def test_forward_many_rows_one_warp_each(dtype, n, exclusive, reverse):
     x64 = to_float64(host_array(x, dtype), dtype)
     got = _run("pe_logcumsumexp_forward", dtype, [x], (600, n, 1), exclusive, reverse).reshape(600, n)
     ref = refs.logcumsumexp(x64, 1, exclusive, reverse)
-    for check in (np.isnan, np.isposinf, np.isneginf):
-        assert np.array_equal(check(got), check(ref))
-    finite = np.isfinite(ref)
-    np.testing.assert_allclose(got[finite], ref[finite], rtol=TOL[dtype], atol=TOL[dtype])
+    _assert_same_specials_and_close(got, ref, dtype)
