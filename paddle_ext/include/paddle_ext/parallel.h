@@ -3,7 +3,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+
+#ifdef __linux__
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -41,6 +47,34 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
   }
 #else
   fn(begin, end);
+#endif
+}
+
+// Fault in a freshly allocated output before a kernel writes all of it. A big allocation is a fresh
+// mmap (glibc maps anything over 32 MiB), and first-touch page faults cost ~1.2 us per 4 KiB page on
+// this machine type; madvise(MADV_POPULATE_WRITE), split over the threads, faults the same pages in
+// ~60% of the time. Memory that is already resident (a reused allocation) is left alone, and on a
+// kernel without MADV_POPULATE_WRITE (< 5.14) this does nothing: the kernel faults pages on touch.
+inline void populate_for_write(void* data, size_t bytes) {
+#ifdef __linux__
+  constexpr size_t kMinBytes = size_t{8} << 20;
+  if (bytes < kMinBytes) return;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  if (hi <= lo) return;
+  unsigned char resident = 0;
+  if (mincore(reinterpret_cast<void*>(lo), page, &resident) != 0 || (resident & 1)) return;
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;
+#endif
+  const int64_t pages = static_cast<int64_t>((hi - lo) / page);
+  parallel_for(0, pages, 512, [&](int64_t p0, int64_t p1) {
+    madvise(reinterpret_cast<void*>(lo + p0 * page), (p1 - p0) * page, MADV_POPULATE_WRITE);
+  });
+#else
+  (void)data;
+  (void)bytes;
 #endif
 }
 
