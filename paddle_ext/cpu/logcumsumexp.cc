@@ -657,24 +657,29 @@ PE_VINLINE bool scan_chunk_f(const float* bx, float* bo, index_t kp, double& car
     if (F::any(float_unsafe<W>(o, l, 12.0f))) {
       C = scan_vector_d<W, kExclusive>(x, M, C, bo + i);
     } else {
-      exact = false;
       F::store(bo + i, o);
       C += p[L - 1];
+      exact = C == 0.0;  // nothing but -inf so far (outputs -inf): no rounding yet
     }
   }
-  // Then one check for the rest of the chunk: a failure there asks for the double rescan.
-  vi unsafe = vi{};
+  // Then one check for the rest of the chunk: a failure there asks for the double rescan. The outputs
+  // never decrease along the scan (nor does l = o - M), so the bound holds for all of them when it
+  // holds for the smallest |o| and the largest |l|, which sit at the two ends; the bound's factor-2
+  // margin covers the ulps by which computed outputs may be out of order.
+  const index_t first = i;
   for (; i < kp; i += L) {
     const vf x = F::load(bx + i);
     const vf p = F::prefix_sum(F::exp_neg(x - Mv));
     const vf s = F::splat(static_cast<float>(C)) + (kExclusive ? F::template shift_up<1>(p) : p);
-    const vf l = F::log(s);
-    const vf o = Mv + l;
-    unsafe |= float_unsafe<W>(o, l, 12.0f);
-    F::store(bo + i, o);
+    F::store(bo + i, Mv + F::log(s));
     C += p[L - 1];
   }
-  if (F::any(unsafe)) return false;
+  if (first < kp) {
+    const float lo_o = bo[first], hi_o = bo[kp - 1];
+    const float min_abs_o = lo_o > 0.0f ? lo_o : hi_o < 0.0f ? -hi_o : 0.0f;
+    const float max_abs_l = std::max(std::fabs(lo_o - M), std::fabs(hi_o - M));
+    if (!(min_abs_o * 8.0f >= 12.0f + 2.5f * max_abs_l)) return false;
+  }
   carry = static_cast<double>(M) + std::log(C);
   return true;
 }
@@ -757,11 +762,15 @@ struct ForwardRows {
     for (index_t start = s0; start < s1; start += kChunk) {
       const index_t k = std::min(kChunk, s1 - start);
       prefetch_next(x + r * n, out + r * n, n, start + kChunk, reverse);
-      const index_t kp = gather_f<W>(x + r * n, n, start, k, reverse, bx, -std::numeric_limits<float>::infinity());
-      const bool ok = exclusive ? scan_chunk_f<W, true>(bx, bo, kp, carry, exact)
-                                : scan_chunk_f<W, false>(bx, bo, kp, carry, exact);
+      // float32 forward chunks of whole vectors are scanned in place, without the copies.
+      const bool direct = std::is_same<T, float>::value && !reverse && k % (2 * W) == 0;
+      const float* in = direct ? reinterpret_cast<const float*>(x + r * n + start) : bx;
+      float* res = direct ? reinterpret_cast<float*>(out + r * n + start) : bo;
+      const index_t kp = direct ? k : gather_f<W>(x + r * n, n, start, k, reverse, bx, -std::numeric_limits<float>::infinity());
+      const bool ok = exclusive ? scan_chunk_f<W, true>(in, res, kp, carry, exact)
+                                : scan_chunk_f<W, false>(in, res, kp, carry, exact);
       if (!ok) return false;
-      scatter_f<W>(bo, n, start, k, reverse, out + r * n);
+      if (!direct) scatter_f<W>(bo, n, start, k, reverse, out + r * n);
     }
     return true;
   }
@@ -1280,6 +1289,7 @@ template <typename T>
 void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t inner, bool exclusive,
                           bool reverse) {
   if (outer == 0 || n == 0 || inner == 0) return;
+  populate_for_write(out, sizeof(T) * outer * n * inner);
   if (inner == 1 && outer == 1 && n >= (index_t(1) << 16) && max_threads() >= 2) {
     // Split so that both threads finish together: the reducing thread's first part costs ~0.45 scans
     // in double lanes, ~0.6 in float lanes (its exps are float, but summed in double).
@@ -1303,6 +1313,7 @@ template <typename T>
 void logcumsumexp_backward(const T* x, const T* out, const T* out_grad, T* x_grad, index_t outer, index_t n,
                            index_t inner, bool exclusive, bool reverse) {
   if (outer == 0 || n == 0 || inner == 0) return;
+  populate_for_write(x_grad, sizeof(T) * outer * n * inner);
   // The grad of x[j] collects the outputs that j fed, so it runs in the opposite direction.
   if (inner == 1) {
     const BackwardRows<T> k{x, out, out_grad, x_grad, n, exclusive, !reverse};
