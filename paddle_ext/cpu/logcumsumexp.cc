@@ -616,6 +616,15 @@ PE_VINLINE bool chunk_stats_f(const float* bx, index_t kp, float& hi_out, float&
   return total == total && total != kInf;
 }
 
+// l = log(C + prefix sums of exp(x - M)) for one vector in float lanes; p gets the prefix sums.
+template <int W, bool kExclusive>
+PE_VINLINE typename FV<W>::vf scan_vector_f(typename FV<W>::vf x, typename FV<W>::vf Mv, double C,
+                                            typename FV<W>::vf& p) {
+  using F = FV<W>;
+  p = F::prefix_sum(F::exp_neg(x - Mv));
+  return F::log(F::splat(static_cast<float>(C)) + (kExclusive ? F::template shift_up<1>(p) : p));
+}
+
 // bo <- the scan of bx[0, kp) (scan order, padded with -inf) from `carry` in float lanes. `exact`: no
 // float rounding has entered the carry yet (true at a line's start); outputs that fail the bound are
 // recomputed in double while that holds. Returns false when one fails after it: the caller rescans the
@@ -624,7 +633,6 @@ template <int W, bool kExclusive>
 PE_VINLINE bool scan_chunk_f(const float* bx, float* bo, index_t kp, double& carry, bool& exact) {
   using F = FV<W>;
   using vf = typename F::vf;
-  using vi = typename F::vi;
   constexpr int L = F::L;
   float hi, lo;
   const bool clean = chunk_stats_f<W>(bx, kp, hi, lo) && carry == carry && carry != kInf;
@@ -650,9 +658,8 @@ PE_VINLINE bool scan_chunk_f(const float* bx, float* bo, index_t kp, double& car
   // double, which keeps it exact); the first float vector ends that.
   for (; exact && i < kp; i += L) {
     const vf x = F::load(bx + i);
-    const vf p = F::prefix_sum(F::exp_neg(x - Mv));
-    const vf s = F::splat(static_cast<float>(C)) + (kExclusive ? F::template shift_up<1>(p) : p);
-    const vf l = F::log(s);
+    vf p;
+    const vf l = scan_vector_f<W, kExclusive>(x, Mv, C, p);
     const vf o = Mv + l;
     if (F::any(float_unsafe<W>(o, l, 12.0f))) {
       C = scan_vector_d<W, kExclusive>(x, M, C, bo + i);
@@ -668,10 +675,8 @@ PE_VINLINE bool scan_chunk_f(const float* bx, float* bo, index_t kp, double& car
   // margin covers the ulps by which computed outputs may be out of order.
   const index_t first = i;
   for (; i < kp; i += L) {
-    const vf x = F::load(bx + i);
-    const vf p = F::prefix_sum(F::exp_neg(x - Mv));
-    const vf s = F::splat(static_cast<float>(C)) + (kExclusive ? F::template shift_up<1>(p) : p);
-    F::store(bo + i, Mv + F::log(s));
+    vf p;
+    F::store(bo + i, Mv + scan_vector_f<W, kExclusive>(F::load(bx + i), Mv, C, p));
     C += p[L - 1];
   }
   if (first < kp) {
@@ -1299,12 +1304,12 @@ void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t 
     });
   } else if (inner == 1) {
     const ForwardRows<T> k{x, out, n, exclusive, reverse};
-    parallel_for(0, outer, grain_for(n), [&](index_t r0, index_t r1) { simd::dispatch(k, r0, r1); });
+    parallel_for_dynamic(0, outer, grain_for(n), [&](index_t r0, index_t r1) { simd::dispatch(k, r0, r1); });
   } else {
     const ForwardColumns<T> k{x, out, n, inner, exclusive, reverse};
     constexpr index_t width = ForwardColumns<T>::kWidth;
     const index_t tasks = outer * ((inner + width - 1) / width);
-    parallel_for(0, tasks, grain_for(n * std::min(inner, width)),
+    parallel_for_dynamic(0, tasks, grain_for(n * std::min(inner, width)),
                  [&](index_t t0, index_t t1) { simd::dispatch(k, t0, t1); });
   }
 }
@@ -1317,11 +1322,11 @@ void logcumsumexp_backward(const T* x, const T* out, const T* out_grad, T* x_gra
   // The grad of x[j] collects the outputs that j fed, so it runs in the opposite direction.
   if (inner == 1) {
     const BackwardRows<T> k{x, out, out_grad, x_grad, n, exclusive, !reverse};
-    parallel_for(0, outer, grain_for(n), [&](index_t r0, index_t r1) { simd::dispatch(k, r0, r1); });
+    parallel_for_dynamic(0, outer, grain_for(n), [&](index_t r0, index_t r1) { simd::dispatch(k, r0, r1); });
   } else {
     const BackwardColumns<T> k{x, out, out_grad, x_grad, n, inner, exclusive, !reverse};
     const index_t tasks = outer * ((inner + kColumns - 1) / kColumns);
-    parallel_for(0, tasks, grain_for(n * std::min(inner, kColumns)),
+    parallel_for_dynamic(0, tasks, grain_for(n * std::min(inner, kColumns)),
                  [&](index_t t0, index_t t1) { simd::dispatch(k, t0, t1); });
   }
 }

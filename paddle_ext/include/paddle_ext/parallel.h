@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -44,6 +45,30 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
     const int64_t b = begin + t * chunk;
     const int64_t e = std::min(end, b + chunk);
     if (b < e) fn(b, e);
+  }
+#else
+  fn(begin, end);
+#endif
+}
+
+// Like parallel_for, but the threads take blocks of about (end - begin) / (16 threads) in turn, so a
+// thread that the OS descheduled (the machines here are shared) does not hold up the call: fn only
+// ever sees disjoint [b, e) ranges, in no particular order.
+template <typename Fn>
+void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+  const int64_t threads = std::min<int64_t>(max_threads(), std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
+  if (threads <= 1) {
+    fn(begin, end);
+    return;
+  }
+#ifdef _OPENMP
+  const int64_t block = std::max<int64_t>(1, n / (16 * threads));
+  std::atomic<int64_t> next{begin};
+#pragma omp parallel num_threads((int)threads)
+  {
+    for (int64_t b = next.fetch_add(block); b < end; b = next.fetch_add(block)) fn(b, std::min(end, b + block));
   }
 #else
   fn(begin, end);
