@@ -367,21 +367,32 @@ struct FV {
     for (int i = 0; i < L; ++i) r |= mask[i];
     return r != 0;
   }
-  PE_VINLINE static float hmax(vf v) {
-    float m = v[0];
-    for (int i = 1; i < L; ++i) m = v[i] > m ? v[i] : m;
-    return m;
+  // Horizontal max/min/sum as butterflies: log2(L) shuffles instead of a serial chain over the lanes.
+  template <int S>
+  PE_VINLINE static vf butterfly(vf v) {
+    vi idx;
+    for (int i = 0; i < L; ++i) idx[i] = i ^ S;
+    return __builtin_shuffle(v, idx);
   }
-  PE_VINLINE static float hmin(vf v) {
-    float m = v[0];
-    for (int i = 1; i < L; ++i) m = v[i] < m ? v[i] : m;
-    return m;
+  template <typename Op>
+  PE_VINLINE static float reduce(vf v, Op op) {
+    if constexpr (L > 8) v = op(v, butterfly<8>(v));
+    if constexpr (L > 4) v = op(v, butterfly<4>(v));
+    v = op(v, butterfly<2>(v));
+    return op(v, butterfly<1>(v))[0];
   }
-  PE_VINLINE static double hsum(vf v) {
-    double m = v[0];
-    for (int i = 1; i < L; ++i) m += v[i];
-    return m;
-  }
+  struct Max {
+    PE_VINLINE vf operator()(vf a, vf b) const { return vmax(a, b); }
+  };
+  struct Min {
+    PE_VINLINE vf operator()(vf a, vf b) const { return vmin(a, b); }
+  };
+  struct Add {
+    PE_VINLINE vf operator()(vf a, vf b) const { return a + b; }
+  };
+  PE_VINLINE static float hmax(vf v) { return reduce(v, Max()); }
+  PE_VINLINE static float hmin(vf v) { return reduce(v, Min()); }
+  PE_VINLINE static float hsum(vf v) { return reduce(v, Add()); }
   template <int S>
   PE_VINLINE static vf shift_up(vf v) {
     vi idx;
@@ -612,7 +623,7 @@ PE_VINLINE bool chunk_stats_f(const float* bx, index_t kp, float& hi_out, float&
   }
   hi_out = F::hmax(hi);
   lo_out = F::hmin(lo);
-  const double total = F::hsum(check);
+  const float total = F::hsum(check);  // a float overflow here too merely sends the chunk to the double path
   return total == total && total != kInf;
 }
 
@@ -629,8 +640,23 @@ PE_VINLINE typename FV<W>::vf scan_vector_f(typename FV<W>::vf x, typename FV<W>
 // float rounding has entered the carry yet (true at a line's start); outputs that fail the bound are
 // recomputed in double while that holds. Returns false when one fails after it: the caller rescans the
 // line in double from its start.
+// The lines of the chunk after this one, requested one vector's worth per scanned vector: a chunk's
+// scan takes ~1 us, about ten memory latencies, and spread-out requests do not overflow the line-fill
+// buffers the way a burst at the chunk's start does.
+struct NextLines {
+  const char* in = nullptr;  // null: no next chunk
+  char* out = nullptr;
+  index_t bytes_per_vector = 0;
+  PE_VINLINE void request(index_t vector) const {
+    if (in == nullptr) return;
+    __builtin_prefetch(in + vector * bytes_per_vector, 0);
+    __builtin_prefetch(out + vector * bytes_per_vector, 1);
+  }
+};
+
 template <int W, bool kExclusive>
-PE_VINLINE bool scan_chunk_f(const float* bx, float* bo, index_t kp, double& carry, bool& exact) {
+PE_VINLINE bool scan_chunk_f(const float* bx, float* bo, index_t kp, double& carry, bool& exact,
+                             const NextLines& next) {
   using F = FV<W>;
   using vf = typename F::vf;
   constexpr int L = F::L;
@@ -675,6 +701,7 @@ PE_VINLINE bool scan_chunk_f(const float* bx, float* bo, index_t kp, double& car
   // margin covers the ulps by which computed outputs may be out of order.
   const index_t first = i;
   for (; i < kp; i += L) {
+    next.request(i / L);
     vf p;
     F::store(bo + i, Mv + scan_vector_f<W, kExclusive>(F::load(bx + i), Mv, C, p));
     C += p[L - 1];
@@ -766,14 +793,19 @@ struct ForwardRows {
     alignas(64) float bx[kChunk], bo[kChunk];
     for (index_t start = s0; start < s1; start += kChunk) {
       const index_t k = std::min(kChunk, s1 - start);
-      prefetch_next(x + r * n, out + r * n, n, start + kChunk, reverse);
       // float32 forward chunks of whole vectors are scanned in place, without the copies.
       const bool direct = std::is_same<T, float>::value && !reverse && k % (2 * W) == 0;
       const float* in = direct ? reinterpret_cast<const float*>(x + r * n + start) : bx;
       float* res = direct ? reinterpret_cast<float*>(out + r * n + start) : bo;
       const index_t kp = direct ? k : gather_f<W>(x + r * n, n, start, k, reverse, bx, -std::numeric_limits<float>::infinity());
-      const bool ok = exclusive ? scan_chunk_f<W, true>(in, res, kp, carry, exact)
-                                : scan_chunk_f<W, false>(in, res, kp, carry, exact);
+      NextLines next;
+      if (start + kChunk < s1) {
+        const index_t first = reverse ? n - start - kChunk - std::min(kChunk, s1 - start - kChunk) : start + kChunk;
+        next = {reinterpret_cast<const char*>(x + r * n + first), reinterpret_cast<char*>(out + r * n + first),
+                static_cast<index_t>(2 * W * sizeof(T))};
+      }
+      const bool ok = exclusive ? scan_chunk_f<W, true>(in, res, kp, carry, exact, next)
+                                : scan_chunk_f<W, false>(in, res, kp, carry, exact, next);
       if (!ok) return false;
       if (!direct) scatter_f<W>(bo, n, start, k, reverse, out + r * n);
     }
