@@ -671,11 +671,11 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
     if (std::is_same<A, T>::value) {
       const Hints pf{g, out, int(sizeof(T)), false};
       seen = visit<false>(idx, geo, plan, pf, [vg, g, out, values, include_self, flagged, any](index_t s, index_t p, index_t len, index_t r, auto) {
-        bool zero_factor = false;
+        int32_t zero_factor = 0;  // not a bool: GCC does not vectorise a bool reduction
 #pragma GCC ivdep
         for (index_t t = 0; t < len; ++t) {
           const A v = static_cast<A>(load(values[p + t])), o = static_cast<A>(load(out[s + t]));
-          zero_factor |= v == A(0);
+          zero_factor |= int32_t(v == A(0));
           vg[p + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), v, o, 1, 0, o, include_self));
         }
         if (zero_factor) {
