@@ -15,7 +15,9 @@
 // mean, winners for assign) is kept per destination *row* for such rows, inner times smaller than
 // per slot, with a per-slot array (calloc'd: untouched pages are never faulted in) only for rows
 // that do not agree. Scratch that must be per slot reuses the arr_grad output where it can: large
-// fresh allocations cost a page fault per 4 KiB on this kind of machine.
+// fresh allocations cost a page fault per 4 KiB on this kind of machine. When the scatter axis is
+// the last one (inner == 1) the flat kernels below take whole outer rows instead, with row-sized
+// scratch.
 #include "paddle_ext/put_along_axis.h"
 
 #include <algorithm>
