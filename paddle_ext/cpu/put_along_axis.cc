@@ -844,6 +844,7 @@ template <typename T, typename Idx>
 bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values, const Idx* indices, index_t outer,
                             index_t n, index_t m, index_t inner, bool include_self) {
   bool ok = true;
+  populate_for_write(out, outer * n * inner * sizeof(T));  // [1024, 1024]: 666 fresh pages after a torch call
   dispatch_reduce(reduce, [&](auto r) {
     ok = forward_of<decltype(r)::value, T, Idx>(arr, out, values, indices, Geometry{outer, n, m, inner}, include_self);
   });

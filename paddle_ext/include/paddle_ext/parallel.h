@@ -75,14 +75,15 @@ void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, const Fn& f
 #endif
 }
 
-// Fault in a freshly allocated output before a kernel writes all of it. A big allocation is a fresh
-// mmap (glibc maps anything over 32 MiB), and first-touch page faults cost ~1.2 us per 4 KiB page on
-// this machine type; madvise(MADV_POPULATE_WRITE), split over the threads, faults the same pages in
-// ~60% of the time. Memory that is already resident (a reused allocation) is left alone, and on a
-// kernel without MADV_POPULATE_WRITE (< 5.14) this does nothing: the kernel faults pages on touch.
+// Fault in a freshly allocated output before a kernel writes all of it. Allocations over 32 MiB are a
+// fresh mmap per call, and smaller ones land on fresh pages whenever glibc has trimmed its heap (e.g.
+// after another library freed a big block); first-touch faults cost ~1.2-1.5 us per 4 KiB page on this
+// machine type, and madvise(MADV_POPULATE_WRITE), split over the threads, faults the same pages in
+// ~60% of the time. Memory that is already resident (a reused allocation: its first page is) is left
+// alone, and on a kernel without MADV_POPULATE_WRITE (< 5.14) this does nothing.
 inline void populate_for_write(void* data, size_t bytes) {
 #ifdef __linux__
-  constexpr size_t kMinBytes = size_t{8} << 20;
+  constexpr size_t kMinBytes = size_t{1} << 20;
   if (bytes < kMinBytes) return;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t lo = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
