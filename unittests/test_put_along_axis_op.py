@@ -360,3 +360,17 @@ def test_export_round_trip(reduce):
     x = inputs_for((6, 4), (9, 4), 0, seed=41)
     x = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in x.items()}
     check_export(lambda a, i, v: put(a, i, v, 0, reduce=reduce, include_self=False), x)
+
+
+@pytest.mark.parametrize("rows,n,m", [(3, 5, 7), (4, 9, 17), (2, 1000, 333), (64, 64, 64), (1, 3, 1)])
+def test_add_values_grad_along_last_axis_is_a_gather(rows, n, m):
+    # The float32/int64 gather of add's values_grad (AVX-512 where the CPU has it, with a scalar tail):
+    # negative indices wrap, widths that are not a multiple of 8.
+    rng = np.random.default_rng(rows * 1000 + m)
+    arr = paddle.to_tensor(rng.standard_normal((rows, n)).astype(np.float32), stop_gradient=False)
+    idx = rng.integers(-n, n, (rows, m))
+    values = paddle.to_tensor(rng.standard_normal((rows, m)).astype(np.float32), stop_gradient=False)
+    out = paddle_ext.put_along_axis(arr, paddle.to_tensor(idx), values, -1, reduce="add")
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    _, values_grad = paddle.grad(out, [arr, values], paddle.to_tensor(g))
+    np.testing.assert_array_equal(values_grad.numpy(), np.take_along_axis(g, np.where(idx < 0, idx + n, idx), -1))

@@ -31,6 +31,11 @@
 #include <vector>
 
 #include "paddle_ext/parallel.h"
+#include "paddle_ext/vec_math.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 namespace paddle_ext {
 namespace cpu {
@@ -425,6 +430,41 @@ bool flat_forward(const T* arr, T* out, const T* values, const Idx* idx, const G
 // Grads for every mode from per-row statistics: count (contributions; Assign: taken by a later
 // position), aux (Mul: zero factors; Min/Max: contributors equal to the result) and prod (Mul: the
 // product of the nonzero factors). The formulas and their arguments are those of backward_impl.
+// out[j] = row[wrap(idx[j])], 0 for an index out of range: `add`'s values_grad along the last axis.
+// float32 with int64 indices uses AVX-512's masked gathers where the CPU has them (the scalar loop
+// costs ~9 instructions per element; this path is what makes [1024, 1024] forward+backward `add`
+// faster than single-threaded torch).
+template <typename T, typename Idx>
+void gather_row(const T* row, const Idx* idx, T* out, index_t m, index_t n, T zero);
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) void gather_row_avx512(const float* row, const int64_t* idx, float* out,
+                                                           index_t m, index_t n) {
+  const __m512i vn = _mm512_set1_epi64(n), vneg = _mm512_set1_epi64(-n), vzero = _mm512_setzero_si512();
+  index_t j = 0;
+  for (; j + 8 <= m; j += 8) {
+    __m512i k = _mm512_loadu_si512(idx + j);
+    const __mmask8 ok = _mm512_cmpge_epi64_mask(k, vneg) & _mm512_cmplt_epi64_mask(k, vn);
+    k = _mm512_mask_add_epi64(k, _mm512_cmplt_epi64_mask(k, vzero), k, vn);
+    _mm256_storeu_ps(out + j, _mm512_mask_i64gather_ps(_mm256_setzero_ps(), ok, k, row, 4));
+  }
+  for (; j < m; ++j) out[j] = index_in_range(idx[j], n) ? row[wrap_index(idx[j], n)] : 0.0f;
+}
+#endif
+
+template <typename T, typename Idx>
+void gather_row(const T* row, const Idx* idx, T* out, index_t m, index_t n, T zero) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if constexpr (std::is_same<T, float>::value && std::is_same<Idx, int64_t>::value) {
+    if (simd::simd_level() == 2) return gather_row_avx512(row, idx, out, m, n);
+  }
+#endif
+  for (index_t j = 0; j < m; ++j) {
+    const index_t k = static_cast<index_t>(idx[j]);
+    out[j] = index_in_range(k, n) ? row[wrap_index(k, n)] : zero;
+  }
+}
+
 template <Reduce R, typename T, typename Idx>
 void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, const T* g, T* arr_grad, T* vg,
                    const Geometry& geo, const Plan& plan, bool include_self) {
@@ -478,7 +518,9 @@ void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, 
           if (kMinMax) aux[kk] += int32_t(load(vr[j]) == load(out[s0 + kk]));
         }
       }
-      if (vg && R != Reduce::Assign)
+      if (vg && R == Reduce::Add) {
+        gather_row<T, Idx>(g + s0, ir, vg + p0, m, n, zero);
+      } else if (vg && R != Reduce::Assign)
         for (index_t j = 0; j < m; ++j) {
           const index_t k = static_cast<index_t>(ir[j]);
           if (!index_in_range(k, n)) {
@@ -487,9 +529,7 @@ void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, 
           }
           const index_t s = s0 + wrap_index(k, n), kk = s - s0;
           const T gs = g[s];
-          if (R == Reduce::Add) {
-            vg[p0 + j] = gs;
-          } else if (kMinMax) {  // a single contributor takes the grad undivided, as backward_impl
+          if (kMinMax) {  // a single contributor takes the grad undivided, as backward_impl
             vg[p0 + j] = aux[kk] > 1 ? store<T>(values_grad_of<R, A>(static_cast<A>(load(gs)), static_cast<A>(load(vr[j])),
                                                                      static_cast<A>(load(out[s])), 1, aux[kk], A(1), include_self))
                                      : pick(load(vr[j]) == load(out[s]), gs, zero);
