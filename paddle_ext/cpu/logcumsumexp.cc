@@ -259,39 +259,6 @@ struct Vec16 {
   }
 };
 
-// Copies k elements of a line into buf in scan order (converted to double) and pads to a multiple of W.
-template <int W, typename T>
-PE_VINLINE index_t gather(const T* line_in, index_t n, index_t start, index_t k, bool reverse,
-                          double* __restrict buf, double pad) {
-  using S = Storage<T>;
-  const typename S::type* __restrict line = reinterpret_cast<const typename S::type*>(line_in);
-  index_t j = 0;
-  if (sizeof(T) == 2) {  // the 16-bit types: explicit vectors (GCC does not vectorize their conversions)
-    using V = Vec16<W>;
-    const bool half = std::is_same<T, float16_t>::value;
-    for (; j + W <= k; j += W) {
-      typename V::vh h;
-      if (reverse) {
-        std::memcpy(&h, line + (n - 1 - start - j - (W - 1)), sizeof(h));
-        h = V::reversed(h);
-      } else {
-        std::memcpy(&h, line + start + j, sizeof(h));
-      }
-      simd::storeu<W>(buf + j, V::to_double(h, half));
-    }
-  }
-  if (reverse) {
-    const typename S::type* src = line + (n - 1 - start);
-    for (; j < k; ++j) buf[j] = S::to_double(src[-j]);
-  } else {
-    const typename S::type* src = line + start;
-    for (; j < k; ++j) buf[j] = S::to_double(src[j]);
-  }
-  const index_t kp = (k + W - 1) / W * W;
-  for (index_t i = k; i < kp; ++i) buf[i] = pad;
-  return kp;
-}
-
 // Asks for the chunk after this one (input, and the output lines about to be written) while this one
 // is computed: a chunk takes ~1 us, about ten memory latencies.
 template <typename T>
@@ -302,34 +269,6 @@ inline void prefetch_next(const T* in, T* out, index_t n, index_t start, bool re
   for (index_t j = 0; j < k; j += 64 / sizeof(T)) {
     __builtin_prefetch(in + first + j, 0);
     __builtin_prefetch(out + first + j, 1);
-  }
-}
-
-template <int W, typename T>
-PE_VINLINE void scatter(const double* __restrict buf, index_t n, index_t start, index_t k, bool reverse,
-                        T* line_out) {
-  using S = Storage<T>;
-  typename S::type* __restrict line = reinterpret_cast<typename S::type*>(line_out);
-  index_t j = 0;
-  if (sizeof(T) == 2) {
-    using V = Vec16<W>;
-    const bool half = std::is_same<T, float16_t>::value;
-    for (; j + W <= k; j += W) {
-      typename V::vh h = V::from_double(simd::loadu<W>(buf + j), half);
-      if (reverse) {
-        h = V::reversed(h);
-        std::memcpy(line + (n - 1 - start - j - (W - 1)), &h, sizeof(h));
-      } else {
-        std::memcpy(line + start + j, &h, sizeof(h));
-      }
-    }
-  }
-  if (reverse) {
-    typename S::type* dst = line + (n - 1 - start);
-    for (; j < k; ++j) dst[-j] = S::from_double(buf[j]);
-  } else {
-    typename S::type* dst = line + start;
-    for (; j < k; ++j) dst[j] = S::from_double(buf[j]);
   }
 }
 
@@ -516,13 +455,15 @@ struct FV {
   }
 };
 
-// Copies k elements of a line into buf as float, in scan order, padded to a multiple of 2W.
-template <int W, typename T>
-PE_VINLINE index_t gather_f(const T* line_in, index_t n, index_t start, index_t k, bool reverse,
-                            float* __restrict buf, float pad) {
+// Copies k elements of a line into buf in scan order, converted to B (double: W lanes per vector;
+// float: 2W), and pads to a whole vector; scatter writes such a buffer back. The 16-bit types use
+// explicit vectors (GCC does not vectorize their conversions).
+template <int W, typename B, typename T>
+PE_VINLINE index_t gather(const T* line_in, index_t n, index_t start, index_t k, bool reverse, B* __restrict buf,
+                          B pad) {
   using S = Storage<T>;
   const typename S::type* __restrict line = reinterpret_cast<const typename S::type*>(line_in);
-  constexpr int L = 2 * W;
+  constexpr int L = sizeof(B) == 8 ? W : 2 * W;
   index_t j = 0;
   if (sizeof(T) == 2) {
     using V = Vec16<L>;
@@ -535,36 +476,47 @@ PE_VINLINE index_t gather_f(const T* line_in, index_t n, index_t start, index_t 
       } else {
         std::memcpy(&h, line + start + j, sizeof(h));
       }
-      const typename V::vf f = V::to_float(h, half);
-      std::memcpy(buf + j, &f, sizeof(f));
+      if constexpr (sizeof(B) == 8) {
+        const vd<L> v = V::to_double(h, half);
+        std::memcpy(buf + j, &v, sizeof(v));
+      } else {
+        const typename V::vf v = V::to_float(h, half);
+        std::memcpy(buf + j, &v, sizeof(v));
+      }
     }
   }
   if (reverse) {
     const typename S::type* src = line + (n - 1 - start);
-    for (; j < k; ++j) buf[j] = static_cast<float>(S::to_double(src[-j]));
+    for (; j < k; ++j) buf[j] = static_cast<B>(S::to_double(src[-j]));
   } else {
     const typename S::type* src = line + start;
-    for (; j < k; ++j) buf[j] = static_cast<float>(S::to_double(src[j]));
+    for (; j < k; ++j) buf[j] = static_cast<B>(S::to_double(src[j]));
   }
   const index_t kp = (k + L - 1) / L * L;
   for (index_t i = k; i < kp; ++i) buf[i] = pad;
   return kp;
 }
 
-template <int W, typename T>
-PE_VINLINE void scatter_f(const float* __restrict buf, index_t n, index_t start, index_t k, bool reverse,
-                          T* line_out) {
+template <int W, typename B, typename T>
+PE_VINLINE void scatter(const B* __restrict buf, index_t n, index_t start, index_t k, bool reverse, T* line_out) {
   using S = Storage<T>;
   typename S::type* __restrict line = reinterpret_cast<typename S::type*>(line_out);
-  constexpr int L = 2 * W;
+  constexpr int L = sizeof(B) == 8 ? W : 2 * W;
   index_t j = 0;
   if (sizeof(T) == 2) {
     using V = Vec16<L>;
     const bool half = std::is_same<T, float16_t>::value;
     for (; j + L <= k; j += L) {
-      typename V::vf f;
-      std::memcpy(&f, buf + j, sizeof(f));
-      typename V::vh h = V::from_float(f, half);
+      typename V::vh h;
+      if constexpr (sizeof(B) == 8) {
+        vd<L> v;
+        std::memcpy(&v, buf + j, sizeof(v));
+        h = V::from_double(v, half);
+      } else {
+        typename V::vf v;
+        std::memcpy(&v, buf + j, sizeof(v));
+        h = V::from_float(v, half);
+      }
       if (reverse) {
         h = V::reversed(h);
         std::memcpy(line + (n - 1 - start - j - (L - 1)), &h, sizeof(h));
@@ -797,7 +749,7 @@ struct ForwardRows {
       const bool direct = std::is_same<T, float>::value && !reverse && k % (2 * W) == 0;
       const float* in = direct ? reinterpret_cast<const float*>(x + r * n + start) : bx;
       float* res = direct ? reinterpret_cast<float*>(out + r * n + start) : bo;
-      const index_t kp = direct ? k : gather_f<W>(x + r * n, n, start, k, reverse, bx, -std::numeric_limits<float>::infinity());
+      const index_t kp = direct ? k : gather<W>(x + r * n, n, start, k, reverse, bx, -std::numeric_limits<float>::infinity());
       NextLines next;
       if (start + kChunk < s1) {
         const index_t first = reverse ? n - start - kChunk - std::min(kChunk, s1 - start - kChunk) : start + kChunk;
@@ -807,7 +759,7 @@ struct ForwardRows {
       const bool ok = exclusive ? scan_chunk_f<W, true>(in, res, kp, carry, exact, next)
                                 : scan_chunk_f<W, false>(in, res, kp, carry, exact, next);
       if (!ok) return false;
-      if (!direct) scatter_f<W>(bo, n, start, k, reverse, out + r * n);
+      if (!direct) scatter<W>(bo, n, start, k, reverse, out + r * n);
     }
     return true;
   }
@@ -828,7 +780,7 @@ struct ForwardRows {
       index_t start = 0;
       for (; start < split; start += kChunk) {
         const index_t k = std::min(kChunk, split - start);
-        if (!reduce_chunk_f<W>(bx, gather_f<W>(x, n, start, k, reverse, bx, -std::numeric_limits<float>::infinity()),
+        if (!reduce_chunk_f<W>(bx, gather<W>(x, n, start, k, reverse, bx, -std::numeric_limits<float>::infinity()),
                                carry)) {
           break;
         }

@@ -26,12 +26,17 @@ inline int max_threads() {
 #endif
 }
 
+// Threads worth using for n items when `grain` is the smallest amount of work worth a thread.
+inline int64_t threads_for(int64_t n, int64_t grain) {
+  return std::min<int64_t>(max_threads(), std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
+}
+
 // fn(chunk_begin, chunk_end). `grain` is the smallest amount of work worth a thread.
 template <typename Fn>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
   const int64_t n = end - begin;
   if (n <= 0) return;
-  const int64_t threads = std::min<int64_t>(max_threads(), std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
+  const int64_t threads = threads_for(n, grain);
   if (threads <= 1) {
     fn(begin, end);
     return;
@@ -58,7 +63,7 @@ template <typename Fn>
 void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
   const int64_t n = end - begin;
   if (n <= 0) return;
-  const int64_t threads = std::min<int64_t>(max_threads(), std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
+  const int64_t threads = threads_for(n, grain);
   if (threads <= 1) {
     fn(begin, end);
     return;
