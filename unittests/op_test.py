@@ -185,6 +185,50 @@ def static_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=Non
         return [np.asarray(g) for g in exe.run(main, feed=feeds, fetch_list=grads)]
 
 
+def _first_order(fn, values: dict, attrs: dict, wrt, weights, create_graph):
+    """Tensors of values (wrt ones differentiable) and the grads of the weighted loss w.r.t. wrt."""
+    tensors = _dygraph_inputs(values, "float64")
+    names = list(values)
+    for name in wrt:
+        tensors[names.index(name)].stop_gradient = False
+    loss = _weighted_loss(_as_tuple(fn(*tensors, **attrs)), weights)
+    xs = [tensors[names.index(n)] for n in wrt]
+    grads = paddle.grad(loss, xs, create_graph=create_graph, allow_unused=True)
+    return xs, [paddle.zeros_like(x) if g is None else g for x, g in zip(xs, grads)]
+
+
+def check_double_grad(fn, inputs: dict, wrt, attrs: dict | None = None, delta=1e-6, rtol=1e-6, atol=1e-8):
+    """Second-order grads (dygraph, create_graph=True) in float64: the grad of sum_i v_i * dL/dx_i
+    (L the random-weighted loss, v random) against central differences of the first-order grads."""
+    attrs = attrs or {}
+    wrt = [wrt] if isinstance(wrt, str) else list(wrt)
+    values = {k: (np.array(v, dtype=np.float64) if _is_float(v) else np.asarray(v)) for k, v in inputs.items()}
+    with paddle.no_grad():
+        shapes = [tuple(o.shape) for o in _as_tuple(fn(*_dygraph_inputs(values, "float64"), **attrs))]
+    weights = _loss_weights(shapes)
+    vs = _loss_weights([values[n].shape for n in wrt], seed=8)
+
+    def directional(create_graph):
+        xs, grads = _first_order(fn, values, attrs, wrt, weights, create_graph)
+        return xs, sum((g * paddle.to_tensor(v)).sum() for g, v in zip(grads, vs))
+
+    xs, total = directional(True)
+    analytic = paddle.grad(total, xs, allow_unused=True)
+    for name, x, a in zip(wrt, xs, analytic):
+        a = np.zeros(x.shape) if a is None else a.numpy()
+        flat, numeric = values[name].reshape(-1), np.zeros(a.size)
+        for i in range(flat.size):
+            orig = flat[i]
+            flat[i] = orig + delta
+            plus = float(directional(False)[1])
+            flat[i] = orig - delta
+            minus = float(directional(False)[1])
+            flat[i] = orig
+            numeric[i] = (plus - minus) / (2 * delta)
+        np.testing.assert_allclose(a.reshape(-1), numeric, rtol=rtol, atol=atol,
+                                   err_msg=f"second-order grad w.r.t. {name}")
+
+
 def numeric_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=None, delta=1e-5):
     """Central differences of the weighted loss, through the op itself in float64."""
     def loss_at(values):

@@ -9,7 +9,7 @@ import pytest
 import refs
 from paddle_ext.nn import AdaptiveLogSoftmaxWithLoss
 from paddle_ext.nn.functional import adaptive_log_softmax_with_loss
-from op_test import check_export, check_grad, check_output
+from op_test import check_double_grad, check_export, check_grad, check_output
 
 IN, N_CLASSES, CUTOFFS, DIV = 8, 30, [5, 12, 20], 2.0
 
@@ -93,6 +93,19 @@ def _functional_inputs(layer, labels=None, n=6):
     for name, pair in zip("abc", tails):
         inputs[f"w1{name}"], inputs[f"w2{name}"] = pair
     return inputs
+
+
+def test_second_order_grads_of_the_loss():
+    layer = make_layer(head_bias=True)
+    inputs = _functional_inputs(layer, n=4)
+    check_double_grad(_functional, inputs, ["x", "hw", "hb", "w2c"])
+
+
+def test_second_order_grads_through_the_layer_and_log_prob():
+    layer = make_layer(head_bias=True)
+    x, y = data(4, seed=5, labels=[1, 7, 14, 25])
+    check_double_grad(lambda x: layer(x, paddle.to_tensor(y))[1], {"x": x}, "x")
+    check_double_grad(lambda x: layer.log_prob(x), {"x": x}, "x")
 
 
 @pytest.mark.parametrize("labels", [None, [13, 14, 19, 12, 18, 15]], ids=["mixed", "one-tail-cluster"])

@@ -6,7 +6,7 @@ import pytest
 
 import paddle_ext
 import refs
-from op_test import FLOAT_DTYPES, check_export, check_grad, check_output, run_static
+from op_test import FLOAT_DTYPES, check_double_grad, check_export, check_grad, check_output, run_static
 
 SHAPES = [(1, 1), (4, 1), (3, 5), (7, 33), (2, 1000), (5, 4097)]
 
@@ -66,6 +66,29 @@ def test_target_grad_matches_numeric(shape):
 def test_full_grad_matches_numeric(shape):
     check_grad(full_op, {"logits": rand(shape, seed=8, scale=2.0), "offset": rand(shape[:1], seed=9)},
                ["logits", "offset"])
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (2, 9)])
+def test_target_second_order_grads_match_numeric(shape):
+    check_double_grad(target_op, {"logits": rand(shape, seed=6, scale=2.0), "target": targets(*shape, seed=7)},
+                      "logits")
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (2, 9)])
+def test_full_second_order_grads_match_numeric(shape):
+    check_double_grad(full_op, {"logits": rand(shape, seed=8, scale=2.0), "offset": rand(shape[:1], seed=9)},
+                      ["logits", "offset"])
+
+
+@pytest.mark.parametrize("op", ["target", "full"])
+def test_first_order_grads_same_with_and_without_create_graph(op):
+    x = paddle.to_tensor(rand((4, 7), seed=12), stop_gradient=False)
+    other = paddle.to_tensor(targets(4, 7) if op == "target" else rand((4,), seed=13))
+    fn = target_op if op == "target" else full_op
+    w = paddle.to_tensor(rand((4,) if op == "target" else (4, 7), seed=14))
+    g1 = paddle.grad((fn(x, other) * w).sum(), x)[0].numpy()
+    g2 = paddle.grad((fn(x, other) * w).sum(), x, create_graph=True)[0].numpy()
+    np.testing.assert_allclose(g2, g1, rtol=1e-12, atol=1e-14)
 
 
 def test_target_grad_is_onehot_minus_softmax_times_upstream():

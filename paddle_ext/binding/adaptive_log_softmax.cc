@@ -51,6 +51,14 @@ std::vector<std::vector<int64_t>> AlsFullInferShape(const std::vector<int64_t>& 
   return {logits_shape, {logits_shape[0]}};
 }
 
+// adaptive_log_softmax_full_vjp: logits_grad like logits, offset_grad like offset.
+std::vector<std::vector<int64_t>> AlsFullVjpInferShape(const std::vector<int64_t>& logits_shape,
+                                                       const std::vector<int64_t>& offset_shape,
+                                                       const std::vector<int64_t>& lse_shape,
+                                                       const std::vector<int64_t>& out_grad_shape) {
+  return {logits_shape, offset_shape};
+}
+
 std::vector<paddle::DataType> AlsInferDtype(const paddle::DataType& logits, const paddle::DataType& other) {
   return {logits, lse_dtype(logits)};
 }

@@ -21,6 +21,7 @@ import numbers
 
 import paddle
 import paddle.nn.functional as F
+from paddle.autograd import PyLayer
 
 from . import _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
@@ -79,8 +80,7 @@ def adaptive_log_softmax_target(logits, target, name=None):
         if lo < 0 or hi >= k:
             bad = lo if lo < 0 else hi
             raise LabelOutOfRangeError(f"{op}: target value {bad} is out of range [0, {k})")
-    out, _ = _library.ops().adaptive_log_softmax_target(logits, target)
-    return out
+    return _target(logits, target)
 
 
 def adaptive_log_softmax_full(logits, offset=None, name=None):
@@ -102,8 +102,60 @@ def adaptive_log_softmax_full(logits, offset=None, name=None):
             raise ValueError(f"{op}: offset has {offset.shape[0]} rows but logits has {logits.shape[0]}")
         if offset.dtype != logits.dtype:
             offset = paddle.cast(offset, logits.dtype)
-    out, _ = _library.ops().adaptive_log_softmax_full(logits, offset)
-    return out
+    return _full(logits, offset)
+
+
+def _target(logits, target):
+    """The target op; in dygraph with grads, through _Target (grads of any order)."""
+    if paddle.in_dynamic_mode() and not logits.stop_gradient:
+        return _Target.apply(logits, target)
+    return _library.ops().adaptive_log_softmax_target(logits, target)[0]  # static: the registered grad op
+
+
+def _full(logits, offset):
+    if paddle.in_dynamic_mode() and not (logits.stop_gradient and offset.stop_gradient):
+        return _Full.apply(logits, offset)
+    return _library.ops().adaptive_log_softmax_full(logits, offset)[0]
+
+
+class _Target(PyLayer):
+    """Dygraph autograd: the fused grad kernel for first-order grads; when the backward is recorded
+    (create_graph=True), the same grad as differentiable ops, so higher-order grads are right."""
+
+    @staticmethod
+    def forward(ctx, logits, target):
+        out, lse = _library.ops().adaptive_log_softmax_target(logits, target)
+        ctx.save_for_backward(logits, target, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, out_grad):
+        logits, target, lse = ctx.saved_tensor()
+        if not paddle.is_grad_enabled():
+            return _library.ops().adaptive_log_softmax_target_vjp(logits, target, lse, out_grad), None
+        onehot = F.one_hot(target, logits.shape[1]).astype(logits.dtype)
+        return (onehot - F.softmax(logits, axis=1)) * out_grad.unsqueeze(1), None
+
+
+class _Full(PyLayer):
+    """As _Target, for adaptive_log_softmax_full."""
+
+    @staticmethod
+    def forward(ctx, logits, offset):
+        out, lse = _library.ops().adaptive_log_softmax_full(logits, offset)
+        ctx.save_for_backward(logits, offset, lse)
+        ctx.grads = (not logits.stop_gradient, not offset.stop_gradient)
+        return out
+
+    @staticmethod
+    def backward(ctx, out_grad):
+        logits, offset, lse = ctx.saved_tensor()
+        if not paddle.is_grad_enabled():
+            logits_grad, offset_grad = _library.ops().adaptive_log_softmax_full_vjp(logits, offset, lse, out_grad)
+        else:
+            offset_grad = out_grad.sum(axis=1)
+            logits_grad = out_grad - F.softmax(logits, axis=1) * offset_grad.unsqueeze(1)
+        return tuple(g if needed else None for g, needed in zip((logits_grad, offset_grad), ctx.grads))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -213,7 +265,6 @@ def _cast(t, dtype):
 
 def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias):
     """[N] log p(label | input) for a 2-D input, in the compute dtype."""
-    ops = _library.ops()
     shortlist = cutoffs[0]
     head = F.linear(input, head_weight, head_bias)
     # The head column of each row: its label in the shortlist, else shortlist + (cluster index - 1).
@@ -221,7 +272,7 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
     for c in cutoffs[:-1]:
         cluster = cluster + (label >= c).astype("int64")
     head_target = paddle.where(cluster == 0, label, cluster + (shortlist - 1))
-    output, _ = ops.adaptive_log_softmax_target(head, head_target)
+    output = _target(head, head_target)
     for i in range(len(cutoffs) - 1):
         low, high = cutoffs[i], cutoffs[i + 1]
         rows = paddle.nonzero((label >= low) & (label < high))  # [k, 1]
@@ -230,22 +281,21 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
         flat = rows.reshape([-1])
         hidden = paddle.matmul(paddle.gather(input, flat), tail_weights[i][0])
         logits = paddle.matmul(hidden, tail_weights[i][1])
-        local, _ = ops.adaptive_log_softmax_target(logits, paddle.gather(label, flat) - low)
-        output = paddle.scatter_nd_add(output, rows, local)
+        local = _target(logits, paddle.gather(label, flat) - low)
+        output = paddle.index_add(output, flat, 0, local)  # scatter_nd_add has no second-order grad
     return output
 
 
 def _full_log_prob(input, head, tail_weights, cutoffs):
     """[N, n_classes] log-probabilities, from the input and its head logits."""
-    ops = _library.ops()
     shortlist = cutoffs[0]
     zeros = paddle.zeros_like(head[:, 0])
     zeros.stop_gradient = True
-    head_lp, _ = ops.adaptive_log_softmax_full(head, zeros)
+    head_lp = _full(head, zeros)
     pieces = [head_lp[:, :shortlist]]
     for i in range(len(cutoffs) - 1):
         logits = paddle.matmul(paddle.matmul(input, tail_weights[i][0]), tail_weights[i][1])
-        lp, _ = ops.adaptive_log_softmax_full(logits, head_lp[:, shortlist + i])
+        lp = _full(logits, head_lp[:, shortlist + i])
         pieces.append(lp)
     return paddle.concat(pieces, axis=1) if len(pieces) > 1 else pieces[0]
 
