@@ -254,34 +254,73 @@ def mutual_information_brute_force(px, py, boundary=None):
     return ans, px_grad, py_grad
 
 
+def _log_softmax_last(x):
+    m = x.max(-1, keepdims=True)
+    return x - (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))
+
+
+def _rnnt_edges(logp, symbols, termination_symbol):
+    """From log-probs [B, T, S+1, C]: symbol scores [B, S, T] (logp[t, s, symbols[s]]) and blank
+    scores [B, S+1, T] (logp[t, s, termination_symbol])."""
+    S = logp.shape[2] - 1
+    sym = np.take_along_axis(logp[:, :, :S], np.asarray(symbols)[:, None, :, None], axis=3)[..., 0]
+    return sym.transpose(0, 2, 1), logp[..., termination_symbol].transpose(0, 2, 1)
+
+
+def _rnnt_finish(px, py, boundary, rnnt_type):
+    """A symbol edge (t, s) -> s+1 scores px[s, t] (modified/constrained: it also moves to t+1;
+    constrained adds the blank of context s+1 on frame t), a blank edge py[s, t] moves to t+1; regular
+    paths end with a blank on the last frame, so regular px is [B, S, T+1] with px[:, :, t_end] = -inf."""
+    B, S, T = px.shape
+    if rnnt_type == "constrained":
+        px = px + py[:, 1:, :]
+    if rnnt_type == "regular":
+        px = np.concatenate([px, np.full((B, S, 1), -np.inf)], axis=2)
+        for b in range(B):
+            px[b, :, T if boundary is None else int(boundary[b][3])] = -np.inf
+    return px, py
+
+
+def rnnt_logprobs(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
+    """(px, py) of the joiner logits [B, T, S+1, C] (exact log-softmax over C, float64)."""
+    logp = _log_softmax_last(np.asarray(logits, np.float64))
+    return _rnnt_finish(*_rnnt_edges(logp, symbols, termination_symbol), boundary, rnnt_type)
+
+
+def rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale, boundary=None,
+                           rnnt_type="regular", tiny=np.finfo(np.float64).tiny):
+    """k2's smoothed (px, py): the log-softmax of am[t] + lm[s], of lm[s] alone and of am[t] + log(u)
+    (u = the mean of the softmax(lm) rows + tiny), mixed linearly in log space (a zero scale is 1e-20)."""
+    lm, am = np.asarray(lm, np.float64), np.asarray(am, np.float64)
+    log_u = np.log(np.exp(_log_softmax_last(lm)).mean(axis=(0, 1)) + tiny)
+    parts = [(_log_softmax_last(lm[:, None] + am[:, :, None]), 1.0 - lm_only_scale - am_only_scale),
+             (_log_softmax_last(lm)[:, None], lm_only_scale or 1e-20),
+             (_log_softmax_last(am + log_u)[:, :, None], am_only_scale or 1e-20)]
+    B, T, S1 = am.shape[0], am.shape[1], lm.shape[1]
+    px, py = np.zeros((B, S1 - 1, T)), np.zeros((B, S1, T))
+    for logp, scale in parts:
+        sym, blank = _rnnt_edges(np.broadcast_to(logp, (B, T, S1, lm.shape[2])), symbols, termination_symbol)
+        px, py = px + scale * sym, py + scale * blank
+    return _rnnt_finish(px, py, boundary, rnnt_type)
+
+
 def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0):
-    """Per-item RNN-T loss on joiner logits [B, T, S+1, C], by explicit loops over the lattice edges:
-    a symbol edge (t, s) -> s+1 scores log_softmax(logits[t, s])[symbols[s]] (modified/constrained:
-    it also moves to t+1; constrained adds the blank of context s+1 on frame t), a blank edge moves
-    to t+1; regular paths end with a blank on the last frame."""
-    logits = np.asarray(logits, np.float64)
-    B, T, S1, C = logits.shape
-    S = S1 - 1
-    m = logits.max(-1, keepdims=True)
-    logp = logits - (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))
-    regular = rnnt_type == "regular"
-    px = np.full((B, S, T + 1 if regular else T), -np.inf)
-    py = np.zeros((B, S + 1, T))
-    for b in range(B):
-        t_end = T if boundary is None else int(boundary[b][3])
-        for s in range(S + 1):
-            for t in range(T):
-                py[b, s, t] = logp[b, t, s, termination_symbol]
-                if s < S and (not regular or t != t_end):
-                    px[b, s, t] = logp[b, t, s, symbols[b][s]]
-        if rnnt_type == "constrained":
-            px[b] += py[b, 1:, :]
+    """Per-item RNN-T loss on joiner logits [B, T, S+1, C] (the recursion over rnnt_logprobs)."""
+    px, py = rnnt_logprobs(logits, symbols, termination_symbol, boundary, rnnt_type)
+    return rnnt_loss_from_logprobs(px, py, boundary, rnnt_type, delay_penalty)
+
+
+def rnnt_loss_from_logprobs(px, py, boundary=None, rnnt_type="regular", delay_penalty=0.0):
     if delay_penalty > 0:
-        T0 = px.shape[2]
+        B, _, T0 = px.shape
+        T = py.shape[2]
+        px = px.copy()
         for b in range(B):
             t_end = T if boundary is None else int(boundary[b][3])
             px[b] += delay_penalty * ((t_end - 1) / 2 - np.arange(T0))[None, :]
     return -mutual_information(px, py, boundary)[0]
+
+
 # ---------------------------------------------------------------------------------------------------
 # adaptive_log_softmax (float64, straight from the definitions; PyTorch's algorithm for the layer)
 

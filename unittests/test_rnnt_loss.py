@@ -342,3 +342,202 @@ def test_smoothed_am_only_part_sees_lm_only_through_its_unigram():
     lm_only = paddle_ext.rnnt_loss_smoothed(t(lm), t(am), t(symbols), 0, 1.0, 0.0, t(boundary), reduction="none")
     logits = np.broadcast_to(lm[:, None], (3, 7, 5, 5)).copy()
     np.testing.assert_allclose(lm_only.numpy(), refs.rnnt_loss(logits, symbols, 0, boundary), rtol=1e-8)
+
+
+# ---------------------------------------------------------------------------------------------
+# exact for any finite logits (the exp-space normaliser of the simple losses underflows past ~700)
+
+
+def wide_problem(scale, B=2, T=4, S=3, C=5, seed=20):
+    lm, am, symbols, boundary = problem(B=B, T=T, S=S, C=C, seed=seed)
+    return lm * scale, am * scale, symbols, boundary
+
+
+# the issue's case: B=1, S=1, T=2, C=3, logits x 1e3 (px off by up to 57.5)
+ISSUE_CASE = (np.array([[[0.4, -1.2, 0.9], [-0.3, 1.1, -0.8]]]) * 1e3,
+              np.array([[[1.3, -0.5, -1.0], [-0.9, 0.2, 1.4]]]) * 1e3, np.array([[1]]), None)
+
+
+def _problems():
+    yield "issue", ISSUE_CASE
+    for scale in (1.0, 30.0, 1e3, 1e4):
+        yield f"x{scale:g}", wide_problem(scale)
+    yield "x30 long", wide_problem(30.0, T=24, S=12, C=6)  # spreads > 745 inside the recursion's blocks
+
+
+PROBLEMS = dict(_problems())
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+@pytest.mark.parametrize("rnnt_type", TYPES)
+def test_simple_logprobs_are_the_exact_log_softmax(name, rnnt_type):
+    lm, am, symbols, boundary = PROBLEMS[name]
+    bd = None if boundary is None else t(boundary)
+    px, py = paddle_ext.get_rnnt_logprobs(t(lm), t(am), t(symbols), 0, bd, rnnt_type)
+    ref_px, ref_py = refs.rnnt_logprobs(lm[:, None] + am[:, :, None], symbols, 0, boundary, rnnt_type)
+    np.testing.assert_allclose(px.numpy(), ref_px, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(py.numpy(), ref_py, rtol=1e-9, atol=1e-9)
+    # float32: the float64 result on the same (float32) inputs, to float32 rounding of values this large
+    lm32, am32 = lm.astype(np.float32), am.astype(np.float32)
+    px32, py32 = paddle_ext.get_rnnt_logprobs(t(lm32), t(am32), t(symbols), 0, bd, rnnt_type)
+    ref_px, ref_py = refs.rnnt_logprobs(lm32[:, None].astype(np.float64) + am32[:, :, None], symbols, 0, boundary,
+                                        rnnt_type)
+    np.testing.assert_allclose(px32.numpy(), ref_px, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(py32.numpy(), ref_py, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("scales", [(0.1, 0.2), (0.0, 0.5)])
+def test_smoothed_logprobs_are_exact(name, rnnt_type, scales):
+    lm, am, symbols, boundary = PROBLEMS[name]
+    bd = None if boundary is None else t(boundary)
+    px, py = paddle_ext.get_rnnt_logprobs_smoothed(t(lm), t(am), t(symbols), 0, *scales, bd, rnnt_type)
+    ref_px, ref_py = refs.rnnt_logprobs_smoothed(lm, am, symbols, 0, *scales, boundary, rnnt_type)
+    np.testing.assert_allclose(px.numpy(), ref_px, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(py.numpy(), ref_py, rtol=1e-9, atol=1e-9)
+    lm32, am32 = lm.astype(np.float32), am.astype(np.float32)
+    px32, py32 = paddle_ext.get_rnnt_logprobs_smoothed(t(lm32), t(am32), t(symbols), 0, *scales, bd, rnnt_type)
+    ref_px, ref_py = refs.rnnt_logprobs_smoothed(lm32, am32, symbols, 0, *scales, boundary, rnnt_type,
+                                                 tiny=np.finfo(np.float32).tiny)
+    np.testing.assert_allclose(px32.numpy(), ref_px, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(py32.numpy(), ref_py, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+def test_simple_logprobs_grads_with_wide_logits(rnnt_type):
+    """The exactly recomputed cells are differentiable too (dygraph and static)."""
+    lm, am, symbols, boundary = wide_problem(1e3, B=1, T=3, S=2, C=3)
+
+    def fn(lm, am, symbols, boundary):
+        return paddle_ext.get_rnnt_logprobs(lm, am, symbols, 0, boundary, rnnt_type)
+
+    check_grad(fn, {"lm": lm, "am": am, "symbols": symbols, "boundary": boundary}, ["lm", "am"], delta=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+@pytest.mark.parametrize("rnnt_type", TYPES)
+def test_simple_and_smoothed_losses_with_wide_logits(name, rnnt_type):
+    """Against the float64 NumPy recursion (needs mutual_information exact for any finite px/py)."""
+    lm, am, symbols, boundary = PROBLEMS[name]
+    if rnnt_type == "modified" and boundary is None and am.shape[1] < symbols.shape[1]:
+        pytest.skip("modified needs T >= S")
+    bd = None if boundary is None else t(boundary)
+    got = paddle_ext.rnnt_loss_simple(t(lm), t(am), t(symbols), 0, bd, rnnt_type, reduction="none")
+    ref = refs.rnnt_loss(lm[:, None] + am[:, :, None], symbols, 0, boundary, rnnt_type)
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-9, atol=1e-9)
+    got = paddle_ext.rnnt_loss_smoothed(t(lm), t(am), t(symbols), 0, 0.1, 0.2, bd, rnnt_type, reduction="none")
+    ref = refs.rnnt_loss_from_logprobs(*refs.rnnt_logprobs_smoothed(lm, am, symbols, 0, 0.1, 0.2, boundary, rnnt_type),
+                                       boundary)
+    np.testing.assert_allclose(got.numpy(), ref, rtol=1e-9, atol=1e-9)
+
+
+def test_simple_logprobs_static_with_wide_logits():
+    lm, am, symbols, boundary = wide_problem(1e3)
+
+    def fn(lm, am, symbols, boundary):
+        return paddle_ext.get_rnnt_logprobs(lm, am, symbols, 0, boundary)
+
+    check_output(fn, {"lm": lm, "am": am, "symbols": symbols, "boundary": boundary},
+                 lambda lm, am, sy, bd: refs.rnnt_logprobs(lm[:, None] + am[:, :, None], sy, 0, bd), rtol=1e-9)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e3])
+def test_simple_logprobs_export_with_wide_logits(scale, tmp_path):
+    """The exported graph holds the fallback: paddle.inference runs it with nothing (1) or some (1e3)
+    cells to recompute."""
+    lm, am, symbols, boundary = wide_problem(scale)
+    f32 = {"lm": lm.astype(np.float32), "am": am.astype(np.float32), "symbols": symbols, "boundary": boundary}
+    out = check_export(lambda lm, am, sy, bd: paddle_ext.get_rnnt_logprobs(lm, am, sy, 0, bd), f32,
+                       directory=str(tmp_path), rtol=1e-5)
+    ref = refs.rnnt_logprobs(f32["lm"][:, None].astype(np.float64) + f32["am"][:, :, None], symbols, 0, boundary)
+    for got, want in zip(out, ref):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# ranges that leave no path are an error, not an inf loss
+
+
+def _with_start(start, R):
+    return (np.asarray(start)[..., None] + np.arange(R)).astype(np.int64)
+
+
+@pytest.mark.parametrize("rnnt_type", ["regular", "modified"])
+@pytest.mark.parametrize("item,start,match", [
+    (0, "all -3", r"ranges\[0, 0\] = \[-3, -3, -3\] is not s_begin \+ arange\(s_range\)"),
+    (1, "not consecutive", r"ranges\[1, 2\] = \[2, 4, 3\] is not s_begin \+ arange\(s_range\)"),
+    (0, [-1, 1, 2, 3, 4, 4, 4], r"ranges\[0, 0\] = \[-1, 0, 1\] does not fit in \[0, S\] = \[0, 6\]"),
+    (0, [0, 1, 2, 3, 4, 4, 5], r"ranges\[0, 6\] = \[5, 6, 7\] does not fit in \[0, S\] = \[0, 6\]"),
+    (0, [0, 1, 2, 3, 2, 4, 4], r"non-decreasing along T, but ranges\[0, 4, 0\] = 2 < ranges\[0, 3, 0\] = 3"),
+    (0, [0, 0, 0, 4, 4, 4, 4], r"no path through the lattice for batch item 0"),  # a jump past the window
+    (1, [0, 0, 0, 0, 0, 0, 0], r"no path through the lattice for batch item 1"),  # never reaches s_end
+    (0, [1, 1, 2, 3, 4, 4, 4], r"no path through the lattice for batch item 0"),  # misses s_begin = 0
+])
+def test_pruned_loss_rejects_invalid_ranges(rnnt_type, item, start, match):
+    """k2's ranges: ranges[b, t] = s_begin[b, t] + arange(s_range) inside [0, S], s_begin non-decreasing,
+    and some lattice path inside the windows; anything else gave an inf loss silently."""
+    B, T, S, R, C = 2, 7, 6, 3, 5
+    _, _, symbols, _ = problem(B=B, T=T, S=S, C=C, seed=21)
+    ranges = _with_start(np.broadcast_to([0, 1, 2, 3, 4, 4, 4], (B, T)), R)
+    logits = t(np.random.default_rng(22).normal(size=(B, T, R, C)))
+    ok = paddle_ext.rnnt_loss_pruned(logits, t(symbols), t(ranges), 0, rnnt_type=rnnt_type, reduction="none")
+    assert np.isfinite(ok.numpy()).all()
+    if start == "all -3":
+        ranges[:] = -3
+    elif start == "not consecutive":
+        ranges[1, 2] = [2, 4, 3]
+    else:
+        ranges[item] = _with_start(start, R)
+    with pytest.raises(ValueError, match=match):
+        paddle_ext.rnnt_loss_pruned(logits, t(symbols), t(ranges), 0, rnnt_type=rnnt_type)
+
+
+def test_pruned_loss_ranges_must_be_integers():
+    with pytest.raises(TypeError, match="ranges must be an integer tensor, got float32"):
+        paddle_ext.rnnt_loss_pruned(t(np.zeros((1, 2, 2, 3))), t(np.zeros((1, 1), np.int64)),
+                                    t(np.zeros((1, 2, 2), np.float32)), 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# higher-order grads: refused at once (a wrong number or a SystemError before), first order unchanged
+
+
+def _losses(lm, am, symbols, boundary):
+    B, T, C = am.shape
+    S = symbols.shape[1]
+    ranges = t(_with_start(np.broadcast_to(np.minimum(np.arange(T) // 2, S - 1), (B, T)), 2))
+    return {
+        "rnnt_loss_simple": lambda: paddle_ext.rnnt_loss_simple(lm, am, symbols, 0, boundary),
+        "rnnt_loss_smoothed": lambda: paddle_ext.rnnt_loss_smoothed(lm, am, symbols, 0, 0.1, 0.1, boundary),
+        "rnnt_loss": lambda: paddle_ext.rnnt_loss(lm.unsqueeze(1) + am.unsqueeze(2), symbols, 0, boundary),
+        "rnnt_loss_pruned": lambda: paddle_ext.rnnt_loss_pruned(
+            paddle_ext.do_rnnt_pruning(am, lm, ranges)[0] + paddle_ext.do_rnnt_pruning(am, lm, ranges)[1],
+            symbols, ranges, 0, boundary),
+    }
+
+
+@pytest.mark.parametrize("op", ["rnnt_loss_simple", "rnnt_loss_smoothed", "rnnt_loss", "rnnt_loss_pruned"])
+def test_higher_order_grads_are_refused(op):
+    lm_np, am_np, symbols, _ = problem(seed=23)
+    lm, am = t(lm_np, False), t(am_np, False)
+    loss = _losses(lm, am, t(symbols), None)[op]
+    # Paddle re-raises an exception from a PyLayer backward as OSError "(External)", message kept
+    with pytest.raises(OSError, match=f"NotImplementedError: {op}: higher-order grads are not supported"):
+        paddle.grad(loss(), [lm, am], create_graph=True)
+    # the gradient-penalty pattern (a SystemError "Unable to fill empty grad inputs" before)
+    with pytest.raises(OSError, match=f"NotImplementedError: {op}"):
+        (g,) = paddle.grad(loss(), am, create_graph=True)
+        (g * g).sum().backward()
+    # first order is unaffected: paddle.grad and backward agree, and match central differences
+    gl, ga = paddle.grad(loss(), [lm, am])
+    loss().backward()
+    np.testing.assert_allclose(am.grad.numpy(), ga.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(lm.grad.numpy(), gl.numpy(), rtol=1e-12)
+    i = (1, 2, 3)
+    with paddle.no_grad():
+        d = np.zeros_like(am_np)
+        d[i] = 1e-6
+        plus = float(_losses(lm, t(am_np + d), t(symbols), None)[op]())
+        minus = float(_losses(lm, t(am_np - d), t(symbols), None)[op]())
+    np.testing.assert_allclose(ga.numpy()[i], (plus - minus) / 2e-6, rtol=1e-5, atol=1e-8)

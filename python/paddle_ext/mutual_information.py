@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import paddle
+from paddle.autograd import PyLayer
 
 from . import _library
 from ._checks import FLOATING_DTYPES, check_tensor, dtype_name
@@ -79,7 +80,15 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, name=
 
     Returns:
         ``ans`` of shape ``[B]`` = ``p[b, s_end, t_end]``, or ``(ans, (px_grad, py_grad))``.
+
+    First-order grads only: a higher-order graph (``paddle.grad(..., create_graph=True)``) raises
+    NotImplementedError in dygraph.
     """
+    return _recursion(px, py, boundary, return_grad, "mutual_information_recursion")
+
+
+def _recursion(px, py, boundary, return_grad, op):
+    """mutual_information_recursion for ``op`` (named in the higher-order-grad error)."""
     _B, S, T, _modified = check_px_py(px, py)
     boundary = check_boundary(boundary, px.shape[0], S, T)
     dtype = px.dtype
@@ -88,6 +97,8 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, name=
     ans, p = _library.ops().mutual_information(px, py, boundary)
     if dtype != ans.dtype:
         ans = ans.astype(dtype)
+    if paddle.in_dynamic_mode() and not ans.stop_gradient:
+        ans = _FirstOrderOnly.apply(ans, op)
     if not return_grad:
         return ans
     px_grad, py_grad = _library.ops().mutual_information_occupation(px.detach(), py.detach(), boundary, p.detach())
@@ -96,6 +107,23 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, name=
     px_grad.stop_gradient = True
     py_grad.stop_gradient = True
     return ans, (px_grad, py_grad)
+
+
+class _FirstOrderOnly(PyLayer):
+    """Identity whose backward refuses to be recorded: the registered grad op has no grad of its own,
+    so Paddle would otherwise build a silently wrong (or unusable) higher-order graph through it."""
+
+    @staticmethod
+    def forward(ctx, x, op):
+        ctx.op = op
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if paddle.is_grad_enabled():
+            raise NotImplementedError(f"{ctx.op}: higher-order grads are not supported (paddle.grad with "
+                                      f"create_graph=True through it); first-order grads are")
+        return grad
 
 
 __all__ = ["mutual_information_recursion"]

@@ -16,8 +16,9 @@ import warnings
 import numpy as np
 import paddle
 
+from . import _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
-from .mutual_information import check_boundary, mutual_information_recursion
+from .mutual_information import _recursion, check_boundary
 
 RNNT_TYPES = ("regular", "modified", "constrained")
 REDUCTIONS = ("none", "mean", "sum")
@@ -141,6 +142,49 @@ def _check_lm_am(lm, am, op):
     return B, S, T, C
 
 
+def _exp_shifted(x):
+    """exp(x - max) over the last axis (every factor <= 1, so the products below cannot overflow), and max."""
+    x_max = _max_const(x, 2)
+    return paddle.exp(x - x_max), x_max
+
+
+def _log_with_fallback(approx, shift, C, exact_terms):
+    """log(approx) + shift, where approx is an exp-space sum of C products of factors <= 1, standing for
+    logsumexp over C terms; exact_terms(idx) gives those terms [K, C] for the cells idx [K, ndim].
+
+    approx is exact to rounding unless its largest term lost digits to underflow. approx >= C * e^-X
+    means the largest term is >= e^-X, so its factors are >= e^-X (normal numbers) and every term
+    lost to underflow is below tiny, a relative C * tiny * e^X of the sum; X = -log(tiny) / 2 leaves
+    that far below rounding (e^-354 in float64, e^-43 in float32). Only the cells below the bound
+    (products that underflow, e.g. logits of a few hundred or more) are recomputed, by logsumexp."""
+    bound = C * float(np.sqrt(paddle.finfo(approx.dtype).tiny))
+    if paddle.in_dynamic_mode() and (approx.numel() == 0 or float(approx.min()) >= bound):
+        return paddle.log(approx) + shift  # the normal range: nothing to recompute
+    bad = approx < bound
+    out = paddle.log(paddle.where(bad, paddle.ones_like(approx), approx)) + shift
+    # the cells to recompute [K, ndim], plus a dummy row (cell 0, flagged in an extra column, its value
+    # zeroed): paddle.inference's kernels fail on the empty selection of a normal-range static graph
+    sel = paddle.nonzero(bad)
+    sel = paddle.concat([paddle.concat([sel, paddle.zeros_like(sel[:, :1])], 1),
+                         paddle.concat([paddle.zeros([1, sel.shape[1]], "int64"), paddle.ones([1, 1], "int64")], 1)])
+    idx, dummy = sel[:, :-1], sel[:, -1] == 1
+    exact = _logsumexp_last(exact_terms(idx))
+    exact = paddle.scatter_nd_add(paddle.zeros_like(approx), idx, paddle.where(dummy, paddle.zeros_like(exact), exact))
+    return paddle.where(bad, exact, out)
+
+
+def _joint_normalizers(lm, am, lm_probs, am_probs, lm_max, am_max):
+    """[B, S+1, T] logsumexp_c(lm[b, s, c] + am[b, t, c]): a matmul in exp space, exact for any finite
+    logits (the cells whose products underflow are recomputed directly)."""
+    approx = paddle.matmul(lm_probs, am_probs, transpose_y=True)
+    shift = lm_max + am_max.transpose([0, 2, 1])
+
+    def terms(idx):  # idx rows (b, s, t)
+        return paddle.gather_nd(lm, idx[:, :2]) + paddle.gather_nd(am, paddle.stack([idx[:, 0], idx[:, 2]], 1))
+
+    return _log_with_fallback(approx, shift, am.shape[2], terms)
+
+
 def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) for an additive joiner: ``log_softmax(lm[b, s] + am[b, t])`` without the [B, S+1, T, C] tensor.
 
@@ -151,14 +195,9 @@ def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_t
     B, S, T, C = _check_lm_am(lm, am, op)
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
     symbols = _symbols64(symbols)
-    # subtract the maxima so that exp() neither overflows nor underflows
-    am_max = _max_const(am, 2)  # [B, T, 1]
-    lm_max = _max_const(lm, 2)  # [B, S+1, 1]
-    am_probs = paddle.exp(am - am_max)
-    lm_probs = paddle.exp(lm - lm_max)
-    tiny = float(paddle.finfo(am.dtype).tiny)
-    normalizers = paddle.log(paddle.matmul(lm_probs, am_probs, transpose_y=True) + tiny)
-    normalizers = normalizers + lm_max + am_max.transpose([0, 2, 1])  # [B, S+1, T]
+    am_probs, am_max = _exp_shifted(am)  # [B, T, C], [B, T, 1]
+    lm_probs, lm_max = _exp_shifted(lm)  # [B, S+1, C], [B, S+1, 1]
+    normalizers = _joint_normalizers(lm, am, lm_probs, am_probs, lm_max, am_max)
 
     px_am = paddle.take_along_axis(am, symbols.unsqueeze(1).expand([B, T, S]), axis=2).transpose([0, 2, 1])  # [B,S,T]
     px_lm = paddle.take_along_axis(lm[:, :S], symbols.unsqueeze(-1), axis=2)  # [B, S, 1]
@@ -192,7 +231,7 @@ def rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_ty
     _check_reduction("rnnt_loss_simple", reduction)
     px, py = get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type)
     px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss_simple", delay_penalty))
-    out = mutual_information_recursion(px, py, boundary, return_grad=return_grad)
+    out = _recursion(px, py, boundary, return_grad, "rnnt_loss_simple")
     if return_grad:
         return _reduce(out[0], reduction), out[1]
     return _reduce(out, reduction)
@@ -246,7 +285,7 @@ def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="reg
     _check_reduction("rnnt_loss", reduction)
     px, py = get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type)
     px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss", delay_penalty))
-    return _reduce(mutual_information_recursion(px, py, boundary), reduction)
+    return _reduce(_recursion(px, py, boundary, False, "rnnt_loss"), reduction)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,6 +390,47 @@ def _roll_by_shifts(src, shifts):
     return paddle.take_along_axis(src, index, axis=2)
 
 
+@paddle.jit.not_to_static
+def _check_ranges(op, ranges, S, boundary, rnnt_type):
+    """k2's ranges: ranges[b, t] = s_begin[b, t] + arange(s_range) within [0, S], s_begin non-decreasing
+    in t, and some path from (s_begin, t_begin) to (s_end, t_end) of the boundary stays inside the
+    windows (else the loss is silently inf). Values are checked in dygraph only."""
+    if ranges.dtype not in INTEGER_DTYPES:
+        raise TypeError(f"{op}: ranges must be an integer tensor, got {dtype_name(ranges.dtype)}")
+    if not paddle.in_dynamic_mode() or ranges.numel() == 0:
+        return
+    r = ranges.numpy().astype(np.int64)
+    B, T, R = r.shape
+    begin = r[:, :, 0]
+    steps = r - begin[:, :, None] != np.arange(R)
+    if steps.any():
+        b, t = np.argwhere(steps.any(-1))[0]
+        raise ValueError(f"{op}: ranges[{b}, {t}] = {r[b, t].tolist()} is not s_begin + arange(s_range), "
+                         f"s_range consecutive symbol positions")
+    outside = (begin < 0) | (begin + R - 1 > S)
+    if outside.any():
+        b, t = np.argwhere(outside)[0]
+        raise ValueError(f"{op}: ranges[{b}, {t}] = {r[b, t].tolist()} does not fit in [0, S] = [0, {S}]")
+    down = begin[:, 1:] < begin[:, :-1]
+    if down.any():
+        b, t = np.argwhere(down)[0]
+        raise ValueError(f"{op}: ranges must be non-decreasing along T, but ranges[{b}, {t + 1}, 0] = "
+                         f"{begin[b, t + 1]} < ranges[{b}, {t}, 0] = {begin[b, t]}")
+    # a path exists iff the recursion over 0 / -inf masks of the windows is finite
+    inside = (np.arange(S + 1) >= begin[:, :, None]) & (np.arange(S + 1) < begin[:, :, None] + R)  # [B, T, S+1]
+    mask = paddle.to_tensor(np.where(inside, 0.0, -np.inf).transpose(0, 2, 1).astype(np.float32))  # [B, S+1, T]
+    px = mask[:, :S, :]
+    if rnnt_type == "regular":
+        px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
+    px = _finish_px(px, mask, boundary, rnnt_type)
+    ans = _library.ops().mutual_information(px, mask, boundary)[0].numpy()
+    if np.isneginf(ans).any():
+        b = int(np.argmax(np.isneginf(ans)))
+        raise ValueError(f"{op}: ranges leave no path through the lattice for batch item {b} (windows starting "
+                         f"at {begin[b].tolist()}): consecutive frames' windows must overlap and reach from "
+                         f"the boundary's (s_begin, t_begin) to (s_end, t_end)")
+
+
 def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) from pruned joiner logits ``[B, T, s_range, C]``: entries outside each frame's range are -inf."""
     op = "rnnt_loss_pruned"
@@ -364,6 +444,7 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
         raise ValueError(f"{op}: ranges must have shape [B, T, s_range] = {[B, T, R]}, got {list(ranges.shape)}")
     if R > S + 1:
         raise ValueError(f"{op}: s_range = {R} exceeds S+1 = {S + 1}")
+    _check_ranges(op, ranges, S, boundary, rnnt_type)
     symbols, ranges = _symbols64(symbols), _symbols64(ranges)
     normalizers = _logsumexp_last(logits)  # [B, T, R]
     with_term = paddle.concat([symbols, paddle.full([B, 1], termination_symbol, dtype="int64")], axis=1)
@@ -390,7 +471,7 @@ def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None,
     _check_reduction("rnnt_loss_pruned", reduction)
     px, py = get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
     px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss_pruned", delay_penalty))
-    return _reduce(mutual_information_recursion(px, py, boundary), reduction)
+    return _reduce(_recursion(px, py, boundary, False, "rnnt_loss_pruned"), reduction)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,19 +491,18 @@ def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scal
         raise ValueError(f"{op}: lm_only_scale + am_only_scale must be <= 1, got {lm_only_scale + am_only_scale}")
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
     symbols = _symbols64(symbols)
-    am_max = _max_const(am, 2)
-    lm_max = _max_const(lm, 2)
-    am_probs = paddle.exp(am - am_max)
-    lm_probs = paddle.exp(lm - lm_max)
+    am_probs, am_max = _exp_shifted(am)
+    lm_probs, lm_max = _exp_shifted(lm)
+    normalizers = _joint_normalizers(lm, am, lm_probs, am_probs, lm_max, am_max)  # [B, S+1, T]
     tiny = float(paddle.finfo(am.dtype).tiny)
-    normalizers = paddle.log(paddle.matmul(lm_probs, am_probs, transpose_y=True) + tiny)
     lmonly_norm = paddle.sum(lm_probs, axis=2, keepdim=True)  # [B, S+1, 1]
     unigram_lm = paddle.mean(lm_probs / lmonly_norm, axis=[0, 1], keepdim=True) + tiny  # [1, 1, C]
-    amonly_norm = paddle.log(paddle.matmul(am_probs.reshape([-1, C]), unigram_lm.reshape([C, 1])).reshape([B, T, 1]))
-    amonly_norm = (amonly_norm + am_max).transpose([0, 2, 1])  # [B, 1, T]
+    # logsumexp(am[b, t] + log(unigram)), the exp-space product with exact fallback as for normalizers
+    approx = paddle.matmul(am_probs.reshape([-1, C]), unigram_lm.reshape([C, 1])).reshape([B, T])
     unigram_lm = paddle.log(unigram_lm)
+    amonly_norm = _log_with_fallback(approx, am_max.squeeze(-1), C, lambda idx: paddle.gather_nd(am, idx) + unigram_lm[0])
+    amonly_norm = amonly_norm.unsqueeze(1)  # [B, 1, T]
     lmonly_norm = paddle.log(lmonly_norm) + lm_max  # [B, S+1, 1]
-    normalizers = normalizers + lm_max + am_max.transpose([0, 2, 1])  # [B, S+1, T]
 
     px_am = paddle.take_along_axis(am, symbols.unsqueeze(1).expand([B, T, S]), axis=2).transpose([0, 2, 1])
     px_lm = paddle.take_along_axis(lm[:, :S], symbols.unsqueeze(-1), axis=2)  # [B, S, 1]
@@ -454,7 +534,7 @@ def rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, a
     px, py = get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale, boundary,
                                         rnnt_type)
     px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss_smoothed", delay_penalty))
-    out = mutual_information_recursion(px, py, boundary, return_grad=return_grad)
+    out = _recursion(px, py, boundary, return_grad, "rnnt_loss_smoothed")
     if return_grad:
         return _reduce(out[0], reduction), out[1]
     return _reduce(out, reduction)
