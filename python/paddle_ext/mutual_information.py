@@ -82,7 +82,7 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, name=
         ``ans`` of shape ``[B]`` = ``p[b, s_end, t_end]``, or ``(ans, (px_grad, py_grad))``.
 
     First-order grads only: a higher-order graph (``paddle.grad(..., create_graph=True)``) raises
-    NotImplementedError in dygraph.
+    NotImplementedError in dygraph (Paddle re-raises it from the backward as OSError, message kept).
     """
     return _recursion(px, py, boundary, return_grad, "mutual_information_recursion")
 
