@@ -1,5 +1,8 @@
 """put_along_axis / put_along_axis_: the specification, through the OpTest harness."""
 
+import gc
+import weakref
+
 import numpy as np
 import paddle
 import pytest
@@ -532,6 +535,21 @@ def test_output_modified_inplace_before_backward_is_an_error(reduce, include_sel
         out.add_(paddle.ones([3], "float64"))
     with pytest.raises(OSError, match="modified by an inplace operation"):  # Paddle wraps a PyLayer's error
         paddle.grad(out.sum(), [a, v])
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("inplace", [False, True], ids=["put_along_axis", "put_along_axis_"])
+def test_output_without_backward_is_freed(reduce, inplace):
+    # The PyLayer keeps what its backward needs without a reference cycle through the output's grad
+    # node: an output whose backward never runs is freed with its last reference.
+    a = paddle.to_tensor(rand((4, 3), 99), stop_gradient=False)
+    src = a * 1.0 if inplace else a
+    fn = paddle_ext.put_along_axis_ if inplace else paddle_ext.put_along_axis
+    out = fn(src, paddle.to_tensor(np.zeros((2, 3), np.int64)), paddle.ones([2, 3], "float64"), 0, reduce=reduce)
+    ref = weakref.ref(out)
+    del out, src
+    gc.collect()
+    assert ref() is None
 
 
 def test_third_order_grads_mul():
