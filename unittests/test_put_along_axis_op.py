@@ -1,12 +1,16 @@
 """put_along_axis / put_along_axis_: the specification, through the OpTest harness."""
 
+import gc
+import weakref
+
 import numpy as np
 import paddle
 import pytest
 
 import paddle_ext
 import refs
-from op_test import FLOAT_DTYPES, check_export, check_grad, check_output, static_mode
+from op_test import (FLOAT_DTYPES, RTOL, assert_close, check_export, check_grad, check_output, round_to_dtype,
+                     static_mode)
 
 REDUCES = ("assign", "add", "mul", "mean", "amin", "amax")
 # (arr shape, indices shape, axis): duplicates along the axis in every case.
@@ -146,6 +150,75 @@ def test_no_broadcast_smaller_indices_and_larger_values(reduce):
                  lambda a, i, v: refs.put_along_axis(a, i, v, 1, reduce, False, broadcast=False))
 
 
+ALL_DTYPES = FLOAT_DTYPES + ("int32", "int64", "int16", "uint8")
+
+
+def _block_inputs(dtype, reduce, seed=61):
+    """broadcast=False with indices narrower than arr on both off-axis dims (the block path)."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(-4, 4, size=(2, 6, 3))
+    if dtype in FLOAT_DTYPES:
+        low = 0.5 if reduce == "mul" else -2.0
+        return {"arr": rand((3, 4, 5), seed, low, 2.0), "indices": idx, "values": rand((2, 6, 3), seed + 1, low, 2.0)}
+    low = 0 if dtype == "uint8" else -9
+    vals = rng.integers(0 if dtype == "uint8" else -2, 3 if reduce == "mul" else 10, size=(2, 6, 3))
+    return {"arr": rng.integers(low, 10, size=(3, 4, 5)).astype(dtype), "indices": idx, "values": vals.astype(dtype)}
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("fn", [put, put_inplace], ids=["put_along_axis", "put_along_axis_"])
+def test_no_broadcast_smaller_indices_every_dtype(dtype, reduce, include_self, fn):
+    check_output(lambda a, i, v: fn(a, i, v, 1, reduce=reduce, include_self=include_self, broadcast=False),
+                 _block_inputs(dtype, reduce),
+                 lambda a, i, v: refs.put_along_axis(a, i, v, 1, reduce, include_self, broadcast=False),
+                 dtype=dtype if dtype in FLOAT_DTYPES else "float64")
+
+
+def _dygraph_and_static_grads(fn, arr, idx, vals, g, dtype):
+    """(arr_grad, values_grad) of sum(fn(arr, idx, vals) * g) by paddle.grad and by static gradients."""
+    a = paddle.to_tensor(arr).astype(dtype)
+    v = paddle.to_tensor(vals).astype(dtype)
+    a.stop_gradient = v.stop_gradient = False
+    out = fn(a * 1, paddle.to_tensor(idx), v)
+    found = {"dygraph": [t.astype("float64").numpy() for t in paddle.grad(out, [a, v], paddle.to_tensor(g).astype(dtype))]}
+    with static_mode():
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            sa = paddle.static.data("a", list(arr.shape), "float32")
+            sv = paddle.static.data("v", list(vals.shape), "float32")
+            si = paddle.static.data("i", list(idx.shape), "int64")
+            sa.stop_gradient = sv.stop_gradient = False
+            out = fn(sa.astype(dtype) * 1, si, sv.astype(dtype))
+            loss = (out.astype("float32") * paddle.to_tensor(g.astype(np.float32))).sum()
+            grads = paddle.static.gradients([loss], [sa, sv])
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        feed = {"a": arr.astype(np.float32), "v": vals.astype(np.float32), "i": idx}
+        found["static"] = [np.asarray(r, np.float64) for r in exe.run(main, feed=feed, fetch_list=grads)]
+    return found
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("fn", [put, put_inplace], ids=["put_along_axis", "put_along_axis_"])
+def test_no_broadcast_smaller_indices_grads(dtype, reduce, include_self, fn):
+    x = _block_inputs(dtype, reduce)
+    # round to the dtype (through float32, as the static program is fed) so the reference sees the same
+    arr, vals = (round_to_dtype(x[k].astype(np.float32), dtype) for k in ("arr", "values"))
+    g = round_to_dtype(rand((3, 4, 5), 62).astype(np.float32), dtype)
+    ra, rv = refs.put_along_axis_grad(arr, x["indices"], vals, g, 1, reduce, include_self)
+    found = _dygraph_and_static_grads(
+        lambda a, i, v: fn(a, i, v, 1, reduce=reduce, include_self=include_self, broadcast=False),
+        arr, x["indices"], vals, g, dtype)
+    rtol = max(RTOL[dtype], 1e-6)
+    for mode, (ga, gv) in found.items():
+        assert_close(ga, ra, dtype, rtol=rtol, what=f"{mode} arr_grad")
+        assert_close(gv, rv, dtype, rtol=rtol, what=f"{mode} values_grad")
+
+
 def test_empty_indices_return_arr():
     arr = rand((3, 4))
     for reduce in REDUCES:
@@ -252,6 +325,68 @@ def test_inplace_index_error_leaves_arr_unchanged():
     np.testing.assert_array_equal(arr.numpy(), before)
 
 
+# Non-contiguous arr (dygraph views share the base's memory, numpy's as well): the same lambda makes both.
+VIEWS = {"transpose": lambda t: t.transpose([1, 0]), "strided slice": lambda t: t[:, ::2],
+         "view of a view": lambda t: t[1:, ::2].transpose([1, 0])}
+
+
+def _view_case(view, reduce, seed):
+    base = rand((5, 6), seed)
+    shape = VIEWS[view](base).shape
+    idx = rand_indices(shape, (shape[0] + 2, shape[1]), 0, seed + 1)
+    low = 0.5 if reduce == "mul" else -2.0
+    return base, idx, rand(idx.shape, seed + 2, low, 2.0)
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_inplace_writes_through_a_view(view, reduce, include_self):
+    base_np, idx, vals = _view_case(view, reduce, 71)
+    base = paddle.to_tensor(base_np)
+    arr = VIEWS[view](base)
+    assert not arr.is_contiguous()
+    want = refs.put_along_axis(VIEWS[view](base_np), idx, vals, 0, reduce, include_self)
+    out = paddle_ext.put_along_axis_(arr, paddle.to_tensor(idx), paddle.to_tensor(vals), 0, reduce=reduce,
+                                     include_self=include_self)
+    want_base = base_np.copy()
+    VIEWS[view](want_base)[...] = want  # numpy writes through its view into want_base
+    for name, got, expected in [("out", out, want), ("arr", arr, want), ("base", base, want_base)]:
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_inplace_writes_through_a_view_every_dtype(dtype):
+    base = paddle.to_tensor(np.arange(12).reshape(3, 4)).astype(dtype)
+    arr = base.transpose([1, 0])
+    paddle_ext.put_along_axis_(arr, paddle.to_tensor([[0, 2, 0]]), paddle.to_tensor([[5, 6, 7]]).astype(dtype), 0,
+                               reduce="add")
+    want = np.arange(12).reshape(3, 4)
+    want[[0, 1, 2], [0, 2, 0]] += [5, 6, 7]
+    np.testing.assert_array_equal(base.astype("float64").numpy(), want)
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_inplace_grad_through_a_view(view, reduce, include_self):
+    # As with Paddle's own inplace ops: the returned tensor and the view itself carry the history.
+    base_np, idx, vals_np = _view_case(view, reduce, 81)
+    arr_np = VIEWS[view](base_np)
+    g = rand(arr_np.shape, 84)
+    ra, rv = refs.put_along_axis_grad(arr_np, idx, vals_np, g, 0, reduce, include_self)
+    want_base_grad = np.zeros_like(base_np)
+    VIEWS[view](want_base_grad)[...] = ra
+    for through in ("out", "arr"):
+        x = paddle.to_tensor(base_np, stop_gradient=False)
+        vals = paddle.to_tensor(vals_np, stop_gradient=False)
+        arr = VIEWS[view](x * 1.0)
+        out = paddle_ext.put_along_axis_(arr, paddle.to_tensor(idx), vals, 0, reduce=reduce, include_self=include_self)
+        gx, gv = paddle.grad(out if through == "out" else arr, [x, vals], paddle.to_tensor(g))
+        np.testing.assert_allclose(gx.numpy(), want_base_grad, rtol=1e-12, err_msg=through)
+        np.testing.assert_allclose(gv.numpy(), rv, rtol=1e-12, err_msg=through)
+
+
 # ------------------------------------------------------------------------------------------ grads
 @pytest.mark.parametrize("reduce", REDUCES)
 @pytest.mark.parametrize("include_self", [True, False])
@@ -312,6 +447,123 @@ def test_inplace_grad_dygraph(reduce, include_self):
     ra, rv = refs.put_along_axis_grad(x["arr"], x["indices"], x["values"], g, 0, reduce, include_self)
     np.testing.assert_allclose(ga.numpy(), ra, rtol=1e-12)
     np.testing.assert_allclose(gv.numpy(), rv, rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------ higher order
+# Random data (no ties, no zeros), and data with amin/amax ties and zero factors for mul.
+ARR_TIES = np.array([[1.0, 0.0, 2.0], [3.0, 2.0, 0.0], [0.5, 2.0, -1.0]])
+IDX_TIES = np.array([[0, 0, 1], [0, 1, 1], [1, 0, 1], [1, 0, 0]])
+VALS_TIES = np.array([[3.0, 0.0, 2.0], [1.0, 2.0, 0.0], [3.0, 0.0, 5.0], [0.0, 0.5, 2.0]])
+
+
+def _first_grads(arr, idx, vals, w, reduce, include_self, inplace, create_graph):
+    """(leaves, d/d(arr, values) of sum(w * put(arr, idx, vals))) with arr, values and w as leaves."""
+    leaves = [paddle.to_tensor(x, stop_gradient=False) for x in (arr, vals, w)]
+    a, v, weight = leaves
+    fn = paddle_ext.put_along_axis_ if inplace else paddle_ext.put_along_axis
+    out = fn(a * 1.0 if inplace else a, paddle.to_tensor(idx), v, 0, reduce=reduce, include_self=include_self)
+    return leaves, paddle.grad((out * weight).sum(), [a, v], create_graph=create_graph)
+
+
+def _check_second_order(arr, idx, vals, reduce, include_self, inplace, wrt=(0, 1, 2)):
+    """Grads of <u, first grads> w.r.t. arr, values and the upstream weights against central differences
+    of the (fused, first-order) grads; `wrt` leaves out leaves at which the first grads jump."""
+    w, u_arr, u_vals = rand(arr.shape, 91), rand(arr.shape, 92), rand(vals.shape, 93)
+    leaves, (ga, gv) = _first_grads(arr, idx, vals, w, reduce, include_self, inplace, create_graph=True)
+    for got, fused in zip((ga, gv), _first_grads(arr, idx, vals, w, reduce, include_self, inplace, False)[1]):
+        np.testing.assert_allclose(got.numpy(), fused.numpy(), rtol=1e-12)  # first order: same with create_graph
+    second = paddle.grad((ga * paddle.to_tensor(u_arr)).sum() + (gv * paddle.to_tensor(u_vals)).sum(),
+                         [leaves[k] for k in wrt], allow_unused=True)
+    point, delta = [arr, vals, w], 1e-6
+    for k, got in zip(wrt, second):
+        numeric = np.zeros_like(point[k])
+        for i in np.ndindex(point[k].shape):
+            sides = []
+            for sign in (1, -1):
+                moved = [p.copy() for p in point]
+                moved[k][i] += sign * delta
+                fa, fv = _first_grads(moved[0], idx, moved[1], moved[2], reduce, include_self, inplace, False)[1]
+                sides.append((fa.numpy() * u_arr).sum() + (fv.numpy() * u_vals).sum())
+            numeric[i] = (sides[0] - sides[1]) / (2 * delta)
+        got = np.zeros_like(numeric) if got is None else got.numpy()
+        np.testing.assert_allclose(got, numeric, rtol=1e-6, atol=1e-8, err_msg=f"w.r.t. {['arr', 'values', 'w'][k]}")
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("inplace", [False, True], ids=["put_along_axis", "put_along_axis_"])
+def test_second_order_grads_random(reduce, include_self, inplace):
+    x = inputs_for((3, 4), (5, 4), 0, seed=95)
+    _check_second_order(x["arr"], x["indices"], x["values"], reduce, include_self, inplace)
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("inplace", [False, True], ids=["put_along_axis", "put_along_axis_"])
+def test_second_order_grads_ties_and_zeros(reduce, include_self, inplace):
+    # Zeros: mul's grads are polynomials, differentiable everywhere. Ties: amin/amax's grads jump when a
+    # tied arr or value moves, so there only the (linear) dependence on the upstream grad is checked.
+    wrt = (2,) if reduce in ("amin", "amax") else (0, 1, 2)
+    _check_second_order(ARR_TIES, IDX_TIES, VALS_TIES, reduce, include_self, inplace, wrt)
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("inplace", [False, True], ids=["put_along_axis", "put_along_axis_"])
+@pytest.mark.parametrize("wrt", ["arr", "values"])
+def test_grad_of_one_input_only(reduce, inplace, wrt):
+    """paddle.grad for one of two inputs that both require grad (Paddle prunes the other's path)."""
+    x = inputs_for((4, 3), (6, 3), 0, seed=97)
+    g = rand((4, 3), 98)
+    want = dict(zip(("arr", "values"), refs.put_along_axis_grad(x["arr"], x["indices"], x["values"], g, 0, reduce)))
+    for create_graph in (False, True):
+        a, v = (paddle.to_tensor(x[k], stop_gradient=False) for k in ("arr", "values"))
+        fn = paddle_ext.put_along_axis_ if inplace else paddle_ext.put_along_axis
+        out = fn(a * 1.0 if inplace else a, paddle.to_tensor(x["indices"]), v, 0, reduce=reduce)
+        (got,) = paddle.grad(out, [a if wrt == "arr" else v], paddle.to_tensor(g), create_graph=create_graph)
+        np.testing.assert_allclose(got.numpy(), want[wrt], rtol=1e-12, err_msg=f"create_graph={create_graph}")
+
+
+@pytest.mark.parametrize("reduce", ["mul", "amin", "amax"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_output_modified_inplace_before_backward_is_an_error(reduce, include_self):
+    # These grads read the output: a later inplace change must not give silently wrong grads.
+    a = paddle.to_tensor(np.array([1.0, 2.0, 3.0]), stop_gradient=False)
+    v = paddle.to_tensor(np.array([5.0, 1.0]), stop_gradient=False)
+    out = paddle_ext.put_along_axis(a, paddle.to_tensor(np.array([0, 0])), v, 0, reduce=reduce,
+                                    include_self=include_self)
+    with paddle.no_grad():
+        out.add_(paddle.ones([3], "float64"))
+    with pytest.raises(OSError, match="modified by an inplace operation"):  # Paddle wraps a PyLayer's error
+        paddle.grad(out.sum(), [a, v])
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("inplace", [False, True], ids=["put_along_axis", "put_along_axis_"])
+def test_output_without_backward_is_freed(reduce, inplace):
+    # The PyLayer keeps what its backward needs without a reference cycle through the output's grad
+    # node: an output whose backward never runs is freed with its last reference.
+    a = paddle.to_tensor(rand((4, 3), 99), stop_gradient=False)
+    src = a * 1.0 if inplace else a
+    fn = paddle_ext.put_along_axis_ if inplace else paddle_ext.put_along_axis
+    out = fn(src, paddle.to_tensor(np.zeros((2, 3), np.int64)), paddle.ones([2, 3], "float64"), 0, reduce=reduce)
+    ref = weakref.ref(out)
+    del out, src
+    gc.collect()
+    assert ref() is None
+
+
+def test_third_order_grads_mul():
+    """mul's grads are products of the other factors, so the third derivative of the slot a*v0*v1*v2 by
+    (v0, v1, v2) is a, even where v0 = 0: the composition stays differentiable beyond second order."""
+    a = paddle.to_tensor(np.array([2.0, 0.0]), stop_gradient=False)
+    v = paddle.to_tensor(np.array([0.0, 3.0, 5.0, 7.0]), stop_gradient=False)
+    out = paddle_ext.put_along_axis(a, paddle.to_tensor(np.array([0, 0, 0, 1])), v, 0, reduce="mul")
+    (g1,) = paddle.grad(out[0], v, create_graph=True)
+    (g2,) = paddle.grad(g1[0], v, create_graph=True)
+    (g3,) = paddle.grad(g2[1], v)
+    np.testing.assert_array_equal(g1.numpy(), [30.0, 0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(g2.numpy(), [0.0, 10.0, 6.0, 0.0])
+    np.testing.assert_array_equal(g3.numpy(), [0.0, 0.0, 2.0, 0.0])
 
 
 # ------------------------------------------------------------------------------------------ errors

@@ -9,9 +9,10 @@ from __future__ import annotations
 import numbers
 
 import paddle
+from paddle.autograd import PyLayer
 
 from . import _library
-from ._checks import check_axis, check_tensor, dtype_name, is_tensor
+from ._checks import FLOATING_DTYPES, check_axis, check_tensor, dtype_name, is_tensor
 
 OP = "put_along_axis"
 REDUCES = {"assign": "assign", "add": "add", "mul": "mul", "multiply": "mul", "mean": "mean", "amin": "amin", "amax": "amax"}
@@ -52,10 +53,10 @@ def _broadcast_values_shape(values_shape, target, op):
 
 
 def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
-    """Checks and normalises the arguments; returns (indices, values, axis, reduce, include_self, pad_shape).
+    """Checks and normalises the arguments; returns (indices, values, axis, reduce, include_self, block).
 
-    ``pad_shape`` is None normally; with broadcast=False and indices smaller than arr off the axis it is
-    the arr block that the scatter touches (see _scatter_block).
+    ``block`` is None normally; with broadcast=False and indices smaller than arr off the axis it is
+    the shape of the corner of arr that the scatter touches (see _scatter_block).
     """
     check_tensor(arr, "arr", op)
     check_tensor(indices, "indices", op)
@@ -81,7 +82,7 @@ def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
     else:
         raise TypeError(f"{op}: values must be a paddle.Tensor or a Python number, got {type(values).__name__}")
     v_shape = _shape(values)
-    pad_shape = None
+    block = None
     if broadcast:
         target = list(a_shape)
         for d in range(rank):
@@ -113,8 +114,8 @@ def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
             if v_shape != i_shape:  # torch's rule: values[p] pairs with indices[p]; the rest is unused
                 values = paddle.slice(values, list(range(rank)), [0] * rank, i_shape)
         if any(i_shape[d] < a_shape[d] for d in range(rank) if d != axis):
-            pad_shape = [a_shape[d] if d == axis else i_shape[d] for d in range(rank)]
-    return indices, values, axis, reduce, include_self, pad_shape
+            block = [a_shape[d] if d == axis else i_shape[d] for d in range(rank)]
+    return indices, values, axis, reduce, include_self, block
 
 
 def _call(fn, *args):
@@ -130,22 +131,81 @@ def _call(fn, *args):
         raise
 
 
-def _scatter_block(arr, indices, values, axis, reduce, include_self, pad_shape, deterministic):
-    """broadcast=False with indices narrower than arr off the axis: scatter into the block
-    arr[:i0, ..., :, ..., :ik] and keep the rest of arr (grads flow through slice/pad/where)."""
-    rank = len(pad_shape)
-    block = paddle.slice(arr, list(range(rank)), [0] * rank, pad_shape)
-    result = _call(_library.ops().pe_put_along_axis, block, indices, values, axis, reduce, include_self,
-                   deterministic)
-    pads = []
-    for d in range(rank):
-        pads += [0, arr.shape[d] - pad_shape[d]]
-    mask = paddle.nn.functional.pad(paddle.ones(pad_shape, dtype="float32"), pads, mode="constant", value=0.0) > 0
-    if result.dtype in (paddle.float16, paddle.bfloat16, paddle.float32, paddle.float64):
-        padded = paddle.nn.functional.pad(result, pads, mode="constant", value=0.0)
-    else:  # pad has no integer kernel for every dtype: go through float64 (exact for int32/16/uint8)
-        padded = paddle.cast(paddle.nn.functional.pad(paddle.cast(result, "float64"), pads, value=0.0), result.dtype)
-    return paddle.where(mask, padded, arr)
+def _records_grad(arr, values) -> bool:
+    """Whether a dygraph call must record autograd history (then it goes through the PyLayers below)."""
+    return (paddle.in_dynamic_mode() and arr.dtype in FLOATING_DTYPES and paddle.is_grad_enabled()
+            and not (arr.stop_gradient and values.stop_gradient))
+
+
+def _put(arr, indices, values, attrs):
+    """The functional op; attrs = (axis, reduce, include_self, deterministic)."""
+    if _records_grad(arr, values):
+        return _apply(_PutAlongAxis, arr, values, {"indices": indices, "attrs": attrs})
+    return _call(_library.ops().pe_put_along_axis, arr, indices, values, *attrs)
+
+
+def _apply(layer, first, second, spec):
+    """layer.apply with the two differentiable tensors as ONE list input, one that requires grad
+    first. Paddle 3.3.1's paddle.grad prunes the input slots of a multi-slot PyLayer that lead to no
+    requested tensor, then rejects the grads its backward returns for them (and a None grad fed to a
+    node that needs one crashes); a single slot is never pruned, and only its first tensor's flag is
+    checked. The backward returns its grads in the same order (see _ordered)."""
+    swap = first.stop_gradient
+    spec["swap"] = swap
+    return layer.apply([second, first] if swap else [first, second], spec)
+
+
+def _ordered(ctx, pair):
+    """(first, second) from the list input; records the order and which of them want a grad."""
+    first, second = pair[::-1] if ctx.swap else pair
+    ctx.wanted = (not first.stop_gradient, not second.stop_gradient)
+    return first, second
+
+
+def _grads(ctx, first_grad, second_grad):
+    grads = [first_grad if ctx.wanted[0] else None, second_grad if ctx.wanted[1] else None]
+    return grads[::-1] if ctx.swap else grads
+
+
+def _write_into(arr, result):
+    """Writes result into arr (through a strided view into its base) and returns arr, which takes
+    result's autograd history in dygraph, as with Paddle's own inplace ops."""
+    if _records_grad(arr, result):
+        return _apply(_WriteInto, result, arr, {})
+    paddle.assign(result, output=arr)
+    return arr
+
+
+class _WriteInto(PyLayer):
+    """paddle.assign(result, output=arr) with grads of any order (Paddle's assign_out_ has no double
+    grad): arr's old value gets no grad, result gets arr's."""
+
+    @staticmethod
+    def forward(ctx, pair, spec):
+        ctx.swap = spec["swap"]
+        result, arr = _ordered(ctx, pair)
+        paddle.assign(result, output=arr)
+        return arr
+
+    @staticmethod
+    def backward(ctx, arr_grad):
+        return _grads(ctx, arr_grad, paddle.zeros_like(arr_grad))  # (a None grad can crash Paddle)
+
+
+def _scatter_block(arr, indices, values, attrs, block):
+    """broadcast=False with indices narrower than arr off the axis: scatter into the corner block
+    arr[:b0, ..., :bk] (whose op checks the indices), then assign the block into arr by its flat slot
+    ids with our own op, which has every dtype and grads of any order."""
+    rank = len(block)
+    result = _put(paddle.slice(arr, list(range(rank)), [0] * rank, block), indices, values, attrs)
+    ids, stride = paddle.zeros([1] * rank, dtype="int64"), 1
+    for d in reversed(range(rank)):
+        shape = [1] * rank
+        shape[d] = block[d]
+        ids = ids + paddle.arange(block[d], dtype="int64").reshape(shape) * stride
+        stride *= arr.shape[d]
+    flat = _put(arr.reshape([-1]), ids.reshape([-1]), result.reshape([-1]), (0, "assign", True, attrs[3]))
+    return flat.reshape(arr.shape)
 
 
 def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, name=None,
@@ -179,42 +239,232 @@ def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=Tru
         TypeError: wrong dtypes (values' dtype must equal arr's).
         ValueError: bad reduce or shapes. IndexError: an index outside ``[-n, n)`` (dygraph).
     """
-    indices, values, axis, reduce, include_self, pad_shape = _prepare(
+    indices, values, axis, reduce, include_self, block = _prepare(
         arr, indices, values, axis, reduce, include_self, broadcast, OP)
-    deterministic = _check_bool(deterministic, "deterministic", OP)
-    if pad_shape is not None:
-        return _scatter_block(arr, indices, values, axis, reduce, include_self, pad_shape, deterministic)
-    return _call(_library.ops().pe_put_along_axis, arr, indices, values, axis, reduce, include_self, deterministic)
-
+    attrs = (axis, reduce, include_self, _check_bool(deterministic, "deterministic", OP))
+    if block is not None:
+        return _scatter_block(arr, indices, values, attrs, block)
+    return _put(arr, indices, values, attrs)
 
 def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, name=None,
                     deterministic=False):
     """Inplace :func:`put_along_axis`: writes into ``arr`` and returns the result (dygraph and static mode).
 
-    The returned tensor shares ``arr``'s memory and carries the autograd history: differentiate through
-    it. Indices are checked before anything is written, so an IndexError leaves ``arr`` unchanged.
+    A strided view (a transpose, a strided slice) is written through into its base, as by Paddle's
+    inplace ops. The returned tensor shares ``arr``'s memory and carries the autograd history (in
+    dygraph it is ``arr`` itself when grads are recorded). Indices are checked before anything is
+    written, so an IndexError leaves ``arr`` unchanged.
     """
     op = OP + "_"
-    indices, values, axis, reduce, include_self, pad_shape = _prepare(
+    indices, values, axis, reduce, include_self, block = _prepare(
         arr, indices, values, axis, reduce, include_self, broadcast, op)
-    deterministic = _check_bool(deterministic, "deterministic", op)
-    if pad_shape is not None:
-        result = _scatter_block(arr, indices, values, axis, reduce, include_self, pad_shape, deterministic)
-        paddle.assign(result, output=arr)
-        return arr
-    needs_grad = not arr.stop_gradient or (is_tensor(values) and not values.stop_gradient)
-    if needs_grad and include_self and reduce in ("mul", "amin", "amax"):
-        # These grads need arr's value before the write, which the inplace op overwrites: run the
-        # functional op on a copy (kept for its backward) and write the result into arr's buffer.
-        out = _call(_library.ops().pe_put_along_axis, paddle.assign(arr), indices, values, axis, reduce,
-                    include_self, deterministic)
-        if paddle.in_dynamic_mode():
-            with paddle.no_grad():
-                arr.copy_(out, False)
-            return out
+    attrs = (axis, reduce, include_self, _check_bool(deterministic, "deterministic", op))
+    dygraph = paddle.in_dynamic_mode()
+    if block is not None:
+        if dygraph:  # from a copy: the functional ops keep arr for their backward
+            return _write_into(arr, _scatter_block(arr.clone(), indices, values, attrs, block))
+        out = _scatter_block(arr, indices, values, attrs, block)
+        paddle.assign(out, output=arr)
+        # Return out, as the static mul/amin/amax branch below does: differentiating the written arr
+        # gave float16/bfloat16 arr grads with arr's old value counted again.
+        return out
+    if _records_grad(arr, values):
+        if include_self and reduce in _NEEDS_OLD_ARR:  # from a copy (with its history) kept for the backward
+            return _write_into(arr, _put(arr.clone(), indices, values, attrs))
+        return _apply(_PutAlongAxisInplace, arr, values, {"indices": indices, "attrs": attrs})
+    if dygraph and not arr.is_contiguous():
+        # A custom op sees a contiguous copy of a strided view: write the result through the view instead.
+        return _write_into(arr, _call(_library.ops().pe_put_along_axis, arr, indices, values, *attrs))
+    if not dygraph and include_self and reduce in _NEEDS_OLD_ARR and not (arr.stop_gradient and values.stop_gradient):
+        # The static grad needs arr's value before the write: the functional op on a copy, then the write.
+        out = _call(_library.ops().pe_put_along_axis, paddle.assign(arr), indices, values, *attrs)
         paddle.assign(out, output=arr)
         return out
-    # Grads flow through the returned tensor, which shares arr's memory (Paddle's custom inplace ops
-    # leave the Python object `arr` on its previous grad node).
-    return _call(_library.ops().pe_put_along_axis_, arr, indices, values, axis, reduce, include_self,
-                 deterministic)
+    return _call(_library.ops().pe_put_along_axis_, arr, indices, values, *attrs)
+
+
+# The grads of these modes with include_self need arr's value before the write.
+_NEEDS_OLD_ARR = ("mul", "amin", "amax")
+
+
+class _PutAlongAxis(PyLayer):
+    """Dygraph autograd of the functional op: the fused grad kernel for first-order grads, a
+    differentiable composition when the backward is recorded (create_graph=True), so grads of any
+    order are right. Static graphs use the registered grad op."""
+
+    @staticmethod
+    def forward(ctx, pair, spec):
+        ctx.swap, ctx.attrs = spec["swap"], spec["attrs"]
+        arr, values = _ordered(ctx, pair)
+        out = _call(_library.ops().pe_put_along_axis, arr, spec["indices"], values, *ctx.attrs)
+        ctx.save_for_backward(arr, spec["indices"], values, _saved_output(ctx, out))
+        return out
+
+    @staticmethod
+    def backward(ctx, out_grad):
+        arr, indices, values, out = ctx.saved_tensor()
+        _check_saved_output(ctx, out)
+        return _grads(ctx, *_vjp(arr, indices, values, out, out_grad, *ctx.attrs[:3]))
+
+
+class _PutAlongAxisInplace(PyLayer):
+    """The inplace op under autograd, for the modes whose grads do not need arr's old value: writes
+    into arr (through a strided view into its base) and returns it, so arr carries the history."""
+
+    @staticmethod
+    def forward(ctx, pair, spec):
+        ctx.swap, ctx.attrs = spec["swap"], spec["attrs"]
+        arr, values = _ordered(ctx, pair)
+        indices = spec["indices"]
+        if arr.is_contiguous():
+            _call(_library.ops().pe_put_along_axis_, arr, indices, values, *ctx.attrs)
+        else:
+            paddle.assign(_call(_library.ops().pe_put_along_axis, arr, indices, values, *ctx.attrs), output=arr)
+        ctx.save_for_backward(indices, values, _saved_output(ctx, arr, bumps=1))  # Paddle bumps arr's version
+        return arr
+
+    @staticmethod
+    def backward(ctx, out_grad):
+        indices, values, out = ctx.saved_tensor()
+        _check_saved_output(ctx, out)
+        # arr's old value is not read in these modes: out stands in for it
+        return _grads(ctx, *_vjp(out, indices, values, out, out_grad, *ctx.attrs[:3]))
+
+
+def _saved_output(ctx, out, bumps=0):
+    """The output to save for the backward, detached: saving the output itself makes a reference
+    cycle (ctx -> output -> its grad node -> ctx) that only the backward breaks, so an output whose
+    backward never ran stayed alive (and every call paid fresh pages). The detached tensor shares
+    the output's memory and inplace version counter, which _check_saved_output compares."""
+    saved = out.detach()
+    ctx.out_version = saved._inplace_version() + bumps
+    return saved
+
+
+def _check_saved_output(ctx, out):
+    if ctx.attrs[1] in _NEEDS_OUT and out._inplace_version() != ctx.out_version:
+        raise RuntimeError(
+            f"put_along_axis: the output of a reduce={ctx.attrs[1]!r} call was modified by an inplace operation "
+            f"before its backward (version {out._inplace_version()}, expected {ctx.out_version}); its grads need it")
+
+
+# The grad kernels of these modes read the output.
+_NEEDS_OUT = ("mul", "amin", "amax")
+
+
+def _vjp(arr, indices, values, out, out_grad, axis, reduce, include_self):
+    if not paddle.is_grad_enabled():
+        return _library.ops().pe_put_along_axis_vjp(arr, indices, values, out, out_grad, axis, reduce, include_self)
+    return _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, include_self)
+
+
+def _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, include_self):
+    """(arr_grad, values_grad) from differentiable ops (docs/put_along_axis.md, Gradients). They are
+    linear in out_grad, with coefficients that are constants (written masks, counts, winners, ties)
+    except mul's products of the other factors, which are products (never quotients) of arr and values
+    (_products_of_others): so every derivative of every order is the true one, at zeros too.
+    Computed in float32 for the half types, as the kernels accumulate."""
+    dtype = arr.dtype
+    acc = paddle.float32 if dtype in (paddle.float16, paddle.bfloat16) else dtype
+    arr, values, out, g = (t.astype(acc) if dtype != acc else t for t in (arr, values, out, out_grad))
+    idx = paddle.remainder(indices, paddle.full([], arr.shape[axis], indices.dtype))  # wrap negatives
+
+    def gather(x):  # slot -> position
+        return paddle.take_along_axis(x, idx, axis)
+
+    with paddle.no_grad():
+        ones = paddle.ones(values.shape, acc)
+        count = _call(_library.ops().pe_put_along_axis, paddle.zeros(arr.shape, acc), idx, ones, axis, "add", True,
+                      False)
+        unwritten = (count == 0).astype(acc)
+    if reduce == "mul":
+        others_arr, others_values = _products_of_others(arr, idx, values, axis, include_self)
+        arr_grad = g * others_arr if include_self else g * unwritten
+        values_grad = gather(g) * others_values
+    else:
+        with paddle.no_grad():  # arr_grad = g * arr_coef, values_grad = gather(g * slot_coef) * values_coef
+            written = 1 - unwritten
+            arr_coef = unwritten + (written if include_self else 0)
+            slot_coef, values_coef = None, None
+            if reduce == "assign":
+                position = paddle.arange(values.numel(), dtype="int64").reshape(values.shape)
+                winner = _call(_library.ops().pe_put_along_axis, paddle.full(arr.shape, -1, "int64"), idx, position,
+                               axis, "assign", True, False)
+                arr_coef, values_coef = unwritten, (gather(winner) == position).astype(acc)
+            elif reduce == "mean":
+                slot_coef = 1 / paddle.maximum(count + int(include_self), paddle.ones([], acc))
+                arr_coef = unwritten + (written * slot_coef if include_self else 0)
+            elif reduce in ("amin", "amax"):
+                values_coef = (values == gather(out)).astype(acc)  # a NaN result matches nothing
+                arr_ties = written * (arr == out).astype(acc) if include_self else 0
+                ties = _call(_library.ops().pe_put_along_axis, paddle.zeros(arr.shape, acc), idx, values_coef, axis,
+                             "add", True, False) + arr_ties
+                slot_coef = 1 / paddle.maximum(ties, paddle.ones([], acc))
+                arr_coef = unwritten + arr_ties * slot_coef
+        arr_grad = g * arr_coef
+        values_grad = gather(g if slot_coef is None else g * slot_coef)
+        if values_coef is not None:
+            values_grad = values_grad * values_coef
+    return (arr_grad.astype(dtype), values_grad.astype(dtype)) if dtype != acc else (arr_grad, values_grad)
+
+
+def _products_of_others(arr, idx, values, axis, include_self):
+    """For every factor of every slot (arr's own value with include_self, and each value), the product
+    of the slot's other factors: segmented exclusive prefix and suffix products over the factors sorted
+    by slot (Hillis-Steele doubling, log2 of the longest slot steps). Only products, gathers and
+    selects (no concat: Paddle 3.3.1's concat with a constant fails at second order): exact polynomials."""
+    rank, size = len(arr.shape), arr.numel()
+    with paddle.no_grad():  # the flat slot id of every position, then the factors sorted by it
+        ids, stride = paddle.zeros([], "int64"), 1
+        for d in reversed(range(rank)):
+            if d == axis:
+                ids = ids + idx.astype("int64") * stride
+            else:
+                shape = [1] * rank
+                shape[d] = values.shape[d]
+                ids = ids + paddle.arange(values.shape[d], dtype="int64").reshape(shape) * stride
+            stride *= arr.shape[d]
+        keys = ids.reshape([-1])
+        if include_self:  # arr's factors are sources [0, size), the values [size, size + P)
+            keys = paddle.concat([paddle.arange(size, dtype="int64"), keys])
+        order = paddle.argsort(keys, stable=True)
+        keys = paddle.gather(keys, order)
+        inverse = paddle.scatter(paddle.zeros_like(order), order, paddle.arange(order.shape[0], dtype="int64"))
+    flat_values = values.reshape([-1])
+    if include_self:
+        from_arr = order < size
+        factors = paddle.where(from_arr, paddle.gather(arr.reshape([-1]), paddle.clip(order, max=size - 1)),
+                               paddle.gather(flat_values, paddle.clip(order - size, min=0)))
+    else:
+        factors = paddle.gather(flat_values, order)
+    prefix = _segmented_exclusive_products(factors, keys)
+    suffix = _segmented_exclusive_products(factors.flip(0), keys.flip(0)).flip(0)
+    others = prefix * suffix
+    if not include_self:
+        return None, paddle.gather(others, inverse).reshape(values.shape)
+    return (paddle.gather(others, inverse[:size]).reshape(arr.shape),
+            paddle.gather(others, inverse[size:]).reshape(values.shape))
+
+
+def _segmented_exclusive_products(x, keys):
+    """out[j] = product of x[i] for i < j with keys[i] == keys[j] (keys sorted, so segments are runs):
+    an inclusive doubling scan of x shifted right by one within the segment."""
+    total = x.shape[0]
+    one = paddle.ones([], x.dtype)
+    position = paddle.arange(total, dtype="int64")
+
+    def back(by):  # (the index j - by, clipped, and whether it lies in j's segment)
+        with paddle.no_grad():
+            source = paddle.clip(position - by, min=0)
+            return source, (position >= by) & (paddle.gather(keys, source) == keys)
+
+    source, same = back(1)
+    result = paddle.where(same, paddle.gather(x, source), one)
+    step = 1
+    while step < total:
+        source, same = back(step)
+        if not bool(same.any()):
+            break
+        result = result * paddle.where(same, paddle.gather(result, source), one)
+        step *= 2
+    return result

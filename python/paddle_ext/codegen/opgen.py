@@ -14,8 +14,9 @@ The YAML follows Paddle's ops.yaml / backward.yaml::
       kernel : LogcumsumexpGradKernel
 
 Optional keys: ``inplace : (arr -> out)``, ``infer_shape : Fn`` and ``infer_dtype : Fn`` (functions in
-the binding; by default every output takes the shape and dtype of the first input, and a grad output
-``<name>_grad`` those of input ``<name>``). Inputs may be optional (``Tensor? boundary``).
+the binding; by default every output takes the shape and dtype of the first input, and an output
+``<name>_grad`` those of input ``<name>``, in grad ops and in plain ops that expose a grad kernel).
+Inputs may be optional (``Tensor? boundary``).
 
 For each ``ops/<family>.yaml`` the generator writes the translation unit ``<family>.ops.cc``: it
 includes ``paddle_ext/binding/<family>.cc`` (the kernels) and then registers them. Every kernel is
@@ -288,6 +289,8 @@ def _default_infer(op: Op) -> tuple[str, str]:
                 raise OpSpecError(
                     f"{op.name}: output {out!r} needs input {src!r} for its default shape; add infer_shape/infer_dtype"
                 )
+        elif out.endswith("_grad") and out[: -len("_grad")] in names:  # a plain op exposing a grad kernel
+            src = out[: -len("_grad")]
         else:
             src = next((a.name for a in op.inputs if not a.optional), None)
             if src is None:
