@@ -139,7 +139,7 @@ def logcumsumexp_cases(n=None):
     """x, axis (None, any axis, negative too), exclusive, reverse, dtype, g (upstream grad), view
     ('transpose' / 'stride' / None: how the Paddle suite presents x)."""
     name = "logcumsumexp"
-    n = count(60) if n is None else n
+    n = count(120) if n is None else n
     for seed in range(n):
         rng = rng_for(name, seed)
         dtype = FLOAT_DTYPES[seed % 4] if seed % 3 else "float64"
@@ -236,7 +236,7 @@ def put_along_axis_cases(n=None):
     """arr, indices (index_dtype int32/int64), values, axis (last = flat kernels; not last = generic
     and row-uniform kernels), reduce, include_self, broadcast, dtype, view ('transpose' on arr)."""
     name = "put_along_axis"
-    n = count(72) if n is None else n
+    n = count(144) if n is None else n
     for seed in range(n):
         rng = rng_for(name, seed)
         dtype = PUT_DTYPES[seed % len(PUT_DTYPES)]
@@ -265,7 +265,7 @@ def put_along_axis_cases(n=None):
             for d in range(rank):
                 if d != ax and rng.random() < 0.5:
                     idx_shape[d] = 1
-        elif rng.random() < 0.2:  # broadcast=False with indices smaller than arr off the axis
+        elif rng.random() < 0.5:  # broadcast=False with indices smaller than arr off the axis
             for d in range(rank):
                 if d != ax and arr_shape[d] > 1 and rng.random() < 0.5:
                     idx_shape[d] = int(rng.integers(1, arr_shape[d]))
@@ -323,7 +323,7 @@ def mutual_information_cases(n=None):
     """px, py, boundary (None or random boxes), dtype (float64/float32); B>1 and B=1; both modes;
     T across several 16-cell scan blocks."""
     name = "mutual_information"
-    n = count(48) if n is None else n
+    n = count(96) if n is None else n
     mixes = ("normal", "x1e3", "spikes", "spread700", "neginf", "posinf", "nan", "all_equal", "ties", "mixed")
     for seed in range(n):
         rng = rng_for(name, seed)
@@ -363,7 +363,7 @@ def mutual_information_band_cases():
 def adaptive_log_softmax_cases(n=None):
     """logits [M, K] (K across SIMD widths and remainders), target or offset, op 'target' / 'full'."""
     name = "adaptive_log_softmax"
-    n = count(44) if n is None else n
+    n = count(88) if n is None else n
     for seed in range(n):
         rng = rng_for(name, seed)
         op = ("target", "full")[seed % 2]
@@ -399,7 +399,7 @@ def rnnt_cases(n=None):
     """Small transducer problems: lm [B, S+1, C], am [B, T, C], logits [B, T, S+1, C] (full), pruned
     logits [B, T, R, C] with valid ranges, symbols, boundary; logits scaled by 1, 30 or 1e3."""
     name = "rnnt"
-    n = count(36) if n is None else n
+    n = count(72) if n is None else n
     types = ("regular", "modified", "constrained")
     for seed in range(n):
         rng = rng_for(name, seed)
@@ -471,3 +471,21 @@ def assert_matches(got, ref, dtype, scale=1.0, what="out", rtol=None):
         where = np.argwhere(finite)[i].tolist()
         raise AssertionError(f"{what}: at {where} got {got[finite][i]!r}, expected {ref[finite][i]!r} "
                              f"(|err| {err[i]:.3g} > bound {bound[i]:.3g}; {int((err > bound).sum())} bad)")
+
+
+def put_along_axis_path_cases():
+    """One case per fast path, always present: the flat kernels (last axis; float32 + int64 add grads
+    take the AVX-512 masked gathers, m = 37 leaves a partial mask), the row-uniform rows (graph case:
+    axis 0 with 64 features), and scattered rows that are not uniform (the per-slot bookkeeping)."""
+    rng = rng_for("put_along_axis_paths", 0)
+    layouts = {"flat": ((3, 20), (3, 37), 1, "negative"), "row_uniform": ((20, 64), (37, 64), 0, "row_uniform"),
+               "scattered": ((20, 6), (37, 6), 0, "random")}
+    for name, (arr_shape, idx_shape, axis, pattern) in layouts.items():
+        for reduce in REDUCES:
+            for dtype, index_dtype in (("float32", "int64"), ("float64", "int32")):
+                idx = put_indices(rng, arr_shape, idx_shape, axis, pattern)
+                mix = "normal" if reduce == "mul" else "ties" if reduce in ("amin", "amax") else "spikes"
+                yield dict(id=f"put-path-{name}-{reduce}-{dtype}-{index_dtype}", arr=values(rng, arr_shape, mix, dtype),
+                           indices=idx, values=values(rng, idx_shape, mix, dtype), axis=axis - len(arr_shape) * (axis == 1),
+                           reduce=reduce, include_self=reduce != "assign" and bool(rng.random() < 0.5),
+                           broadcast=False, dtype=dtype, index_dtype=index_dtype, view=None, scalar_values=False)

@@ -108,7 +108,7 @@ def test_logcumsumexp_threads(case):
 
 
 # -------------------------------------------------------------------------------------- put_along_axis
-PUT = _params(fc.put_along_axis_cases())
+PUT = _params(list(fc.put_along_axis_cases()) + list(fc.put_along_axis_path_cases()))
 
 
 def _put_inputs(c):

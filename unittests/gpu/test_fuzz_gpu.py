@@ -63,7 +63,7 @@ def test_logcumsumexp_gpu(case):
                       GPU_RTOL[dtype])
 
 
-@pytest.mark.parametrize("case", _params(fc.put_along_axis_cases()))
+@pytest.mark.parametrize("case", _params(list(fc.put_along_axis_cases()) + list(fc.put_along_axis_path_cases())))
 def test_put_along_axis_gpu(case):
     c = case
     dtype = c["dtype"]
