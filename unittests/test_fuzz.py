@@ -17,8 +17,25 @@ rows split over threads. test_fast_paths_under_other_widths_and_threads reruns t
 with PADDLE_EXT_SIMD=avx2 and one thread, and with PADDLE_EXT_SIMD=sse2 and two threads (this process:
 the widest width the CPU has, and two threads where OMP gives two).
 
-Planted bugs the suite is known to catch (each planted in the kernel, rebuilt, seen to fail, reverted):
-  (see the list at the end of this docstring, filled in by the runs that planted them)
+Planted bugs the suite is known to catch (each planted in the kernel, rebuilt, seen to fail here, reverted):
+  * logcumsumexp row scan, the > kMaxRange chunk fallback disabled (cpu/logcumsumexp.cc, the double
+    chunk scan): lcse-block-0 (wide chunk edge), lcse-threads (64, 1100) spread700, x1e3 rows.
+  * logcumsumexp strided column scan, its > kMaxRange lane-block fallback disabled (ForwardColumns):
+    x1e3 / spread700 cases on axis 0 with 300 columns, lcse-threads (1100, 64).
+  * float-lane horizontal reduce missing one butterfly step at SSE2's width only (L == 4): caught
+    only by the PADDLE_EXT_SIMD=sse2 subprocess (float32 +inf cases), not at AVX2 / AVX-512.
+  * put_along_axis row-uniform detection always true (every index row treated as one destination):
+    every put-path-scattered case and random-pattern cases with inner > 1.
+  * put_along_axis AVX-512 masked gather without the wrap of negative indices: put-path-flat-add-
+    float32-int64 (values grad).
+  * mutual_information banded wavefront, a row skipped at each band boundary (two threads, B = 1):
+    mi-band-B1S127T1100 (the other band cases fail for known bug 1 on spread700 data).
+  * mutual_information scan_block without the non-finite py check: -inf / +inf mixtures (mi-18, mi-19,
+    mi-23, mi-57, mi-band-B4 neginf).
+  * adaptive_log_softmax sum_row dropping the last element of a partial vector (remainder lanes): ~20
+    target/full cases in every dtype, and the rows split over threads.
+  Not caught, because it is not a bug: letting +inf / all -inf rows take the vector lse (als_lse handles
+  an infinite maximum the same way), planted as a candidate and seen to change no output.
 
 Long mode: PADDLE_EXT_FUZZ=long (or pytest --fuzz=long) runs ~20x the cases with larger shapes.
 """
