@@ -259,7 +259,8 @@ def put_along_axis_cases(n=None):
             m = min(m, arr_shape[ax])
         elif pattern == "dup_heavy":
             m = max(m, 2 * arr_shape[ax] + 3)
-        idx_shape[ax] = m if arr_shape[ax] else 0  # nothing can index an empty axis
+        m = m if arr_shape[ax] else 0  # nothing can index an empty axis
+        idx_shape[ax] = m
         broadcast = bool(rng.random() < 0.3)
         if broadcast:  # indices of size 1 off the axis, broadcast to arr
             for d in range(rank):
