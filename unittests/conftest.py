@@ -24,3 +24,14 @@ def _seeded_dygraph():
     paddle.seed(2024)
     yield
     paddle.disable_static()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fuzz", choices=("ci", "long"), default=None,
+                     help="fuzz suite size (test_fuzz.py): 'long' runs ~20x the cases (as PADDLE_EXT_FUZZ=long)")
+
+
+def pytest_configure(config):
+    # fuzz_cases reads the mode from the environment (also in the per-SIMD-width subprocesses)
+    if config.getoption("--fuzz", default=None):
+        os.environ["PADDLE_EXT_FUZZ"] = config.getoption("--fuzz")

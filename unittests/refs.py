@@ -356,6 +356,14 @@ def adaptive_log_softmax_full(logits, offset):
         return logits - logsumexp_rows(logits)[:, None] + np.asarray(offset, dtype=np.float64)[:, None]
 
 
+def adaptive_log_softmax_full_grad(logits, out_grad):
+    """(logits_grad, offset_grad) of sum(out_grad * adaptive_log_softmax_full(logits, offset))."""
+    logits, g = np.asarray(logits, dtype=np.float64), np.asarray(out_grad, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        softmax = np.exp(logits - logsumexp_rows(logits)[:, None])
+    return g - softmax * g.sum(axis=1, keepdims=True), g.sum(axis=1)
+
+
 def adaptive_log_prob(x, head_weight, tail_weights, cutoffs, head_bias=None):
     """[N, n_classes]: head log-softmax for the shortlist; cluster log-softmax + the cluster's head
     log-probability for each tail cluster. cutoffs is the full list ending in n_classes."""
@@ -376,3 +384,166 @@ def adaptive_log_softmax_with_loss(x, label, head_weight, tail_weights, cutoffs,
     out = adaptive_log_prob(x2, head_weight, tail_weights, cutoffs, head_bias)[np.arange(len(label)), label]
     loss = -out.mean()
     return (out if batched else out[0]), loss
+
+
+# ---------------------------------------------------------------------------------------------------
+# Vectorised forms of the references above for long rows and big lattices (the fuzz suite), and the
+# pruned / smoothed RNN-T losses. Each is checked against its loop form on small inputs (test_fuzz.py).
+
+
+def logcumsumexp_grad_dense(x, out_grad, axis, exclusive=False, reverse=False):
+    """logcumsumexp_grad with the j-loop as an [n, n] matrix per line: same terms, same masking."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 0 or x.size == 0:
+        return logcumsumexp_grad(x, out_grad, axis, exclusive, reverse)
+    out = logcumsumexp(x, axis, exclusive, reverse)
+    xm, om, gm = (np.moveaxis(np.asarray(a, dtype=np.float64), axis, -1) for a in (x, out, out_grad))
+    lead, n = xm.shape[:-1], xm.shape[-1]
+    xr, orr, gr = (a.reshape(-1, n) for a in (xm, om, gm))
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    before = (j < i) if not reverse else (j > i)
+    take = before | ((j == i) & (not exclusive))
+    dx = np.zeros_like(xr)
+    for r in range(xr.shape[0]):
+        with np.errstate(invalid="ignore", over="ignore"):
+            term = gr[r][:, None] * np.exp(xr[r][None, :] - orr[r][:, None])
+        keep = take & np.isfinite(orr[r])[:, None] & (xr[r] > -np.inf)[None, :]
+        dx[r] = np.where(keep, term, 0.0).sum(axis=0)
+    return np.moveaxis(dx.reshape(lead + (n,)), -1, axis)
+
+
+def _mi_cells_by_diagonal(s0, t0, s1, t1):
+    """For d = 1 .. (s1-s0)+(t1-t0): the (s, t) arrays of the box's cells with (s-s0)+(t-t0) = d."""
+    for d in range(1, (s1 - s0) + (t1 - t0) + 1):
+        s = np.arange(max(s0, s0 + d - (t1 - t0)), min(s1, s0 + d) + 1)
+        yield s, t0 + d - (s - s0)
+
+
+def mutual_information_wavefront(px, py, boundary=None):
+    """mutual_information, one anti-diagonal at a time (the same log-adds, vectorised)."""
+    px, py = np.asarray(px, np.float64), np.asarray(py, np.float64)
+    B, S, T1 = px.shape
+    T = py.shape[2]
+    modified = T1 == T
+    p = np.full((B, S + 1, T + 1), -np.inf)
+    ans = np.zeros(B)
+    with np.errstate(invalid="ignore"):  # -inf + inf entries: NaN, as in the loop form
+        for b, (s0, t0, s1, t1) in enumerate(_mi_boxes(px, py, boundary)):
+            pb = p[b]
+            pb[s0, t0] = 0.0
+            for s, t in _mi_cells_by_diagonal(s0, t0, s1, t1):
+                has_t = t > t0
+                tm = np.maximum(t - 1, 0)
+                from_t = np.where(has_t, pb[s, tm] + py[b, s, tm], -np.inf) if T else np.full(s.shape, -np.inf)
+                sm = np.maximum(s - 1, 0)
+                if S == 0:
+                    from_s = np.full(s.shape, -np.inf)
+                elif modified:
+                    from_s = np.where((s > s0) & has_t, pb[sm, tm] + px[b, sm, tm], -np.inf)
+                else:
+                    from_s = np.where(s > s0, pb[sm, t] + px[b, sm, np.minimum(t, T1 - 1)], -np.inf)
+                pb[s, t] = _mi_log_add(from_s, from_t)
+            ans[b] = pb[s1, t1]
+    return ans, p
+
+
+def mutual_information_grad_wavefront(px, py, boundary=None, ans_grad=None):
+    """mutual_information_grad, one anti-diagonal at a time, from the last cell back."""
+    px, py = np.asarray(px, np.float64), np.asarray(py, np.float64)
+    B, S, T1 = px.shape
+    T = py.shape[2]
+    modified = T1 == T
+    ans_grad = np.ones(B) if ans_grad is None else np.asarray(ans_grad, np.float64)
+    _, p = mutual_information_wavefront(px, py, boundary)
+    px_grad, py_grad = np.zeros_like(px), np.zeros_like(py)
+
+    def weight(a, x, c):
+        with np.errstate(invalid="ignore", over="ignore"):
+            e = np.exp(a + x - c)
+        return np.where(np.isfinite(e), e, 0.0)
+
+    for b, (s0, t0, s1, t1) in enumerate(_mi_boxes(px, py, boundary)):
+        g = np.zeros((S + 2, T + 2))
+        g[s1, t1] = ans_grad[b]
+        pb = np.full((S + 2, T + 2), -np.inf)
+        pb[:S + 1, :T + 1] = p[b]
+        diagonals = [(np.array([s0]), np.array([t0]))] + list(_mi_cells_by_diagonal(s0, t0, s1, t1))
+        for s, t in reversed(diagonals[:-1]):
+            total = np.zeros(s.shape)
+            sx = (s < s1) & ((t < t1) if modified else True)
+            ns, nt = s + 1, (t + 1 if modified else t)
+            tx = np.minimum(t, T1 - 1)
+            sxi = np.minimum(s, S - 1) if S else s
+            if S:
+                w = np.where(sx, g[ns, nt] * weight(pb[s, t], px[b, sxi, tx], pb[ns, nt]), 0.0)
+                px_grad[b, s[sx], t[sx]] = w[sx]
+                total += w
+            ty = t < t1
+            tyi = np.minimum(t, T - 1) if T else t
+            if T:
+                w = np.where(ty, g[s, t + 1] * weight(pb[s, t], py[b, s, tyi], pb[s, t + 1]), 0.0)
+                py_grad[b, s[ty], t[ty]] = w[ty]
+                total += w
+            g[s, t] = total
+    return px_grad, py_grad
+
+
+def _log_softmax_last(x):
+    x = np.asarray(x, np.float64)
+    m = x.max(-1, keepdims=True)
+    return x - (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))
+
+
+def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
+    """The loss on pruned logits [B, T, R, C]: frame t sees contexts ranges[b, t] only; every other
+    (s, t) lattice entry is -inf (so the recursion only walks inside the ranges)."""
+    logp = _log_softmax_last(logits)
+    B, T, R, C = logp.shape
+    S = np.shape(symbols)[1]
+    regular = rnnt_type == "regular"
+    px = np.full((B, S, T + 1 if regular else T), -np.inf)
+    py = np.full((B, S + 1, T), -np.inf)
+    for b in range(B):
+        t_end = T if boundary is None else int(boundary[b][3])
+        for t in range(T):
+            for r in range(R):
+                s = int(ranges[b][t][r])
+                py[b, s, t] = logp[b, t, r, termination_symbol]
+                if s < S and (not regular or t != t_end):
+                    px[b, s, t] = logp[b, t, r, symbols[b][s]]
+        if rnnt_type == "constrained":
+            px[b] += py[b, 1:, :]
+    return -mutual_information(px, py, boundary)[0]
+
+
+def rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1, boundary=None,
+                       rnnt_type="regular"):
+    """k2's smoothed simple loss from its definition: per lattice entry, the log-probability of the
+    additive joiner log_softmax(lm[s] + am[t]) weighted with the LM-only log_softmax(lm[s]) and the AM-only
+    model log_softmax(am[t] + log unigram), unigram = the batch mean of softmax(lm[b, s]); a zero scale
+    counts as 1e-20 (as k2 does)."""
+    lm, am = np.asarray(lm, np.float64), np.asarray(am, np.float64)
+    B, S1, C = lm.shape
+    T = am.shape[1]
+    S = S1 - 1
+    combined = _log_softmax_last(lm[:, None, :, :] + am[:, :, None, :])  # [B, T, S+1, C]
+    lm_only = _log_softmax_last(lm)  # [B, S+1, C]
+    unigram = np.log(np.exp(lm_only).mean(axis=(0, 1)))  # [C]
+    am_only = _log_softmax_last(am + unigram)  # [B, T, C]
+    w = 1.0 - lm_only_scale - am_only_scale
+    a, c = lm_only_scale or 1e-20, am_only_scale or 1e-20
+    regular = rnnt_type == "regular"
+    px = np.full((B, S, T + 1 if regular else T), -np.inf)
+    py = np.zeros((B, S + 1, T))
+    for b in range(B):
+        t_end = T if boundary is None else int(boundary[b][3])
+        for s in range(S + 1):
+            for t in range(T):
+                k = termination_symbol
+                py[b, s, t] = w * combined[b, t, s, k] + a * lm_only[b, s, k] + c * am_only[b, t, k]
+                if s < S and (not regular or t != t_end):
+                    k = symbols[b][s]
+                    px[b, s, t] = w * combined[b, t, s, k] + a * lm_only[b, s, k] + c * am_only[b, t, k]
+        if rnnt_type == "constrained":
+            px[b] += py[b, 1:, :]
+    return -mutual_information(px, py, boundary)[0]

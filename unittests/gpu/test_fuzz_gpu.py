@@ -1,0 +1,153 @@
+"""The differential fuzz suite (unittests/fuzz_cases.py, test_fuzz.py) on the CUDA launchers: the same
+seeded adversarial cases through the ctypes shims, against the float64 references (skips without a GPU;
+needs no Paddle). PADDLE_EXT_FUZZ=long runs the long mode here too.
+
+Covered: logcumsumexp forward (every dtype) and backward (float64/float32), put_along_axis forward
+(every dtype the shims take; cases whose indices the Python API would broadcast are expanded here, the
+broadcast=False-with-smaller-indices cases are API-level and skipped), mutual_information forward and
+backward, adaptive_log_softmax target/full forward and backward.
+"""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import fuzz_cases as fc
+import refs
+from gpu_runtime import DTYPE_CODES, DeviceBuffer, check, host_array, library, to_float64
+from test_adaptive_log_softmax_gpu import _dev, _f, _lse_dtype, _target_forward
+from test_logcumsumexp_gpu import _run as _lcse_run
+from test_mutual_information_gpu import _gpu as _mi_gpu
+from test_put_along_axis_gpu import _forward as _put_forward
+
+# The GPU kernels may round differently (other summation orders, float lanes): 4x the CPU tolerances.
+GPU_RTOL = {k: 4 * v for k, v in fc.RTOL.items()}
+
+
+def _params(cases):
+    return [pytest.param(c, id=c["id"]) for c in cases]
+
+
+def _shape3(shape, axis):
+    """(outer, n, inner) of a C-contiguous array scanned along axis (None: flattened)."""
+    if axis is None:
+        return 1, int(np.prod(shape)), 1
+    if len(shape) == 0:
+        return 1, 1, 1
+    a = axis % len(shape)
+    return int(np.prod(shape[:a])), int(shape[a]), int(np.prod(shape[a + 1:]))
+
+
+@pytest.mark.parametrize("case", _params(list(fc.logcumsumexp_cases()) + list(fc.logcumsumexp_block_cases())
+                                         + list(fc.logcumsumexp_thread_cases())))
+def test_logcumsumexp_gpu(case):
+    c = case
+    x, g, axis, dtype = c["x"], c["g"], c["axis"], c["dtype"]
+    shape3 = _shape3(x.shape, axis)
+    if 0 in shape3:
+        pytest.skip("empty: the binding returns before any launch")
+    ref = refs.logcumsumexp(x, axis, c["exclusive"], c["reverse"])
+    got = _lcse_run("pe_logcumsumexp_forward", dtype, [x], shape3, c["exclusive"], c["reverse"])
+    scale = fc.finite_scale(x)
+    fc.assert_matches(got.reshape(ref.shape), ref, dtype, scale, "logcumsumexp", GPU_RTOL[dtype])
+    if dtype not in ("float64", "float32") or shape3[1] > 2000:
+        return
+    out = fc.round_to(ref, dtype).reshape(x.shape)
+    got_g = _lcse_run("pe_logcumsumexp_backward", dtype, [x, out, g.reshape(x.shape)], shape3, c["exclusive"],
+                      c["reverse"]).reshape(x.shape)
+    flat_axis = 0 if axis is None else axis
+    xx, gg = (x.reshape(-1), g.reshape(-1)) if axis is None else (x, g)
+    ref_g = refs.logcumsumexp_grad_dense(xx, gg, flat_axis, c["exclusive"], c["reverse"]).reshape(x.shape)
+    fc.assert_matches(got_g, ref_g, dtype, scale * fc.finite_scale(g) * np.sqrt(shape3[1]), "logcumsumexp grad",
+                      GPU_RTOL[dtype])
+
+
+@pytest.mark.parametrize("case", _params(list(fc.put_along_axis_cases()) + list(fc.put_along_axis_path_cases())))
+def test_put_along_axis_gpu(case):
+    c = case
+    dtype = c["dtype"]
+    if dtype not in DTYPE_CODES:
+        pytest.skip(f"the shims take no {dtype}")
+    arr, idx, vals, axis = c["arr"], c["indices"], c["values"], c["axis"]
+    ax = axis % arr.ndim
+    target = list(arr.shape)
+    target[ax] = idx.shape[ax]
+    if c["broadcast"]:
+        idx, vals = np.broadcast_to(idx, target), np.broadcast_to(vals, target)
+    elif list(idx.shape) != target:
+        pytest.skip("broadcast=False with indices smaller than arr: handled above the launchers")
+    else:
+        vals = vals[tuple(slice(0, s) for s in idx.shape)]
+    outer, n, inner = _shape3(arr.shape, ax)
+    m = idx.shape[ax]
+    if outer * n * inner == 0:
+        pytest.skip("empty")
+    shape4 = (outer, n, m, inner)
+    floating = dtype in fc.FLOAT_DTYPES
+    a3 = arr.reshape(outer, n, inner) if floating else arr.reshape(outer, n, inner).astype(dtype)
+    v3 = np.ascontiguousarray(vals).reshape(outer, m, inner)
+    v3 = v3 if floating else v3.astype(dtype)
+    i3 = np.ascontiguousarray(idx).reshape(outer, m, inner).astype(c["index_dtype"])
+    got = _put_forward(dtype, c["reduce"], a3, i3, v3, shape4, c["include_self"])
+    ref = refs.put_along_axis(a3, i3.astype(np.int64), v3, 1, c["reduce"], c["include_self"], broadcast=False)
+    count = m + 1
+    if floating:
+        scale = 1.0 if c["reduce"] == "mul" else fc.finite_scale(arr, vals) * count
+        fc.assert_matches(got, ref, dtype, scale, "put_along_axis", GPU_RTOL[dtype] * count)
+    else:
+        fc.assert_matches(got, np.asarray(ref, dtype=np.int64), dtype, 0.0, "put_along_axis", 0.0)
+
+
+@pytest.mark.parametrize("case", _params(list(fc.mutual_information_cases()) + list(fc.mutual_information_band_cases())))
+def test_mutual_information_gpu(case):
+    c = case
+    px, py, boundary, dtype = c["px"], c["py"], c["boundary"], c["dtype"]
+    if px.shape[0] == 0:
+        pytest.skip("empty batch")
+    ans, gx, gy = _mi_gpu(px, py, boundary, dtype, c["ans_grad"])
+    ref_ans, _ = refs.mutual_information_wavefront(px, py, boundary)
+    rgx, rgy = refs.mutual_information_grad_wavefront(px, py, boundary, c["ans_grad"])
+    scale = fc.finite_scale(px, py) * (px.shape[1] + py.shape[2] + 1)
+    fc.assert_matches(ans, ref_ans, dtype, scale, "ans", GPU_RTOL[dtype])
+    fc.assert_matches(gx, rgx, dtype, scale, "px grad", GPU_RTOL[dtype])
+    fc.assert_matches(gy, rgy, dtype, scale, "py grad", GPU_RTOL[dtype])
+
+
+@pytest.mark.parametrize("case", _params(list(fc.adaptive_log_softmax_cases())
+                                         + list(fc.adaptive_log_softmax_thread_cases())))
+def test_adaptive_log_softmax_gpu(case):
+    c = case
+    x, dtype, g = c["logits"], c["dtype"], c["g"]
+    m, k = x.shape
+    if m == 0:
+        pytest.skip("empty")
+    scale = fc.finite_scale(x)
+    rt = GPU_RTOL[dtype]
+    lib = library()
+    if c["op"] == "target":
+        t = c["target"].astype(np.int64)
+        out, lse = _target_forward(x, t, dtype)
+        fc.assert_matches(out, refs.adaptive_log_softmax_target(x, t), dtype, scale, "target", rt)
+        if dtype not in ("float64", "float32"):
+            return
+        lse_d = _dev(lse, _lse_dtype(dtype))
+        dx = _dev(np.zeros(x.shape), dtype)
+        check(lib.pe_als_target_backward(DTYPE_CODES[dtype], _f(_dev(x, dtype)), _f(DeviceBuffer(t)), _f(lse_d),
+                                         _f(_dev(g, dtype)), _f(dx), ctypes.c_int64(m), ctypes.c_int64(k)))
+        fc.assert_matches(to_float64(dx.get(), dtype), refs.adaptive_log_softmax_target_grad(x, t, g), dtype,
+                          scale * fc.finite_scale(g), "target grad", rt)
+        return
+    off = c["offset"]
+    out, lse = _dev(np.zeros(x.shape), dtype), _dev(np.zeros(m), _lse_dtype(dtype))
+    xd = _dev(x, dtype)
+    check(lib.pe_als_full_forward(DTYPE_CODES[dtype], _f(xd), _f(_dev(off, dtype)), _f(out), _f(lse),
+                                  ctypes.c_int64(m), ctypes.c_int64(k)))
+    fc.assert_matches(to_float64(out.get(), dtype), refs.adaptive_log_softmax_full(x, off), dtype,
+                      fc.finite_scale(x, off), "full", rt)
+    dx, doff = _dev(np.zeros(x.shape), dtype), _dev(np.zeros(m), dtype)
+    check(lib.pe_als_full_backward(DTYPE_CODES[dtype], _f(xd), _f(lse), _f(_dev(g, dtype)), _f(dx), _f(doff),
+                                   ctypes.c_int64(m), ctypes.c_int64(k)))
+    ref_gx, ref_goff = refs.adaptive_log_softmax_full_grad(x, g)
+    fc.assert_matches(to_float64(dx.get(), dtype), ref_gx, dtype, fc.finite_scale(g) * scale * k, "full grad", rt)
+    fc.assert_matches(to_float64(doff.get(), dtype), ref_goff, dtype, fc.finite_scale(g) * k, "offset grad", rt)
