@@ -32,7 +32,11 @@ def logcumsumexp(x, axis=None, exclusive=False, reverse=False):
 
 
 def logcumsumexp_grad(x, out_grad, axis=None, exclusive=False, reverse=False):
-    """dx[j] = sum over outputs i that include j of g[i] * exp(x[j] - out[i]), by brute force."""
+    """dx[j] = sum over outputs i that include j of g[i] * exp(x[j] - out[i]), by brute force.
+
+    A term counts where out[i] is finite and x[j] > -inf (an unreachable output or a -inf input adds
+    exactly 0), and always where out[i] or x[j] is NaN: a NaN input makes every later output NaN, and
+    the grad of every input feeding a NaN output is NaN."""
     shape = np.shape(x)
     x = np.asarray(x, dtype=np.float64)
     if axis is None:
@@ -49,7 +53,8 @@ def logcumsumexp_grad(x, out_grad, axis=None, exclusive=False, reverse=False):
             if before or (j == i and not exclusive):
                 with np.errstate(invalid="ignore", over="ignore"):
                     term = gm[..., i] * np.exp(xm[..., j] - om[..., i])
-                dx[..., j] += np.where(np.isfinite(om[..., i]) & (xm[..., j] > -np.inf), term, 0.0)
+                nan = np.isnan(om[..., i]) | np.isnan(xm[..., j])
+                dx[..., j] += np.where(nan | np.isfinite(om[..., i]) & (xm[..., j] > -np.inf), term, 0.0)
     return np.moveaxis(dx, -1, axis).reshape(shape)
 
 
@@ -407,7 +412,8 @@ def logcumsumexp_grad_dense(x, out_grad, axis, exclusive=False, reverse=False):
     for r in range(xr.shape[0]):
         with np.errstate(invalid="ignore", over="ignore"):
             term = gr[r][:, None] * np.exp(xr[r][None, :] - orr[r][:, None])
-        keep = take & np.isfinite(orr[r])[:, None] & (xr[r] > -np.inf)[None, :]
+        nan = np.isnan(orr[r])[:, None] | np.isnan(xr[r])[None, :]
+        keep = take & (nan | np.isfinite(orr[r])[:, None] & (xr[r] > -np.inf)[None, :])
         dx[r] = np.where(keep, term, 0.0).sum(axis=0)
     return np.moveaxis(dx.reshape(lead + (n,)), -1, axis)
 
