@@ -24,3 +24,7 @@ def _seeded_dygraph():
     paddle.seed(2024)
     yield
     paddle.disable_static()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "install: builds a wheel and installs it into a fresh venv (minutes)")

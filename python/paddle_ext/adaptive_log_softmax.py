@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 import paddle
 import paddle.nn.functional as F
 
@@ -79,7 +81,7 @@ def adaptive_log_softmax_target(logits, target, name=None):
         if lo < 0 or hi >= k:
             bad = lo if lo < 0 else hi
             raise LabelOutOfRangeError(f"{op}: target value {bad} is out of range [0, {k})")
-    out, _ = _library.ops().adaptive_log_softmax_target(logits, target)
+    out, _ = _library.ops().pe_adaptive_log_softmax_target(logits, target)
     return out
 
 
@@ -102,7 +104,7 @@ def adaptive_log_softmax_full(logits, offset=None, name=None):
             raise ValueError(f"{op}: offset has {offset.shape[0]} rows but logits has {logits.shape[0]}")
         if offset.dtype != logits.dtype:
             offset = paddle.cast(offset, logits.dtype)
-    out, _ = _library.ops().adaptive_log_softmax_full(logits, offset)
+    out, _ = _library.ops().pe_adaptive_log_softmax_full(logits, offset)
     return out
 
 
@@ -162,11 +164,16 @@ def _check_input_label(input, label, in_features, where):
 
 
 def _check_label_range(label, n_classes, where):
-    if paddle.in_dynamic_mode() and label.size > 0:
-        lo, hi = int(label.min()), int(label.max())
-        if lo < 0 or hi >= n_classes:
-            bad = lo if lo < 0 else hi
-            raise LabelOutOfRangeError(f"{where}: label value {bad} is out of range [0, {n_classes})")
+    """label, or a LabelOutOfRangeError naming the first bad position. In a static graph the values are
+    unknown here: the check becomes an op that raises (an IndexError) when the graph runs."""
+    if not paddle.in_dynamic_mode():
+        return _library.ops().pe_check_index(label, 0, n_classes, f"{where}: label")
+    if label.size > 0:
+        values = label.numpy().reshape(-1)
+        bad = np.flatnonzero((values < 0) | (values >= n_classes))
+        if bad.size:
+            raise LabelOutOfRangeError(f"{where}: label[{bad[0]}] = {values[bad[0]]} is out of range [0, {n_classes})")
+    return label
 
 
 def _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, where):
@@ -221,7 +228,7 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
     for c in cutoffs[:-1]:
         cluster = cluster + (label >= c).astype("int64")
     head_target = paddle.where(cluster == 0, label, cluster + (shortlist - 1))
-    output, _ = ops.adaptive_log_softmax_target(head, head_target)
+    output, _ = ops.pe_adaptive_log_softmax_target(head, head_target)
     for i in range(len(cutoffs) - 1):
         low, high = cutoffs[i], cutoffs[i + 1]
         rows = paddle.nonzero((label >= low) & (label < high))  # [k, 1]
@@ -230,7 +237,7 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
         flat = rows.reshape([-1])
         hidden = paddle.matmul(paddle.gather(input, flat), tail_weights[i][0])
         logits = paddle.matmul(hidden, tail_weights[i][1])
-        local, _ = ops.adaptive_log_softmax_target(logits, paddle.gather(label, flat) - low)
+        local, _ = ops.pe_adaptive_log_softmax_target(logits, paddle.gather(label, flat) - low)
         output = paddle.scatter_nd_add(output, rows, local)
     return output
 
@@ -241,11 +248,11 @@ def _full_log_prob(input, head, tail_weights, cutoffs):
     shortlist = cutoffs[0]
     zeros = paddle.zeros_like(head[:, 0])
     zeros.stop_gradient = True
-    head_lp, _ = ops.adaptive_log_softmax_full(head, zeros)
+    head_lp, _ = ops.pe_adaptive_log_softmax_full(head, zeros)
     pieces = [head_lp[:, :shortlist]]
     for i in range(len(cutoffs) - 1):
         logits = paddle.matmul(paddle.matmul(input, tail_weights[i][0]), tail_weights[i][1])
-        lp, _ = ops.adaptive_log_softmax_full(logits, head_lp[:, shortlist + i])
+        lp, _ = ops.pe_adaptive_log_softmax_full(logits, head_lp[:, shortlist + i])
         pieces.append(lp)
     return paddle.concat(pieces, axis=1) if len(pieces) > 1 else pieces[0]
 
@@ -280,7 +287,7 @@ def adaptive_log_softmax_with_loss(input, label, head_weight, tail_weights, cuto
     in_features = head_weight.shape[0]
     label = _check_input_label(input, label, in_features, _OP)
     _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, _OP)
-    _check_label_range(label, cutoffs[-1], _OP)
+    label = _check_label_range(label, cutoffs[-1], _OP)
     return adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias)
 
 

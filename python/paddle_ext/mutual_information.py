@@ -85,12 +85,12 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, name=
     dtype = px.dtype
     if dtype in (paddle.float16, paddle.bfloat16):
         px, py = px.astype("float32"), py.astype("float32")
-    ans, p = _library.ops().mutual_information(px, py, boundary)
+    ans, p = _library.ops().pe_mutual_information(px, py, boundary)
     if dtype != ans.dtype:
         ans = ans.astype(dtype)
     if not return_grad:
         return ans
-    px_grad, py_grad = _library.ops().mutual_information_occupation(px.detach(), py.detach(), boundary, p.detach())
+    px_grad, py_grad = _library.ops().pe_mutual_information_occupation(px.detach(), py.detach(), boundary, p.detach())
     if dtype != px_grad.dtype:
         px_grad, py_grad = px_grad.astype(dtype), py_grad.astype(dtype)
     px_grad.stop_gradient = True
