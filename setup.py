@@ -1,6 +1,7 @@
 """Builds the paddle_ext op library and installs it with the Python package.
 
-    pip install --no-build-isolation .
+    pip install .                         # isolated build (pyproject.toml declares the build requirements)
+    pip install --no-build-isolation .    # against the Paddle already installed (what `make build` does)
 
 1. python/paddle_ext/codegen/opgen.py turns ops/*.yaml into PD_BUILD_OP registration units
    (build/generated/<family>.ops.cc, each including paddle_ext/binding/<family>.cc) and a manifest.
@@ -16,9 +17,29 @@ import json
 import os
 import pathlib
 import sys
+import warnings
 
-import paddle
-from paddle.utils.cpp_extension import CppExtension, CUDAExtension, setup
+
+def _check_build_requirements():
+    """A clear message instead of `No module named 'yaml'` / `invalid command 'bdist_wheel'` when a
+    --no-build-isolation build runs in an environment without pyproject.toml's build requirements."""
+    import setuptools  # noqa: PLC0415
+
+    missing = [req for module, req in (("paddle", "paddlepaddle"), ("yaml", "pyyaml"))
+               if importlib.util.find_spec(module) is None]
+    old_setuptools = tuple(int(p) for p in setuptools.__version__.split(".")[:2] if p.isdigit()) < (70, 1)
+    if old_setuptools and importlib.util.find_spec("wheel") is None:
+        missing.append("wheel")  # setuptools < 70.1 builds wheels through the `wheel` package
+    if missing:
+        sys.exit(f"paddle_ext: the build needs {', '.join(missing)} (pyproject.toml's build requirements); "
+                 f"`pip install {' '.join(missing)}` first, or build without --no-build-isolation")
+
+
+_check_build_requirements()
+with warnings.catch_warnings():  # Paddle's import warns when ccache is missing; irrelevant here
+    warnings.simplefilter("ignore")
+    import paddle
+    from paddle.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, setup
 from setuptools.command.build_py import build_py
 
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -52,6 +73,17 @@ class BuildPyWithManifest(build_py):
         (package / "build_info.json").write_text(json.dumps(info) + "\n")
 
 
+class BuildExtensionWithoutVersionFile(BuildExtension.with_options(no_python_abi_suffix=True)):
+    """Paddle's build_ext writes its compile-flag record `version.txt` next to the library, at the
+    top of the wheel, where it would land loose in site-packages; keep it out of the package."""
+
+    def run(self):
+        super().run()
+        stray = pathlib.Path(self.build_lib) / "version.txt"
+        if stray.exists():
+            stray.unlink()
+
+
 ops = _load_opgen().generate(ROOT / "ops", GENERATED)
 os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 2))
 
@@ -80,7 +112,10 @@ setup(
     ext_modules=extension,
     packages=["paddle_ext", "paddle_ext.codegen", "paddle_ext.nn", "paddle_ext.benchmarks", "paddle_ext.demo"],
     package_dir={"": "python"},
-    cmdclass={"build_py": BuildPyWithManifest},
+    cmdclass={"build_py": BuildPyWithManifest, "build_ext": BuildExtensionWithoutVersionFile},
+    # The op library is compiled against this exact Paddle (its C++ ABI): require it at run time
+    # (paddle_ext also checks it at import).
+    install_requires=[f"{'paddlepaddle-gpu' if with_cuda else 'paddlepaddle'}=={paddle.__version__}"],
     entry_points={"console_scripts": ["paddle-ext = paddle_ext.cli:main"]},
     python_requires=">=3.9",
 )

@@ -32,6 +32,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "install: builds a wheel and installs it into a fresh venv (minutes)")
     # fuzz_cases reads the mode from the environment (also in the per-SIMD-width subprocesses)
     if config.getoption("--fuzz", default=None):
         os.environ["PADDLE_EXT_FUZZ"] = config.getoption("--fuzz")

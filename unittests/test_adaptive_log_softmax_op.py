@@ -163,8 +163,8 @@ def test_errors():
 
 def test_static_program_rejects_bad_target_in_cpp():
     # Python cannot see values in a static program: the kernel's check is the last line of defence.
-    # (the static executor reports it as a RuntimeError without the message)
-    with pytest.raises((OSError, RuntimeError)):
+    # (raised as Paddle's OutOfRange error, so the static executor reports an IndexError with the message)
+    with pytest.raises(IndexError, match=r"target\[1\] = 5 is out of range \[0, 3\)"):
         run_static(target_op, {"logits": rand((2, 3)), "target": np.array([0, 5])}, {}, "float64")
 
 

@@ -42,13 +42,13 @@ def _write(tmp_path, text):
 
 
 GOOD = """
-- op : foo
+- op : pe_foo
   args : (Tensor x, int axis = -1)
   output : Tensor(out)
   kernel : FooKernel
-  backward : foo_grad
-- backward_op : foo_grad
-  forward : foo (Tensor x, int axis) -> Tensor(out)
+  backward : pe_foo_grad
+- backward_op : pe_foo_grad
+  forward : pe_foo (Tensor x, int axis) -> Tensor(out)
   args : (Tensor x, Tensor out_grad, int axis)
   output : Tensor(x_grad)
   kernel : FooGradKernel
@@ -59,7 +59,7 @@ def test_codegen_emits_registration_and_signature_check(tmp_path):
     opgen.generate(_write(tmp_path, GOOD), tmp_path / "gen")
     text = (tmp_path / "gen" / "fam.ops.cc").read_text()
     assert '#include "paddle_ext/binding/fam.cc"' in text
-    assert "PD_BUILD_OP(foo)" in text and "PD_BUILD_GRAD_OP(foo)" in text
+    assert "PD_BUILD_OP(pe_foo)" in text and "PD_BUILD_GRAD_OP(pe_foo)" in text
     assert 'paddle::Grad("out")' in text and 'paddle::Grad("x")' in text
     assert "static_assert(std::is_same<decltype(&paddle_ext::FooKernel), std::vector<paddle::Tensor> (*)(const paddle::Tensor&, int)>" in text
 
@@ -68,7 +68,9 @@ def test_codegen_emits_registration_and_signature_check(tmp_path):
     (GOOD.replace("int axis = -1", "double axis"), "type 'double'"),
     (GOOD.replace("(Tensor x, Tensor out_grad, int axis)", "(Tensor x, Tensor out_grad, bool axis)"), "not a forward attr"),
     (GOOD.replace("Tensor(x_grad)", "Tensor(y_grad)"), "must be <forward input>_grad"),
-    (GOOD.replace("backward : foo_grad", "backward : bar_grad"), "missing or names another forward"),
+    (GOOD.replace("backward : pe_foo_grad", "backward : pe_bar_grad"), "missing or names another forward"),
+    (GOOD.replace("- op : pe_foo", "- op : foo"), "must start with 'pe_'"),
+    (GOOD.replace("pe_foo_grad", "pe_foo_vjp"), "must be named pe_foo_grad"),
     (GOOD.replace("(Tensor x, int axis = -1)", "(int axis, Tensor x)"), "tensors go first"),
 ])
 def test_codegen_rejects_bad_yaml(tmp_path, bad, message):

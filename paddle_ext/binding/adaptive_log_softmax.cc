@@ -12,7 +12,7 @@ struct Rows {
 };
 
 Rows rows_of(const paddle::Tensor& logits, const char* op) {
-  PD_CHECK(logits.shape().size() == 2, op, ": logits must be 2-D [M, K], got rank ", logits.shape().size());
+  PE_CHECK(logits.shape().size() == 2, op, ": logits must be 2-D [M, K], got rank ", logits.shape().size());
   return {logits.shape()[0], logits.shape()[1]};
 }
 
@@ -24,16 +24,16 @@ paddle::DataType lse_dtype(paddle::DataType dtype) {
 
 // One value per row. Only the count is checked: an inference graph may hand a [0, 1] slice for [0].
 void check_rows(const paddle::Tensor& t, int64_t m, const char* op, const char* name) {
-  PD_CHECK(t.numel() == m, op, ": ", name, " must hold one value per row (", m, "), got ", t.numel());
+  PE_CHECK(t.numel() == m, op, ": ", name, " must hold one value per row (", m, "), got ", t.numel());
 }
 
 // CPU only: the GPU kernels write NaN for a bad target rather than synchronising to check.
 void check_targets(const paddle::Tensor& target, int64_t k, const char* op) {
-  PD_CHECK(target.dtype() == paddle::DataType::INT64, op, ": target must be int64");
+  PE_CHECK(target.dtype() == paddle::DataType::INT64, op, ": target must be int64");
   if (!target.is_cpu()) return;
   const int64_t* t = target.data<int64_t>();
   for (int64_t i = 0; i < target.numel(); ++i) {
-    PD_CHECK(t[i] >= 0 && t[i] < k, op, ": target[", i, "] = ", t[i], " is out of range [0, ", k, ")");
+    if (t[i] < 0 || t[i] >= k) PE_THROW_INDEX(op, ": target[", i, "] = ", t[i], " is out of range [0, ", k, ")");
   }
 }
 
@@ -41,13 +41,13 @@ void check_targets(const paddle::Tensor& target, int64_t k, const char* op) {
 
 std::vector<std::vector<int64_t>> AlsTargetInferShape(const std::vector<int64_t>& logits_shape,
                                                       const std::vector<int64_t>& target_shape) {
-  PD_CHECK(logits_shape.size() == 2, "adaptive_log_softmax_target: logits must be 2-D [M, K]");
+  PE_CHECK(logits_shape.size() == 2, "adaptive_log_softmax_target: logits must be 2-D [M, K]");
   return {{logits_shape[0]}, {logits_shape[0]}};
 }
 
 std::vector<std::vector<int64_t>> AlsFullInferShape(const std::vector<int64_t>& logits_shape,
                                                     const std::vector<int64_t>& offset_shape) {
-  PD_CHECK(logits_shape.size() == 2, "adaptive_log_softmax_full: logits must be 2-D [M, K]");
+  PE_CHECK(logits_shape.size() == 2, "adaptive_log_softmax_full: logits must be 2-D [M, K]");
   return {logits_shape, {logits_shape[0]}};
 }
 
@@ -122,7 +122,7 @@ std::vector<paddle::Tensor> AlsFullKernel(const paddle::Tensor& logits_in, const
   const Rows r = rows_of(logits, op);
   check_rows(offset, r.m, op, "offset");
   check_same_place(logits, offset, op, "logits", "offset");
-  PD_CHECK(offset.dtype() == logits.dtype(), op, ": offset must have the dtype of logits");
+  PE_CHECK(offset.dtype() == logits.dtype(), op, ": offset must have the dtype of logits");
   paddle::Tensor out = paddle::empty(logits.shape(), logits.dtype(), logits.place());
   paddle::Tensor lse = paddle::empty({r.m}, lse_dtype(logits.dtype()), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "paddle/common/enforce.h"
 #include "paddle/extension.h"
 #include "paddle_ext/common.h"
 
@@ -14,6 +15,20 @@
 #endif
 
 namespace paddle_ext {
+
+// Errors raised by the kernels, as Paddle's own typed errors: every executor (dygraph, to_static,
+// Executor, paddle.inference) carries them to Python with their message, PE_CHECK / PE_THROW as a
+// ValueError (InvalidArgument) and PE_THROW_INDEX as an IndexError (OutOfRange). PD_CHECK/PD_THROW
+// throw a plain exception that static executors reduce to "RuntimeError: std::exception" or abort on.
+#define PE_THROW_CODE(CODE, ...)                                                                         \
+  throw ::common::enforce::EnforceNotMet(                                                                 \
+      ::common::ErrorSummary(CODE, ::common::ErrorMessage(__VA_ARGS__).to_string()), __FILE__, __LINE__)
+#define PE_THROW(...) PE_THROW_CODE(::common::ErrorCode::INVALID_ARGUMENT, __VA_ARGS__)
+#define PE_THROW_INDEX(...) PE_THROW_CODE(::common::ErrorCode::OUT_OF_RANGE, __VA_ARGS__)
+#define PE_CHECK(COND, ...)                          \
+  do {                                               \
+    if (PD_UNLIKELY(!(COND))) PE_THROW(__VA_ARGS__); \
+  } while (0)
 
 template <typename T>
 struct TypeTag {
@@ -29,7 +44,7 @@ void dispatch_floating(paddle::DataType dtype, const char* op, Fn&& fn) {
     case paddle::DataType::FLOAT16: return fn(TypeTag<float16_t>{});
     case paddle::DataType::BFLOAT16: return fn(TypeTag<bfloat16_t>{});
     default:
-      PD_THROW(op, ": unsupported dtype ", phi::DataTypeToString(dtype),
+      PE_THROW(op, ": unsupported dtype ", phi::DataTypeToString(dtype),
                "; expected float16, bfloat16, float32 or float64");
   }
 }
@@ -76,7 +91,7 @@ inline int64_t numel_of(const std::vector<int64_t>& shape) {
 // The last line of defence: the Python API has already validated the axis with a clear error.
 inline int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
   const int64_t r = rank == 0 ? 1 : rank;  // a 0-d tensor has one axis of length 1 here
-  PD_CHECK(axis >= -r && axis < r, op, ": axis ", axis, " is out of range for a tensor of rank ", rank);
+  PE_CHECK(axis >= -r && axis < r, op, ": axis ", axis, " is out of range for a tensor of rank ", rank);
   return axis < 0 ? axis + r : axis;
 }
 
@@ -99,11 +114,11 @@ inline AxisView axis_view(const std::vector<int64_t>& shape, int64_t axis, bool 
 
 inline void check_same_place(const paddle::Tensor& a, const paddle::Tensor& b, const char* op,
                              const char* name_a, const char* name_b) {
-  PD_CHECK(a.place() == b.place(), op, ": ", name_a, " and ", name_b, " must be on the same place");
+  PE_CHECK(a.place() == b.place(), op, ": ", name_a, " and ", name_b, " must be on the same place");
 }
 
 [[noreturn]] inline void throw_no_cuda(const char* op) {
-  PD_THROW(op, ": the tensor is on a GPU, but paddle_ext was built without CUDA kernels "
+  PE_THROW(op, ": the tensor is on a GPU, but paddle_ext was built without CUDA kernels "
                "(reinstall with a CUDA build of Paddle, or set PADDLE_EXT_WITH_CUDA=1)");
 }
 

@@ -15,15 +15,15 @@ struct MIShape {
 // The Python API has already checked all of this with clear Python exceptions.
 MIShape mi_shape(const paddle::Tensor& px, const paddle::Tensor& py, const paddle::optional<paddle::Tensor>& boundary,
                  const char* op) {
-  PD_CHECK(px.shape().size() == 3 && py.shape().size() == 3, op, ": px and py must be 3-D");
+  PE_CHECK(px.shape().size() == 3 && py.shape().size() == 3, op, ": px and py must be 3-D");
   const int64_t B = px.shape()[0], S = px.shape()[1], T = py.shape()[2];
-  PD_CHECK(py.shape()[0] == B && py.shape()[1] == S + 1, op, ": py must have shape [B, S+1, T]");
-  PD_CHECK(px.shape()[2] == T || px.shape()[2] == T + 1, op, ": px must have shape [B, S, T+1] or [B, S, T]");
-  PD_CHECK(px.dtype() == py.dtype(), op, ": px and py must have the same dtype");
+  PE_CHECK(py.shape()[0] == B && py.shape()[1] == S + 1, op, ": py must have shape [B, S+1, T]");
+  PE_CHECK(px.shape()[2] == T || px.shape()[2] == T + 1, op, ": px must have shape [B, S, T+1] or [B, S, T]");
+  PE_CHECK(px.dtype() == py.dtype(), op, ": px and py must have the same dtype");
   check_same_place(px, py, op, "px", "py");
   if (boundary) {
-    PD_CHECK(boundary->dtype() == paddle::DataType::INT64, op, ": boundary must be int64");
-    PD_CHECK(boundary->shape() == std::vector<int64_t>({B, 4}), op, ": boundary must have shape [B, 4]");
+    PE_CHECK(boundary->dtype() == paddle::DataType::INT64, op, ": boundary must be int64");
+    PE_CHECK(boundary->shape() == std::vector<int64_t>({B, 4}), op, ": boundary must have shape [B, 4]");
     check_same_place(px, *boundary, op, "px", "boundary");
   }
   return {B, S, T, px.shape()[2] == T};
@@ -36,7 +36,11 @@ const int64_t* boundary_ptr(const paddle::optional<paddle::Tensor>& boundary, pa
   const int64_t* ptr = holder->data<int64_t>();
   if (holder->is_cpu()) {  // on a GPU the kernel skips a bad row (ans = NaN) instead of reading out of bounds
     const index_t bad = cpu::mutual_information_check_boundary(ptr, m.B, m.S, m.T);
-    PD_CHECK(bad < 0, op, ": boundary row ", bad, " breaks 0 <= s_begin <= s_end <= S, 0 <= t_begin <= t_end <= T");
+    if (bad >= 0) {
+      const int64_t* r = ptr + 4 * bad;
+      PE_THROW(op, ": boundary row ", bad, " = [", r[0], ", ", r[1], ", ", r[2], ", ", r[3],
+               "] breaks 0 <= s_begin <= s_end <= S, 0 <= t_begin <= t_end <= T (S = ", m.S, ", T = ", m.T, ")");
+    }
   }
   return ptr;
 }
@@ -47,7 +51,7 @@ void dispatch_float_double(paddle::DataType dtype, const char* op, Fn&& fn) {
     case paddle::DataType::FLOAT32: return fn(TypeTag<float>{});
     case paddle::DataType::FLOAT64: return fn(TypeTag<double>{});
     default:
-      PD_THROW(op, ": unsupported dtype ", phi::DataTypeToString(dtype),
+      PE_THROW(op, ": unsupported dtype ", phi::DataTypeToString(dtype),
                "; expected float32 or float64 (the Python API computes 16-bit types in float32)");
   }
 }
@@ -57,13 +61,13 @@ std::vector<paddle::Tensor> run_backward(const paddle::Tensor& px_in, const padd
                                          const paddle::Tensor* ans_grad_in, const char* op) {
   const paddle::Tensor px = dense(px_in), py = dense(py_in), p = dense(p_in);
   const MIShape m = mi_shape(px, py, boundary, op);
-  PD_CHECK(p.shape() == std::vector<int64_t>({m.B, m.S + 1, m.T + 1}) && p.dtype() == paddle::DataType::FLOAT64, op,
+  PE_CHECK(p.shape() == std::vector<int64_t>({m.B, m.S + 1, m.T + 1}) && p.dtype() == paddle::DataType::FLOAT64, op,
            ": p must be float64 of shape [B, S+1, T+1]");
   paddle::Tensor bholder, ans_grad;
   const int64_t* bptr = boundary_ptr(boundary, &bholder, m, op);
   if (ans_grad_in != nullptr) {
     ans_grad = dense(*ans_grad_in);
-    PD_CHECK(ans_grad.numel() == m.B, op, ": ans_grad must have B elements");
+    PE_CHECK(ans_grad.numel() == m.B, op, ": ans_grad must have B elements");
   }
   paddle::Tensor px_grad = paddle::empty(px.shape(), px.dtype(), px.place());
   paddle::Tensor py_grad = paddle::empty(py.shape(), py.dtype(), py.place());
@@ -90,7 +94,7 @@ std::vector<paddle::Tensor> run_backward(const paddle::Tensor& px_in, const padd
 std::vector<std::vector<int64_t>> MutualInformationInferShape(const std::vector<int64_t>& px_shape,
                                                               const std::vector<int64_t>& py_shape,
                                                               const paddle::optional<std::vector<int64_t>>&) {
-  PD_CHECK(px_shape.size() == 3 && py_shape.size() == 3, "mutual_information: px and py must be 3-D");
+  PE_CHECK(px_shape.size() == 3 && py_shape.size() == 3, "mutual_information: px and py must be 3-D");
   const int64_t B = px_shape[0], S1 = py_shape[1], T = py_shape[2];
   return {{B}, {B, S1, T < 0 ? -1 : T + 1}};
 }

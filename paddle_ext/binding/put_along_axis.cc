@@ -18,7 +18,7 @@ Reduce parse_reduce(const std::string& reduce) {
   if (reduce == "mean") return Reduce::Mean;
   if (reduce == "amin") return Reduce::Min;
   if (reduce == "amax") return Reduce::Max;
-  PD_THROW("put_along_axis: reduce='", reduce, "' is not one of assign, add, mul, multiply, mean, amin, amax");
+  PE_THROW("put_along_axis: reduce='", reduce, "' is not one of assign, add, mul, multiply, mean, amin, amax");
 }
 
 struct ScatterView {
@@ -29,17 +29,17 @@ ScatterView scatter_view(const paddle::Tensor& arr, const paddle::Tensor& indice
                          int axis, const char* op) {
   const auto& a = arr.shape();
   const auto& ix = indices.shape();
-  PD_CHECK(ix.size() == a.size(), op, ": indices must have arr's rank ", a.size(), ", got ", ix.size());
-  PD_CHECK(values.shape() == ix, op, ": values must have the (broadcast) shape of indices");
-  PD_CHECK(indices.dtype() == paddle::DataType::INT32 || indices.dtype() == paddle::DataType::INT64, op,
+  PE_CHECK(ix.size() == a.size(), op, ": indices must have arr's rank ", a.size(), ", got ", ix.size());
+  PE_CHECK(values.shape() == ix, op, ": values must have the (broadcast) shape of indices");
+  PE_CHECK(indices.dtype() == paddle::DataType::INT32 || indices.dtype() == paddle::DataType::INT64, op,
            ": indices must be int32 or int64");
-  PD_CHECK(values.dtype() == arr.dtype(), op, ": values must have arr's dtype");
+  PE_CHECK(values.dtype() == arr.dtype(), op, ": values must have arr's dtype");
   ScatterView v;
   v.axis = normalize_axis(axis, (int64_t)a.size(), op);
   if (a.empty()) return v;  // 0-d: one slot, one position
   for (int64_t d = 0; d < (int64_t)a.size(); ++d) {
     if (d == v.axis) continue;
-    PD_CHECK(ix[d] == a[d], op, ": indices.shape[", d, "] = ", ix[d], " must equal arr.shape[", d, "] = ", a[d]);
+    PE_CHECK(ix[d] == a[d], op, ": indices.shape[", d, "] = ", ix[d], " must equal arr.shape[", d, "] = ", a[d]);
     (d < v.axis ? v.outer : v.inner) *= a[d];
   }
   v.n = a[v.axis];
@@ -62,7 +62,7 @@ void check_cpu_indices(const paddle::Tensor& indices, const ScatterView& v, cons
     rest = shape[d] > 0 ? rest / shape[d] : 0;
   }
   for (size_t d = 0; d < coord.size(); ++d) pos << (d ? ", " : "") << coord[d];
-  PD_THROW("[put_along_axis IndexError] ", op, ": index ", bad.value, " at indices[", pos.str(),
+  PE_THROW_INDEX(op, ": index ", bad.value, " at indices[", pos.str(),
            "] is out of range for axis ", v.axis, " of size ", v.n, " (expected ", -v.n, " <= index < ", v.n, ")");
 }
 
@@ -109,7 +109,7 @@ void run_gpu(paddle::Tensor& acc, const paddle::Tensor& indices, const paddle::T
     dispatch_index(indices, [&](auto itag) {
       using Idx = typename decltype(itag)::type;
       if constexpr (sizeof(T) < 4 && std::is_integral<T>::value) {
-        PD_THROW(op, ": int16 and uint8 tensors are supported on the CPU only");
+        PE_THROW(op, ": int16 and uint8 tensors are supported on the CPU only");
       } else if (deterministic && (reduce == Reduce::Add || reduce == Reduce::Mean)) {
         const int64_t positions = v.outer * v.m * v.inner;
         const size_t bytes = gpu::put_along_axis_sorted_workspace(positions, slots);
@@ -166,7 +166,7 @@ std::vector<paddle::Tensor> PutAlongAxisKernel(const paddle::Tensor& arr_in, con
 void PutAlongAxisInplaceKernel(paddle::Tensor& arr, const paddle::Tensor& indices_in, const paddle::Tensor& values_in,
                                int axis, const std::string& reduce, bool include_self, bool deterministic) {
   const char* op = "put_along_axis_";
-  PD_CHECK(arr.is_contiguous(), op, ": arr must be contiguous to be written in place");
+  PE_CHECK(arr.is_contiguous(), op, ": arr must be contiguous to be written in place");
   const paddle::Tensor indices = dense(indices_in), values = dense(values_in);
   check_same_place(arr, indices, op, "arr", "indices");
   check_same_place(arr, values, op, "arr", "values");

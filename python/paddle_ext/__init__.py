@@ -1,7 +1,15 @@
-"""paddle_ext: fast, exact custom operators for PaddlePaddle."""
+"""paddle_ext: fast, exact custom operators for PaddlePaddle.
 
-from . import nn
-from ._library import library_path
+Importing it loads the op library and registers every op with Paddle, so a process that only does
+``import paddle_ext`` can ``paddle.jit.load`` or serve (``paddle.inference``) a model that uses them.
+"""
+
+from . import _library
+
+_library.load()  # register every op now, before any model is loaded; a clear ImportError otherwise
+
+from . import nn  # noqa: E402
+from ._library import library_path  # noqa: E402
 from .adaptive_log_softmax import adaptive_log_softmax_full, adaptive_log_softmax_target
 from .logcumsumexp import logcumsumexp
 from .mutual_information import mutual_information_recursion

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import pathlib
+import warnings
+
+
+@contextlib.contextmanager
+def _without_ccache_warning():
+    """Paddle warns that ccache (a compiler cache for building ops) is missing when it is imported
+    and when an op library is loaded: noise for someone who only uses the ops."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="No ccache found")
+        yield
+
+
+with _without_ccache_warning():
+    import paddle
 
 BUILD_HINT = "build it with `make build` (or `pip install --no-build-isolation .` in the repository)"
 
@@ -13,7 +28,8 @@ BUILD_HINT = "build it with `make build` (or `pip install --no-build-isolation .
 def ops():
     """The generated op module: one function per YAML op, every input and attr positional."""
     try:
-        import paddle_ext_lib  # noqa: PLC0415  (the generated stub registers the ops on import)
+        with _without_ccache_warning():
+            import paddle_ext_lib  # noqa: PLC0415  (the generated stub registers the ops on import)
     except ImportError as err:
         raise ImportError(f"paddle_ext: the op library paddle_ext_lib is not installed; {BUILD_HINT}") from err
     except Exception as err:  # a stale library built against another Paddle fails to load
@@ -22,6 +38,17 @@ def ops():
     if missing:
         raise ImportError(f"paddle_ext: the op library is stale, it lacks {missing}; {BUILD_HINT}")
     return paddle_ext_lib
+
+
+def load():
+    """Registers every op with Paddle (called by ``import paddle_ext``), after checking that the
+    running Paddle is the one the library was compiled against (its C++ ABI)."""
+    built = build_info().get("paddle", "unknown")
+    if built != "unknown" and built != paddle.__version__:
+        raise ImportError(f"paddle_ext: the op library was built against Paddle {built}, but Paddle "
+                          f"{paddle.__version__} is installed; install paddlepaddle=={built} or rebuild "
+                          f"paddle_ext against this Paddle ({BUILD_HINT})")
+    return ops()
 
 
 def library_path() -> str:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 import paddle
 import paddle.nn.functional as F
 from paddle.autograd import PyLayer
@@ -109,13 +111,13 @@ def _target(logits, target):
     """The target op; in dygraph with grads, through _Target (grads of any order)."""
     if paddle.in_dynamic_mode() and not logits.stop_gradient:
         return _Target.apply(logits, target)
-    return _library.ops().adaptive_log_softmax_target(logits, target)[0]  # static: the registered grad op
+    return _library.ops().pe_adaptive_log_softmax_target(logits, target)[0]  # static: the registered grad op
 
 
 def _full(logits, offset):
     if paddle.in_dynamic_mode() and not (logits.stop_gradient and offset.stop_gradient):
         return _Full.apply(logits, offset)
-    return _library.ops().adaptive_log_softmax_full(logits, offset)[0]
+    return _library.ops().pe_adaptive_log_softmax_full(logits, offset)[0]
 
 
 class _Target(PyLayer):
@@ -124,7 +126,7 @@ class _Target(PyLayer):
 
     @staticmethod
     def forward(ctx, logits, target):
-        out, lse = _library.ops().adaptive_log_softmax_target(logits, target)
+        out, lse = _library.ops().pe_adaptive_log_softmax_target(logits, target)
         ctx.save_for_backward(logits, target, lse)
         return out
 
@@ -132,7 +134,7 @@ class _Target(PyLayer):
     def backward(ctx, out_grad):
         logits, target, lse = ctx.saved_tensor()
         if not paddle.is_grad_enabled():
-            return _library.ops().adaptive_log_softmax_target_vjp(logits, target, lse, out_grad), None
+            return _library.ops().pe_adaptive_log_softmax_target_vjp(logits, target, lse, out_grad), None
         onehot = F.one_hot(target, logits.shape[1]).astype(logits.dtype)
         return (onehot - F.softmax(logits, axis=1)) * out_grad.unsqueeze(1), None
 
@@ -142,7 +144,7 @@ class _Full(PyLayer):
 
     @staticmethod
     def forward(ctx, logits, offset):
-        out, lse = _library.ops().adaptive_log_softmax_full(logits, offset)
+        out, lse = _library.ops().pe_adaptive_log_softmax_full(logits, offset)
         ctx.save_for_backward(logits, offset, lse)
         ctx.grads = (not logits.stop_gradient, not offset.stop_gradient)
         return out
@@ -151,7 +153,7 @@ class _Full(PyLayer):
     def backward(ctx, out_grad):
         logits, offset, lse = ctx.saved_tensor()
         if not paddle.is_grad_enabled():
-            logits_grad, offset_grad = _library.ops().adaptive_log_softmax_full_vjp(logits, offset, lse, out_grad)
+            logits_grad, offset_grad = _library.ops().pe_adaptive_log_softmax_full_vjp(logits, offset, lse, out_grad)
         else:
             offset_grad = out_grad.sum(axis=1)
             logits_grad = out_grad - F.softmax(logits, axis=1) * offset_grad.unsqueeze(1)
@@ -214,11 +216,16 @@ def _check_input_label(input, label, in_features, where):
 
 
 def _check_label_range(label, n_classes, where):
-    if paddle.in_dynamic_mode() and label.size > 0:
-        lo, hi = int(label.min()), int(label.max())
-        if lo < 0 or hi >= n_classes:
-            bad = lo if lo < 0 else hi
-            raise LabelOutOfRangeError(f"{where}: label value {bad} is out of range [0, {n_classes})")
+    """label, or a LabelOutOfRangeError naming the first bad position. In a static graph the values are
+    unknown here: the check becomes an op that raises (an IndexError) when the graph runs."""
+    if not paddle.in_dynamic_mode():
+        return _library.ops().pe_check_index(label, 0, n_classes, f"{where}: label")
+    if label.size > 0:
+        values = label.numpy().reshape(-1)
+        bad = np.flatnonzero((values < 0) | (values >= n_classes))
+        if bad.size:
+            raise LabelOutOfRangeError(f"{where}: label[{bad[0]}] = {values[bad[0]]} is out of range [0, {n_classes})")
+    return label
 
 
 def _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, where):
@@ -330,7 +337,7 @@ def adaptive_log_softmax_with_loss(input, label, head_weight, tail_weights, cuto
     in_features = head_weight.shape[0]
     label = _check_input_label(input, label, in_features, _OP)
     _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, _OP)
-    _check_label_range(label, cutoffs[-1], _OP)
+    label = _check_label_range(label, cutoffs[-1], _OP)
     return adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias)
 
 

@@ -36,7 +36,7 @@ def logcumsumexp(x, axis=None, exclusive=False, reverse=False, dtype=None, name=
     attrs = (axis, flatten, bool(exclusive), bool(reverse))
     if paddle.in_dynamic_mode() and not x.stop_gradient:
         return _Logcumsumexp.apply(x, attrs)
-    return _library.ops().logcumsumexp(x, *attrs)  # static graphs use the registered grad op
+    return _library.ops().pe_logcumsumexp(x, *attrs)  # static graphs use the registered grad op
 
 
 class _Logcumsumexp(PyLayer):
@@ -45,7 +45,7 @@ class _Logcumsumexp(PyLayer):
 
     @staticmethod
     def forward(ctx, x, attrs):
-        out = _library.ops().logcumsumexp(x, *attrs)
+        out = _library.ops().pe_logcumsumexp(x, *attrs)
         ctx.save_for_backward(x, out)
         ctx.attrs = attrs
         return out
@@ -54,7 +54,7 @@ class _Logcumsumexp(PyLayer):
     def backward(ctx, out_grad):
         x, out = ctx.saved_tensor()
         if not paddle.is_grad_enabled():
-            return _library.ops().logcumsumexp_vjp(x, out, out_grad, *ctx.attrs)
+            return _library.ops().pe_logcumsumexp_vjp(x, out, out_grad, *ctx.attrs)
         return _differentiable_grad(x, out, out_grad, *ctx.attrs)
 
 

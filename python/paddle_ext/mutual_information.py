@@ -37,7 +37,8 @@ def check_boundary(boundary, B, S, T, op="mutual_information_recursion", arg="bo
 
 @paddle.jit.not_to_static
 def check_px_py(px, py, op="mutual_information_recursion"):
-    """Returns (B, S, T, modified) after checking shapes and dtypes."""
+    """Returns (B, S, T, modified) after checking shapes and dtypes; modified is None where px's and
+    py's last dims are not known (a dynamic T in a static graph)."""
     check_tensor(px, "px", op)
     check_tensor(py, "py", op)
     if len(px.shape) != 3 or len(py.shape) != 3:
@@ -53,8 +54,8 @@ def check_px_py(px, py, op="mutual_information_recursion"):
         raise ValueError(f"{op}: px and py must have the same batch size, got {B} and {By}")
     if _dim_known(S) and _dim_known(S1) and S1 != S + 1:
         raise ValueError(f"{op}: py must have shape [B, S+1, T] for px of shape {list(px.shape)}, got {list(py.shape)}")
-    if not (_dim_known(T1) and _dim_known(T)):
-        raise ValueError(f"{op}: the T dimension of px and py must be known, got px {list(px.shape)}, py {list(py.shape)}")
+    if not (_dim_known(T1) and _dim_known(T)):  # a dynamic T (static graph): the kernel checks at run time
+        return B, S, T, None
     if T1 not in (T, T + 1):
         raise ValueError(f"{op}: px's last dim must be T+1 = {T + 1} (regular) or T = {T} (modified), got {T1}")
     return B, S, T, T1 == T
@@ -94,14 +95,14 @@ def _recursion(px, py, boundary, return_grad, op):
     dtype = px.dtype
     if dtype in (paddle.float16, paddle.bfloat16):
         px, py = px.astype("float32"), py.astype("float32")
-    ans, p = _library.ops().mutual_information(px, py, boundary)
+    ans, p = _library.ops().pe_mutual_information(px, py, boundary)
     if dtype != ans.dtype:
         ans = ans.astype(dtype)
     if paddle.in_dynamic_mode() and not ans.stop_gradient:
         ans = _FirstOrderOnly.apply(ans, op)
     if not return_grad:
         return ans
-    px_grad, py_grad = _library.ops().mutual_information_occupation(px.detach(), py.detach(), boundary, p.detach())
+    px_grad, py_grad = _library.ops().pe_mutual_information_occupation(px.detach(), py.detach(), boundary, p.detach())
     if dtype != px_grad.dtype:
         px_grad, py_grad = px_grad.astype(dtype), py_grad.astype(dtype)
     px_grad.stop_gradient = True

@@ -423,7 +423,7 @@ def _check_ranges(op, ranges, S, boundary, rnnt_type):
     if rnnt_type == "regular":
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
     px = _finish_px(px, mask, boundary, rnnt_type)
-    ans = _library.ops().mutual_information(px, mask, boundary)[0].numpy()
+    ans = _library.ops().pe_mutual_information(px, mask, boundary)[0].numpy()
     if np.isneginf(ans).any():
         b = int(np.argmax(np.isneginf(ans)))
         raise ValueError(f"{op}: ranges leave no path through the lattice for batch item {b} (windows starting "

@@ -2,13 +2,13 @@
 
 The YAML follows Paddle's ops.yaml / backward.yaml::
 
-    - op : logcumsumexp
+    - op : pe_logcumsumexp
       args : (Tensor x, int axis = -1, bool flatten = false, bool exclusive = false, bool reverse = false)
       output : Tensor(out)
       kernel : LogcumsumexpKernel
-      backward : logcumsumexp_grad
-    - backward_op : logcumsumexp_grad
-      forward : logcumsumexp (Tensor x, ...) -> Tensor(out)
+      backward : pe_logcumsumexp_grad
+    - backward_op : pe_logcumsumexp_grad
+      forward : pe_logcumsumexp (Tensor x, ...) -> Tensor(out)
       args : (Tensor x, Tensor out, Tensor out_grad, int axis, bool flatten, bool exclusive, bool reverse)
       output : Tensor(x_grad)
       kernel : LogcumsumexpGradKernel
@@ -50,6 +50,12 @@ ATTR_TYPES = {
     "str[]": ("std::vector<std::string>", "const std::vector<std::string>&"),
 }
 TENSOR_TYPES = ("Tensor", "Tensor?")
+
+# The naming rule: every op we register (forward, grad, helper) is named pe_<name>. Paddle owns a flat
+# op namespace, and a custom op registered under one of its names replaces Paddle's op for every
+# program in the process (legacy-IR programs and old inference models then break); the prefix keeps
+# us out of it. A grad op is registered by Paddle as <forward>_grad, so that is its name here too.
+OP_PREFIX = "pe_"
 
 
 class OpSpecError(ValueError):
@@ -181,6 +187,9 @@ def load_ops(ops_dir: pathlib.Path) -> list[Op]:
             if not name:
                 raise OpSpecError(f"{where}: needs 'op' or 'backward_op'")
             where = f"{path.name}: {name}"
+            if not name.startswith(OP_PREFIX):
+                raise OpSpecError(f"{where}: op names must start with {OP_PREFIX!r} (the naming rule: never take "
+                                  f"over a name Paddle owns), e.g. {OP_PREFIX}{name}")
             for key in ("args", "output", "kernel"):
                 if key not in entry:
                     raise OpSpecError(f"{where}: missing '{key}'")
@@ -226,6 +235,8 @@ def _check_links(ops: list[Op]) -> None:
             fw = by_name.get(op.forward)
             if fw is None:
                 raise OpSpecError(f"{op.name}: forward op {op.forward!r} not found")
+            if op.name != f"{op.forward}_grad":  # the name Paddle registers PD_BUILD_GRAD_OP(forward) under
+                raise OpSpecError(f"{op.name}: a backward op must be named {op.forward}_grad")
             fw_attrs = {a.name: a.type for a in fw.attrs}
             for a in op.attrs:  # DESIGN.md §7: grad attrs are a subset, by name, of the forward's
                 if fw_attrs.get(a.name) != a.type:

@@ -100,7 +100,7 @@ class AdaptiveLogSoftmaxWithLoss(paddle.nn.Layer):
     def forward(self, input, label):
         """(output, loss): output [N] the log-probability of each label, loss their mean negative."""
         label = self._check(input, label)
-        _als._check_label_range(label, self.n_classes, type(self).__name__)
+        label = _als._check_label_range(label, self.n_classes, type(self).__name__)
         return _als.adaptive_log_softmax_with_loss_checked(input, label, self.head_weight, self.tail_weights,
                                                            self.cutoffs, self.head_bias)
 
