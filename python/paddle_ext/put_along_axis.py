@@ -39,19 +39,35 @@ def _check_bool(value, arg: str, op: str) -> bool:
     return bool(value)
 
 
+def _known(d) -> bool:
+    return d is not None and d >= 0
+
+
 def _broadcast_values_shape(values_shape, target, op):
-    """numpy broadcasting of values to the (broadcast) indices shape; a ValueError when impossible."""
+    """numpy broadcasting of values to the (broadcast) indices shape; a ValueError when impossible.
+    Dimensions unknown at trace time (-1 in a static graph) are left to the kernel's run-time check."""
     if len(values_shape) > len(target):
         raise ValueError(f"{op}: values of shape {values_shape} cannot be broadcast to the indices shape {target}")
     padded = [1] * (len(target) - len(values_shape)) + list(values_shape)
     for d, (v, t) in enumerate(zip(padded, target)):
-        if v not in (1, t):
+        if _known(v) and _known(t) and v not in (1, t):
             raise ValueError(
                 f"{op}: values of shape {values_shape} cannot be broadcast to the indices shape {target} "
                 f"(dimension {d}: {v} vs {t})"
             )
 
 
+def _broadcast(x, target, sizes):
+    """broadcast_to(x, target); a dimension unknown at trace time (-1) takes its size from the shape
+    tensor `sizes` when the graph runs."""
+    if _shape(x) == target:
+        return x
+    if all(_known(d) for d in target):
+        return paddle.broadcast_to(x, target)
+    return paddle.broadcast_to(x, [d if _known(d) else sizes[i] for i, d in enumerate(target)])
+
+
+@paddle.jit.not_to_static  # plain Python on the static shapes (-1 where a dimension is dynamic)
 def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
     """Checks and normalises the arguments; returns (indices, values, axis, reduce, include_self, block).
 
@@ -88,22 +104,25 @@ def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
         for d in range(rank):
             if d == axis:
                 target[d] = i_shape[d]
-            elif i_shape[d] not in (1, a_shape[d]):
+            elif _known(i_shape[d]) and _known(a_shape[d]) and i_shape[d] not in (1, a_shape[d]):
                 raise ValueError(
                     f"{op}: indices.shape[{d}] = {i_shape[d]} can be neither broadcast to nor matched with "
                     f"arr.shape[{d}] = {a_shape[d]} (expected 1 or {a_shape[d]})"
                 )
-        if i_shape != target:
-            indices = paddle.broadcast_to(indices, target)
+            elif not _known(i_shape[d]):
+                target[d] = i_shape[d]  # both dynamic: they must match at run time (the kernel checks)
+        # sizes unknown at trace time: the axis's from indices, the others' from arr
+        sizes = paddle.concat([paddle.shape(arr)[:axis], paddle.shape(indices)[axis:axis + 1],
+                              paddle.shape(arr)[axis + 1:]]) if not all(_known(d) for d in target) else None
+        indices = _broadcast(indices, target, sizes)
         _broadcast_values_shape(v_shape, target, op)
-        if v_shape != target:
-            values = paddle.broadcast_to(values, target)
+        values = _broadcast(values, target, sizes)
     else:
         if len(v_shape) == 0:
-            values = paddle.broadcast_to(values, i_shape)
+            values = _broadcast(values, i_shape, None if all(_known(d) for d in i_shape) else paddle.shape(indices))
         elif len(v_shape) != rank:
             raise ValueError(f"{op}: with broadcast=False values must have arr's rank {rank}, got shape {v_shape}")
-        else:
+        elif all(_known(d) for d in a_shape + i_shape + v_shape):
             for d in range(rank):
                 if d != axis and i_shape[d] > a_shape[d]:
                     raise ValueError(f"{op}: with broadcast=False indices.shape[{d}] = {i_shape[d]} must be "
@@ -113,8 +132,10 @@ def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
                                      f"<= values.shape[{d}] = {v_shape[d]}")
             if v_shape != i_shape:  # torch's rule: values[p] pairs with indices[p]; the rest is unused
                 values = paddle.slice(values, list(range(rank)), [0] * rank, i_shape)
-        if any(i_shape[d] < a_shape[d] for d in range(rank) if d != axis):
-            block = [a_shape[d] if d == axis else i_shape[d] for d in range(rank)]
+            if any(i_shape[d] < a_shape[d] for d in range(rank) if d != axis):
+                block = [a_shape[d] if d == axis else i_shape[d] for d in range(rank)]
+        # dynamic dimensions with broadcast=False: indices and values must match arr off the axis (the
+        # kernel checks at run time); the narrower-indices block form needs static shapes
     return indices, values, axis, reduce, include_self, block
 
 
