@@ -341,16 +341,23 @@ def logsumexp_rows(x):
         return np.where(finite, safe + np.log(s), m)
 
 
+def log_softmax_lse(x):
+    """The lse that log_softmax subtracts, as PyTorch's: NaN for a row holding +inf (its x - max is NaN
+    at the +inf), so that the whole row's log-softmax and grads are NaN; else logsumexp_rows."""
+    lse = logsumexp_rows(x)
+    return np.where(lse == np.inf, np.nan, lse)
+
+
 def adaptive_log_softmax_target(logits, target):
     logits = np.asarray(logits, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        return logits[np.arange(logits.shape[0]), np.asarray(target)] - logsumexp_rows(logits)
+        return logits[np.arange(logits.shape[0]), np.asarray(target)] - log_softmax_lse(logits)
 
 
 def adaptive_log_softmax_target_grad(logits, target, out_grad):
     logits = np.asarray(logits, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        grad = -np.exp(logits - logsumexp_rows(logits)[:, None])
+        grad = -np.exp(logits - log_softmax_lse(logits)[:, None])
     grad[np.arange(logits.shape[0]), np.asarray(target)] += 1.0
     return grad * np.asarray(out_grad)[:, None]
 
@@ -358,7 +365,7 @@ def adaptive_log_softmax_target_grad(logits, target, out_grad):
 def adaptive_log_softmax_full(logits, offset):
     logits = np.asarray(logits, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        return logits - logsumexp_rows(logits)[:, None] + np.asarray(offset, dtype=np.float64)[:, None]
+        return logits - log_softmax_lse(logits)[:, None] + np.asarray(offset, dtype=np.float64)[:, None]
 
 
 def adaptive_log_softmax_full_grad(logits, out_grad):

@@ -116,7 +116,7 @@ def test_neg_inf_logits():
 def test_nan_and_pos_inf_rows():
     x = np.array([[0.0, np.nan, 1.0], [0.0, np.inf, 1.0], [0.0, 1.0, 2.0]])
     out = paddle_ext.adaptive_log_softmax_target(paddle.to_tensor(x), paddle.to_tensor([0, 0, 2])).numpy()
-    assert np.isnan(out[0]) and np.isnan(out[1]) or out[1] == -np.inf
+    assert np.isnan(out[0]) and np.isnan(out[1])  # +inf in a row: NaN, as torch (not -inf)
     np.testing.assert_allclose(out[2], refs.adaptive_log_softmax_target(x[2:], [2])[0], rtol=1e-14)
 
 
@@ -262,3 +262,63 @@ def test_rows_split_across_threads():
     np.testing.assert_allclose(gx.numpy(), refs.adaptive_log_softmax_target_grad(x64, t, g), rtol=1e-5, atol=1e-7)
     full = paddle_ext.adaptive_log_softmax_full(paddle.to_tensor(x), paddle.to_tensor(g)).numpy()
     np.testing.assert_allclose(full, refs.adaptive_log_softmax_full(x64, g), rtol=1e-6, atol=2e-5)
+
+
+# ===================================================== issue 12, item 7: rows holding +inf or NaN
+# As torch's log_softmax: a row holding +inf has max +inf, x - max is NaN at the +inf and -inf elsewhere,
+# and the logsumexp of that is NaN, so every output of the row is NaN, and so is every grad of the row.
+# A NaN anywhere in a row does the same. Other rows are untouched; -inf entries stay ordinary.
+BAD_ROWS = [[0.0, np.inf, 1.0], [np.inf, np.inf, -np.inf], [-np.inf, 2.0, np.inf], [0.0, np.nan, 1.0],
+            [np.nan, np.inf, -np.inf]]
+GOOD_ROW = [0.5, -np.inf, 2.0]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("bad", BAD_ROWS)
+@pytest.mark.parametrize("target", [0, 1, 2])
+def test_a_row_with_pos_inf_or_nan_is_nan_throughout(dtype, bad, target):
+    x = np.array([GOOD_ROW, bad, GOOD_ROW])
+    t = np.array([2, target, 0])
+    xt = paddle.to_tensor(x, dtype=dtype, stop_gradient=False)
+    off = paddle.to_tensor(np.array([0.25, -1.0, 0.5]), dtype=dtype, stop_gradient=False)
+    out = paddle_ext.adaptive_log_softmax_target(xt, paddle.to_tensor(t))
+    full = paddle_ext.adaptive_log_softmax_full(xt, off)
+    (gx,) = paddle.grad(out, xt, grad_outputs=paddle.ones_like(out))
+    gfx, goff = paddle.grad(full, [xt, off], grad_outputs=paddle.ones_like(full))
+    out, full, gx, gfx, goff = (v.astype("float64").numpy() for v in (out, full, gx, gfx, goff))
+    assert np.isnan(out[1]) and np.isnan(full[1]).all() and np.isnan(gx[1]).all() and np.isnan(gfx[1]).all()
+    assert goff[1] == 3.0  # offset's grad is the sum of the upstream grads, whatever the logits
+    good = [0, 2]
+    atol = {"float64": 1e-12, "float32": 1e-6, "float16": 2e-3, "bfloat16": 2e-2}[dtype]
+    np.testing.assert_allclose(out[good], refs.adaptive_log_softmax_target(x[good], t[good]), atol=atol)
+    np.testing.assert_allclose(full[good], refs.adaptive_log_softmax_full(x[good], [0.25, 0.5]), atol=atol)
+    np.testing.assert_allclose(gx[good], refs.adaptive_log_softmax_target_grad(x[good], t[good], np.ones(2)),
+                               atol=atol)
+
+
+@pytest.mark.parametrize("k", [3, 37, 5001])  # scalar rows, and rows long enough for every SIMD width
+def test_pos_inf_anywhere_in_a_long_row_gives_nan(k):
+    x = np.random.default_rng(7).normal(0, 3, size=(2, k))
+    x[0, k // 2] = np.inf
+    out = paddle_ext.adaptive_log_softmax_target(paddle.to_tensor(x), paddle.to_tensor([0, k - 1])).numpy()
+    full = paddle_ext.adaptive_log_softmax_full(paddle.to_tensor(x)).numpy()
+    assert np.isnan(out[0]) and np.isnan(full[0]).all()
+    np.testing.assert_allclose(out[1], refs.adaptive_log_softmax_target(x[1:], [k - 1])[0], rtol=1e-13)
+
+
+def test_layer_rows_with_pos_inf_logits_are_nan():
+    # An input whose head logits overflow to +inf for two classes (the others stay finite): that row's
+    # log-probabilities are all NaN, as torch's AdaptiveLogSoftmaxWithLoss gives; the other row is untouched.
+    paddle.seed(0)
+    layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(4, 10, cutoffs=[3, 6], div_value=2.0, head_bias=False)
+    w = layer.head_weight.numpy()
+    w[0] = 0.0
+    w[0, :2] = 2.0  # 2 * 3e38 overflows float32
+    layer.head_weight.set_value(w)
+    x = np.array([[3e38, 0.0, 0.0, 0.0], [0.1, -0.2, 0.3, 0.4]], np.float32)
+    head = (x[:1] @ w)[0]
+    assert np.isposinf(head[:2]).all() and np.isfinite(head[2:]).all()
+    lp = layer.log_prob(paddle.to_tensor(x)).numpy()
+    assert np.isnan(lp[0]).all() and np.isfinite(lp[1]).all()
+    out, _ = layer(paddle.to_tensor(x), paddle.to_tensor([2, 8]))
+    assert np.isnan(out.numpy()[0]) and np.isfinite(out.numpy()[1])

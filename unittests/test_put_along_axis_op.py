@@ -626,3 +626,72 @@ def test_add_values_grad_along_last_axis_is_a_gather(rows, n, m):
     g = rng.standard_normal(out.shape).astype(np.float32)
     _, values_grad = paddle.grad(out, [arr, values], paddle.to_tensor(g))
     np.testing.assert_array_equal(values_grad.numpy(), np.take_along_axis(g, np.where(idx < 0, idx + n, idx), -1))
+
+
+# ================================================================== issue 12, item 6: integer `mean`
+# The mean of integers is the floor of sum / count (PyTorch's scatter_reduce). The mean always fits in
+# the dtype, the sum need not: it is accumulated in int64 (int32 counts keep sums of up to 32-bit
+# values exact there). `add` and `mul` wrap around in the dtype, as in PyTorch and the reference.
+INT_DTYPES = ["uint8", "int16", "int32", "int64"]
+
+
+def _int_values(dtype, shape, seed):
+    """Values spread over the dtype's whole range (int64: a range whose int64 sums cannot overflow)."""
+    info = np.iinfo(dtype)
+    low, high = (info.min, info.max) if dtype != "int64" else (-2 ** 50, 2 ** 50)
+    return np.random.default_rng(seed).integers(low, high, size=shape, endpoint=True).astype(dtype)
+
+
+def _int_put(arr, indices, values, axis, reduce, include_self, inplace=False):
+    a = paddle.to_tensor(arr)
+    fn = put_inplace if inplace else put
+    out = fn(a, paddle.to_tensor(indices), paddle.to_tensor(values), axis, reduce=reduce,
+             include_self=include_self)
+    assert out.dtype == a.dtype
+    return (a if inplace else out).numpy()
+
+
+@pytest.mark.parametrize("dtype,count,expected", [("uint8", 100, 2), ("int16", 20000, 2), ("int32", 3, 2),
+                                                   ("int64", 3, 2)])
+def test_integer_mean_of_many_equal_values_is_their_floor_mean(dtype, count, expected):
+    # the issue's examples: arr = [0], `count` values of 3 at index 0 -> floor(3 * count / (count + 1))
+    out = _int_put(np.zeros(1, dtype), np.zeros(count, np.int64), np.full(count, 3, dtype), 0, "mean", True)
+    assert out.tolist() == [expected]
+
+
+# (arr shape, indices shape, axis, index rows): the last axis reaches the flat kernels; a leading axis
+# the general ones, with index rows that agree over the inner columns (row-level bookkeeping) or not.
+INT_MEAN_CASES = [((3, 4), (3, 300), 1, "random"), ((5,), (400,), -1, "random"),
+                  ((4, 3), (300, 3), 0, "random"), ((4, 8), (300, 8), 0, "uniform"),
+                  ((2, 4, 3), (2, 250, 3), 1, "random")]
+
+
+def _int_mean_inputs(dtype, arr_shape, idx_shape, axis, rows, seed=0):
+    indices = rand_indices(arr_shape, idx_shape, axis, seed + 1)
+    if rows == "uniform":  # every index row aims at one destination row
+        indices = np.repeat(indices[..., :1], idx_shape[-1], axis=-1)
+    return _int_values(dtype, arr_shape, seed), indices, _int_values(dtype, idx_shape, seed + 2)
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+@pytest.mark.parametrize("arr_shape,idx_shape,axis,rows", INT_MEAN_CASES)
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_integer_mean_sums_do_not_overflow(dtype, arr_shape, idx_shape, axis, rows, include_self, inplace):
+    arr, indices, values = _int_mean_inputs(dtype, arr_shape, idx_shape, axis, rows)
+    got = _int_put(arr, indices, values, axis, "mean", include_self, inplace)
+    np.testing.assert_array_equal(got, refs.put_along_axis(arr, indices, values, axis, "mean", include_self))
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+@pytest.mark.parametrize("reduce", ["add", "mul"])
+@pytest.mark.parametrize("arr_shape,idx_shape,axis,rows", INT_MEAN_CASES[:1] + INT_MEAN_CASES[3:4])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_integer_add_and_mul_wrap_around_in_the_dtype(dtype, reduce, arr_shape, idx_shape, axis, rows, include_self):
+    arr, indices, values = _int_mean_inputs(dtype, arr_shape, idx_shape, axis, rows, seed=5)
+    if dtype == "int64":  # wrap-around in int64 itself
+        values = values * np.int64(2 ** 12)
+    got = _int_put(arr, indices, values, axis, reduce, include_self)
+    with np.errstate(over="ignore"):
+        expected = refs.put_along_axis(arr, indices, values, axis, reduce, include_self)
+    np.testing.assert_array_equal(got, expected)

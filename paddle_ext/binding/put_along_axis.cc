@@ -98,48 +98,69 @@ void run_cpu(const paddle::Tensor& arr, paddle::Tensor& out, const paddle::Tenso
 }
 
 #ifdef PADDLE_EXT_WITH_CUDA
-// GPU: scatters into `acc` (arr's values in the accumulation dtype: float32 for the half types).
+// The dtype a GPU reduction accumulates in (reduce_acc_t): float32 for the half types, int64 for the
+// sum of an int32 mean (int16 and uint8 are CPU-only), else arr's own.
+paddle::DataType gpu_acc_dtype(paddle::DataType dtype, Reduce reduce) {
+  if (is_half(dtype)) return paddle::DataType::FLOAT32;
+  if (reduce == Reduce::Mean && dtype == paddle::DataType::INT32) return paddle::DataType::INT64;
+  return dtype;
+}
+
+template <typename T, typename A>
+void run_gpu_as(paddle::Tensor& acc, const paddle::Tensor& indices, const paddle::Tensor& values,
+                const ScatterView& v, Reduce reduce, bool include_self, bool deterministic) {
+  const int64_t slots = v.outer * v.n * v.inner;
+  dispatch_index(indices, [&](auto itag) {
+    using Idx = typename decltype(itag)::type;
+    if (deterministic && (reduce == Reduce::Add || reduce == Reduce::Mean)) {
+      const int64_t positions = v.outer * v.m * v.inner;
+      const size_t bytes = gpu::put_along_axis_sorted_workspace(positions, slots);
+      paddle::Tensor workspace = paddle::empty({(int64_t)bytes}, paddle::DataType::UINT8, acc.place());
+      gpu::put_along_axis_sorted<T, A, Idx>(reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
+                                            workspace.data(), bytes, v.outer, v.n, v.m, v.inner, include_self,
+                                            acc.stream());
+    } else {
+      paddle::Tensor count, winner;
+      if (reduce == Reduce::Mean) count = int_scratch(slots, paddle::DataType::INT32, 0, acc.place());
+      if (reduce == Reduce::Assign) winner = int_scratch(slots, paddle::DataType::INT64, -1, acc.place());
+      gpu::put_along_axis_forward<T, A, Idx>(
+          reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
+          reduce == Reduce::Mean ? mutable_ptr<int32_t>(count) : nullptr,
+          reduce == Reduce::Assign ? mutable_ptr<int64_t>(winner) : nullptr, v.outer, v.n, v.m, v.inner,
+          include_self, acc.stream());
+    }
+  });
+}
+
+// GPU: scatters into `acc` (arr's values in gpu_acc_dtype(dtype, reduce)).
 void run_gpu(paddle::Tensor& acc, const paddle::Tensor& indices, const paddle::Tensor& values,
              paddle::DataType dtype, const ScatterView& v, Reduce reduce, bool include_self, bool deterministic,
              const char* op) {
-  const int64_t slots = v.outer * v.n * v.inner;
   dispatch_floating_and_integral(dtype, op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using A = acc_t<T>;
-    dispatch_index(indices, [&](auto itag) {
-      using Idx = typename decltype(itag)::type;
-      if constexpr (sizeof(T) < 4 && std::is_integral<T>::value) {
-        PE_THROW(op, ": int16 and uint8 tensors are supported on the CPU only");
-      } else if (deterministic && (reduce == Reduce::Add || reduce == Reduce::Mean)) {
-        const int64_t positions = v.outer * v.m * v.inner;
-        const size_t bytes = gpu::put_along_axis_sorted_workspace(positions, slots);
-        paddle::Tensor workspace = paddle::empty({(int64_t)bytes}, paddle::DataType::UINT8, acc.place());
-        gpu::put_along_axis_sorted<T, Idx>(reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
-                                           workspace.data(), bytes, v.outer, v.n, v.m, v.inner, include_self,
-                                           acc.stream());
-      } else {
-        paddle::Tensor count, winner;
-        if (reduce == Reduce::Mean) count = int_scratch(slots, paddle::DataType::INT32, 0, acc.place());
-        if (reduce == Reduce::Assign) winner = int_scratch(slots, paddle::DataType::INT64, -1, acc.place());
-        gpu::put_along_axis_forward<T, Idx>(
-            reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
-            reduce == Reduce::Mean ? mutable_ptr<int32_t>(count) : nullptr,
-            reduce == Reduce::Assign ? mutable_ptr<int64_t>(winner) : nullptr, v.outer, v.n, v.m, v.inner,
-            include_self, acc.stream());
-      }
-    });
+    if constexpr (sizeof(T) < 4 && std::is_integral<T>::value) {
+      PE_THROW(op, ": int16 and uint8 tensors are supported on the CPU only");
+    } else if constexpr (std::is_same<T, int32_t>::value) {
+      if (acc.dtype() == paddle::DataType::INT64)  // an int32 mean
+        return run_gpu_as<T, int64_t>(acc, indices, values, v, reduce, include_self, deterministic);
+      run_gpu_as<T, T>(acc, indices, values, v, reduce, include_self, deterministic);
+    } else {
+      run_gpu_as<T, acc_t<T>>(acc, indices, values, v, reduce, include_self, deterministic);
+    }
   });
 }
 #endif
 
-// The functional result on a GPU: a copy of arr (float32 for the half types) scattered into.
+// The functional result on a GPU: a copy of arr (in gpu_acc_dtype) scattered into, rounded back to its dtype.
 paddle::Tensor gpu_forward(const paddle::Tensor& arr, const paddle::Tensor& indices, const paddle::Tensor& values,
                            const ScatterView& v, Reduce reduce, bool include_self, bool deterministic,
                            const char* op) {
 #ifdef PADDLE_EXT_WITH_CUDA
-  paddle::Tensor acc = is_half(arr.dtype()) ? arr.cast(paddle::DataType::FLOAT32) : arr.copy_to(arr.place(), false);
+  const paddle::DataType acc_dtype = gpu_acc_dtype(arr.dtype(), reduce);
+  const bool wider = acc_dtype != arr.dtype();
+  paddle::Tensor acc = wider ? arr.cast(acc_dtype) : arr.copy_to(arr.place(), false);
   run_gpu(acc, indices, values, arr.dtype(), v, reduce, include_self, deterministic, op);
-  return is_half(arr.dtype()) ? acc.cast(arr.dtype()) : acc;
+  return wider ? acc.cast(arr.dtype()) : acc;
 #else
   throw_no_cuda(op);
 #endif
@@ -177,7 +198,7 @@ void PutAlongAxisInplaceKernel(paddle::Tensor& arr, const paddle::Tensor& indice
     return;
   }
 #ifdef PADDLE_EXT_WITH_CUDA
-  if (!is_half(arr.dtype())) {
+  if (gpu_acc_dtype(arr.dtype(), r) == arr.dtype()) {
     run_gpu(arr, indices, values, arr.dtype(), v, r, include_self, deterministic, op);
     return;
   }

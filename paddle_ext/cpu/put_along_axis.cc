@@ -304,8 +304,8 @@ void count_contributions(const Idx* idx, const Geometry& g, const Plan& plan, Co
 
 // The hot lambdas capture pointers by value: by-reference captures are reloaded on every element.
 template <Reduce R, typename T, typename Idx>
-bool forward_impl(acc_t<T>* acc, const T* values, const Idx* idx, const Geometry& g, bool include_self) {
-  using A = acc_t<T>;
+bool forward_impl(reduce_acc_t<R, T>* acc, const T* values, const Idx* idx, const Geometry& g, bool include_self) {
+  using A = reduce_acc_t<R, T>;
   const Plan plan = make_plan(g);
   const Hints pf{acc, nullptr, int(sizeof(A)), true};
   if (!include_self && R != Reduce::Assign) {
@@ -381,8 +381,8 @@ inline A divide_by_count(A sum, int32_t count, int32_t self) {
 template <Reduce R, typename T, typename Idx>
 bool flat_forward(const T* arr, T* out, const T* values, const Idx* idx, const Geometry& g, const Plan& plan,
                   bool include_self) {
-  using A = acc_t<T>;
-  constexpr bool in_place = std::is_same<A, T>::value;  // else a float row, rounded once into out
+  using A = reduce_acc_t<R, T>;
+  constexpr bool in_place = std::is_same<A, T>::value;  // else a wider row, rounded once into out
   const index_t n = g.n, m = g.m;
   const size_t per_row = (in_place ? 0 : n * sizeof(A)) + (R == Reduce::Mean ? n * sizeof(int32_t) : 0);
   std::atomic<bool> ok{true};
@@ -562,14 +562,14 @@ void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, 
 
 template <Reduce R, typename T, typename Idx>
 bool forward_of(const T* arr, T* out, const T* values, const Idx* idx, const Geometry& g, bool include_self) {
-  using A = acc_t<T>;
+  using A = reduce_acc_t<R, T>;
   const Plan plan = make_plan(g);
   if (flat_plan(g, plan)) return flat_forward<R, T, Idx>(arr, out, values, idx, g, plan, include_self);
   if (std::is_same<A, T>::value) {  // reduce in out itself (arr == out for the inplace op)
     convert(arr, out, g.slots());
     return forward_impl<R, T, Idx>(reinterpret_cast<A*>(out), values, idx, g, include_self);
   }
-  // half types: accumulate in float32, round once
+  // half types (float32) and integer means (int64): accumulate wider, round once
   std::unique_ptr<A[]> acc(new A[std::max<index_t>(g.slots(), 1)]);
   convert(arr, acc.get(), g.slots());
   const bool ok = forward_impl<R, T, Idx>(acc.get(), values, idx, g, include_self);

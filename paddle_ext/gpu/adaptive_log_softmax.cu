@@ -65,7 +65,7 @@ __device__ acc_t<T> block_lse(const T* x, index_t k) {
   const bool row_nan = nan_shared != 0;
   __syncthreads();
   if (row_nan) return A(NAN);
-  if (m == neg_inf<A>() || m == -neg_inf<A>()) return m;
+  if (m == neg_inf<A>() || m == -neg_inf<A>()) return als_lse<A>(m, A(0));  // -inf, or NaN for +inf
   S sum = 0;
   for (index_t j = threadIdx.x; j < k; j += blockDim.x) sum += als_exp_term<A>(load(x[j]), m);
   return als_lse<A>(m, static_cast<A>(block_sum<S>(sum)));

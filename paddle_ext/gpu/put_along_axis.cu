@@ -1,5 +1,6 @@
 // CUDA put_along_axis: one thread per position of `indices`, atomics into the accumulation buffer.
-//   add / mean      atomicAdd (float32 accumulation for the half types), then a divide pass for mean;
+//   add / mean      atomicAdd (float32 accumulation for the half types, int64 for an integer mean),
+//                   then a divide pass for mean;
 //   mul, amin, amax a compare-and-swap loop around the shared ReduceOp<R>::combine (NaN-aware);
 //   assign          two passes: atomicMax of the position per slot, then only the winner writes, so
 //                   "the largest position wins" exactly as on the CPU, run to run;
@@ -212,10 +213,9 @@ inline size_t cub_sort_bytes(index_t positions, index_t slots) {
   return bytes;
 }
 
-template <Reduce R, typename T, typename Idx>
-void sorted_impl(acc_t<T>* acc, const T* values, const Idx* idx, void* workspace, size_t workspace_bytes,
+template <Reduce R, typename T, typename A, typename Idx>
+void sorted_impl(A* acc, const T* values, const Idx* idx, void* workspace, size_t workspace_bytes,
                  index_t outer, index_t n, index_t m, index_t inner, bool include_self, cudaStream_t stream) {
-  using A = acc_t<T>;
   const index_t positions = outer * m * inner, slots = outer * n * inner;
   if (positions == 0 || n == 0) return;
   if (positions > (index_t)INT32_MAX) throw std::runtime_error("put_along_axis: deterministic path needs < 2^31 indices");
@@ -339,12 +339,12 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
 
 }  // namespace
 
-template <typename T, typename Idx>
-void put_along_axis_forward(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, int32_t* count,
+template <typename T, typename A, typename Idx>
+void put_along_axis_forward(Reduce reduce, A* acc, const T* values, const Idx* indices, int32_t* count,
                             int64_t* winner, index_t outer, index_t n, index_t m, index_t inner,
                             bool include_self, cudaStream_t stream) {
   dispatch_reduce(reduce, [&](auto r) {
-    forward_impl<decltype(r)::value, T, acc_t<T>, Idx>(acc, values, indices, count, winner, outer, n, m, inner,
+    forward_impl<decltype(r)::value, T, A, Idx>(acc, values, indices, count, winner, outer, n, m, inner,
                                                        include_self, stream);
   });
 }
@@ -353,15 +353,15 @@ size_t put_along_axis_sorted_workspace(index_t positions, index_t slots) {
   return 4 * align_up(sizeof(int64_t) * (size_t)positions) + cub_sort_bytes(positions, slots);
 }
 
-template <typename T, typename Idx>
-void put_along_axis_sorted(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, void* workspace,
+template <typename T, typename A, typename Idx>
+void put_along_axis_sorted(Reduce reduce, A* acc, const T* values, const Idx* indices, void* workspace,
                            size_t workspace_bytes, index_t outer, index_t n, index_t m, index_t inner,
                            bool include_self, cudaStream_t stream) {
   if (reduce == Reduce::Mean)
-    sorted_impl<Reduce::Mean, T, Idx>(acc, values, indices, workspace, workspace_bytes, outer, n, m, inner,
+    sorted_impl<Reduce::Mean, T, A, Idx>(acc, values, indices, workspace, workspace_bytes, outer, n, m, inner,
                                       include_self, stream);
   else if (reduce == Reduce::Add)
-    sorted_impl<Reduce::Add, T, Idx>(acc, values, indices, workspace, workspace_bytes, outer, n, m, inner,
+    sorted_impl<Reduce::Add, T, A, Idx>(acc, values, indices, workspace, workspace_bytes, outer, n, m, inner,
                                      include_self, stream);
   else
     throw std::runtime_error("put_along_axis: the sorted path is for add and mean");
@@ -378,26 +378,29 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
   });
 }
 
-#define PE_INSTANTIATE_FWD(T, Idx)                                                                             \
-  template void put_along_axis_forward<T, Idx>(Reduce, acc_t<T>*, const T*, const Idx*, int32_t*, int64_t*, \
-                                               index_t, index_t, index_t, index_t, bool, cudaStream_t);
+#define PE_INSTANTIATE_FWD(T, A, Idx)                                                                    \
+  template void put_along_axis_forward<T, A, Idx>(Reduce, A*, const T*, const Idx*, int32_t*, int64_t*, index_t, \
+                                                  index_t, index_t, index_t, bool, cudaStream_t);
 #define PE_INSTANTIATE_BWD(T, Idx)                                                                            \
   template void put_along_axis_backward<T, Idx>(Reduce, const T*, const Idx*, const T*, const T*, const T*,  \
                                                 T*, T*, int64_t*, int32_t*, int32_t*, acc_t<T>*, index_t,    \
                                                 index_t, index_t, index_t, bool, cudaStream_t);
-#define PE_INSTANTIATE_SORTED(T, Idx)                                                                     \
-  template void put_along_axis_sorted<T, Idx>(Reduce, acc_t<T>*, const T*, const Idx*, void*, size_t, index_t, \
-                                              index_t, index_t, index_t, bool, cudaStream_t);
-#define PE_INSTANTIATE_ALL(T)                                                                  \
-  PE_INSTANTIATE_FWD(T, int32_t) PE_INSTANTIATE_FWD(T, int64_t) PE_INSTANTIATE_SORTED(T, int32_t) \
-  PE_INSTANTIATE_SORTED(T, int64_t)
+#define PE_INSTANTIATE_SORTED(T, A, Idx)                                                                   \
+  template void put_along_axis_sorted<T, A, Idx>(Reduce, A*, const T*, const Idx*, void*, size_t, index_t, index_t, \
+                                                 index_t, index_t, bool, cudaStream_t);
+#define PE_INSTANTIATE_ACC(T, A)                                                                      \
+  PE_INSTANTIATE_FWD(T, A, int32_t) PE_INSTANTIATE_FWD(T, A, int64_t) PE_INSTANTIATE_SORTED(T, A, int32_t) \
+  PE_INSTANTIATE_SORTED(T, A, int64_t)
+#define PE_INSTANTIATE_ALL(T) PE_INSTANTIATE_ACC(T, acc_t<T>)
 #define PE_INSTANTIATE_FLOAT(T) PE_INSTANTIATE_ALL(T) PE_INSTANTIATE_BWD(T, int32_t) PE_INSTANTIATE_BWD(T, int64_t)
 PE_INSTANTIATE_FLOAT(float)
 PE_INSTANTIATE_FLOAT(double)
 PE_INSTANTIATE_FLOAT(float16_t)
 PE_INSTANTIATE_FLOAT(bfloat16_t)
 PE_INSTANTIATE_ALL(int32_t)
+PE_INSTANTIATE_ACC(int32_t, int64_t)  // an int32 mean sums in int64 (reduce_acc_t)
 PE_INSTANTIATE_ALL(int64_t)
+#undef PE_INSTANTIATE_ACC
 #undef PE_INSTANTIATE_FWD
 #undef PE_INSTANTIATE_BWD
 #undef PE_INSTANTIATE_ALL

@@ -1,5 +1,6 @@
 // C ABI over the put_along_axis launchers for unittests/gpu (dtype codes: see gpu_runtime.py).
-// `acc` is arr's values in the accumulation type (float32 for the half types); scratch buffers are
+// `acc` is arr's values in the accumulation type (reduce_acc_t: float32 for the half types, int64 for an
+// integer mean); scratch buffers are
 // allocated and prepared by the caller as the launchers' contract says (null where unused).
 #include "paddle_ext/put_along_axis.h"
 #include "shim_dispatch.cuh"
@@ -13,6 +14,13 @@ static int with_index(int index_dtype, Fn&& fn) {
   return -2;
 }
 
+// fn(ShimTag<A>{}) with reduce_acc_t<reduce, T> for the run-time reduce.
+template <typename T, typename Fn>
+static void with_acc(int reduce, Fn&& fn) {
+  if ((Reduce)reduce == Reduce::Mean) fn(ShimTag<reduce_acc_t<Reduce::Mean, T>>{});
+  else fn(ShimTag<acc_t<T>>{});
+}
+
 extern "C" int pe_put_along_axis_forward(int dtype, int index_dtype, int reduce, void* acc, const void* values,
                                          const void* indices, void* count, void* winner, int64_t outer, int64_t n,
                                          int64_t m, int64_t inner, int include_self) {
@@ -20,9 +28,12 @@ extern "C" int pe_put_along_axis_forward(int dtype, int index_dtype, int reduce,
     using Idx = typename decltype(itag)::type;
     return shim_dispatch_all(dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      gpu::put_along_axis_forward<T, Idx>((Reduce)reduce, (acc_t<T>*)acc, (const T*)values, (const Idx*)indices,
-                                          (int32_t*)count, (int64_t*)winner, outer, n, m, inner, include_self != 0,
-                                          0);
+      with_acc<T>(reduce, [&](auto atag) {
+        using A = typename decltype(atag)::type;
+        gpu::put_along_axis_forward<T, A, Idx>((Reduce)reduce, (A*)acc, (const T*)values, (const Idx*)indices,
+                                               (int32_t*)count, (int64_t*)winner, outer, n, m, inner,
+                                               include_self != 0, 0);
+      });
     });
   });
 }
@@ -55,9 +66,12 @@ extern "C" int pe_put_along_axis_sorted(int dtype, int index_dtype, int reduce, 
     using Idx = typename decltype(itag)::type;
     return shim_dispatch_all(dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      gpu::put_along_axis_sorted<T, Idx>((Reduce)reduce, (acc_t<T>*)acc, (const T*)values, (const Idx*)indices,
-                                         workspace, (size_t)workspace_bytes, outer, n, m, inner, include_self != 0,
-                                         0);
+      with_acc<T>(reduce, [&](auto atag) {
+        using A = typename decltype(atag)::type;
+        gpu::put_along_axis_sorted<T, A, Idx>((Reduce)reduce, (A*)acc, (const T*)values, (const Idx*)indices,
+                                              workspace, (size_t)workspace_bytes, outer, n, m, inner,
+                                              include_self != 0, 0);
+      });
     });
   });
 }

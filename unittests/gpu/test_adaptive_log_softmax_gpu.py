@@ -95,3 +95,11 @@ def test_neg_inf_nan_and_bad_target():
     assert out[0] == -np.inf and np.isnan(out[1]) and np.isnan(out[2]) and np.isnan(out[3])
     assert lse[1] == -np.inf and np.isnan(lse[2])
     np.testing.assert_allclose(lse[[0, 3]], refs.logsumexp_rows(x[[0, 3]]), rtol=1e-14)
+
+
+def test_pos_inf_row_is_nan_throughout():
+    # issue 12 item 7: a row holding +inf has lse NaN, so its outputs are NaN (torch's log_softmax), not -inf
+    x = np.array([[0.0, np.inf, 1.0, 2.0], [-np.inf, np.inf, 1.0, 2.0], [1.0, 2.0, 3.0, 4.0]])
+    out, lse = _target_forward(x, np.array([0, 2, 3], dtype=np.int64), "float64")
+    assert np.isnan(out[:2]).all() and np.isnan(lse[:2]).all()
+    np.testing.assert_allclose(lse[2], refs.logsumexp_rows(x[2:])[0], rtol=1e-14)

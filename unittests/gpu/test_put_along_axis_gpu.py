@@ -15,8 +15,11 @@ INDEX_CODES = {np.int32: 4, np.int64: 5}
 SHAPES = [(1, 5, 12, 1), (3, 7, 20, 5), (1, 300, 5000, 64), (2, 1000, 30000, 1), (2, 4, 0, 3)]
 
 
-def _acc_dtype(dtype):
-    return "float32" if dtype in ("float16", "bfloat16") else dtype
+def _acc_dtype(dtype, reduce):
+    """reduce_acc_t: float32 for the half types, int64 for the sum of an integer mean."""
+    if dtype in ("float16", "bfloat16"):
+        return "float32"
+    return "int64" if reduce == "mean" and dtype.startswith("int") else dtype
 
 
 def _ptr(buf):
@@ -26,7 +29,7 @@ def _ptr(buf):
 def _forward(dtype, reduce, arr, idx, vals, shape4, include_self):
     lib = library()
     outer, n, m, inner = shape4
-    acc_dtype = _acc_dtype(dtype)
+    acc_dtype = _acc_dtype(dtype, reduce)
     # the accumulation buffer holds arr as the dtype would store it, widened
     acc = DeviceBuffer(host_array(to_float64(host_array(arr, dtype), dtype), acc_dtype))
     values = DeviceBuffer(host_array(vals, dtype))
@@ -178,7 +181,7 @@ def _sorted(dtype, reduce, arr, idx, vals, shape4, include_self):
     lib = library()
     lib.pe_put_along_axis_sorted_workspace.restype = ctypes.c_int64
     outer, n, m, inner = shape4
-    acc = DeviceBuffer(host_array(to_float64(host_array(arr, dtype), dtype), _acc_dtype(dtype)))
+    acc = DeviceBuffer(host_array(to_float64(host_array(arr, dtype), dtype), _acc_dtype(dtype, reduce)))
     values = DeviceBuffer(host_array(vals, dtype))
     indices = DeviceBuffer(np.ascontiguousarray(idx))
     nbytes = lib.pe_put_along_axis_sorted_workspace(ctypes.c_int64(outer * m * inner), ctypes.c_int64(outer * n * inner))
@@ -204,3 +207,19 @@ def test_deterministic_add_mean_are_bit_identical_run_to_run(dtype, reduce, incl
     want = _fast_ref(a64, idx, v64, reduce, include_self)
     tol = {"float64": 1e-12, "float32": 1e-4, "float16": 1e-4, "int64": 0}[dtype]
     np.testing.assert_allclose(first.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("path", ["atomic", "sorted"])
+def test_int32_mean_sums_in_int64(include_self, path):
+    # issue 12 item 6: 400 values near int32's limits per slot; their sum overflows int32, their floor mean fits
+    shape4 = (2, 3, 1200, 2)
+    rng = np.random.default_rng(21)
+    info = np.iinfo(np.int32)
+    arr = rng.integers(info.min, info.max, size=(2, 3, 2), endpoint=True).astype(np.int32)
+    vals = rng.integers(info.max - 100, info.max, size=(2, 1200, 2), endpoint=True).astype(np.int32)
+    vals[:, ::2] = rng.integers(info.min, info.min + 100, size=(2, 600, 2))
+    idx = rng.integers(-3, 3, size=(2, 1200, 2)).astype(np.int64)
+    run = _forward if path == "atomic" else _sorted
+    got = run("int32", "mean", arr, idx, vals, shape4, include_self).astype(np.int32)  # the binding's cast back
+    np.testing.assert_array_equal(got, refs.put_along_axis(arr, idx, vals, 1, "mean", include_self))

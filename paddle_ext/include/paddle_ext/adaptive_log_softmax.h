@@ -6,8 +6,8 @@
 //   target backward  grad[m, k]   = ([k == t] - exp(x - lse)) * g[m]   (the loss -out gets softmax - onehot)
 //   full forward     out[m, k]    = x - lse[m] + offset[m]
 //   full backward    grad[m, k]   = g[m, k] - exp(x - lse) * sum_k g[m, k],   offset_grad[m] = sum_k g[m, k]
-// Conventions (as torch/NumPy log_softmax): -inf logits get log-probability -inf and softmax 0 (the grad
-// keeps only the target term g); a row of only -inf (or with +inf/NaN) gives NaN. Half types accumulate in float32, and lse is
+// Conventions (as torch's log_softmax): -inf logits get log-probability -inf and softmax 0 (the grad
+// keeps only the target term g); a row of only -inf, or holding +inf or NaN, gives NaN everywhere. Half types accumulate in float32, and lse is
 // stored in the accumulation type (float32 for half types) so the grads do not see a rounded lse.
 #pragma once
 
@@ -44,10 +44,12 @@ PE_HOSTDEVICE inline A als_exp(A x) {
 }
 
 // lse from the row maximum and sum(exp(x - max)). A row of -inf has max -inf: lse is -inf, and every
-// x - lse below is NaN, like NumPy's x - logsumexp(x). +inf or NaN maxima propagate.
+// x - lse below is NaN. A row holding +inf (max +inf) or NaN gets lse NaN, so that every output and grad
+// of the row is NaN, as torch's log_softmax gives (there x - max is NaN at +inf, and their logsumexp NaN).
 template <typename A>
 PE_HOSTDEVICE inline A als_lse(A max, A sum_exp) {
-  if (max == neg_inf<A>() || max == -neg_inf<A>() || max != max) return max;
+  if (max == neg_inf<A>()) return max;
+  if (max == -neg_inf<A>() || max != max) return A(NAN);
   return max + std::log(sum_exp);
 }
 

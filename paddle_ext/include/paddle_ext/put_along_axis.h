@@ -8,9 +8,11 @@
 // is "largest position wins" and every mode is deterministic on the CPU.
 //
 // The reduce mode is a compile-time parameter: one kernel body per layer, templated on a functor
-// below. Half types accumulate in float32 (the kernels work on an acc_t<T> buffer).
+// below. Half types accumulate in float32, an integer `mean` in int64 (reduce_acc_t).
 #pragma once
 
+#include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "paddle_ext/common.h"
@@ -35,6 +37,12 @@ void dispatch_reduce(Reduce reduce, Fn&& fn) {
     case Reduce::Max: return fn(std::integral_constant<Reduce, Reduce::Max>{});
   }
 }
+
+// What a slot accumulates in: acc_t<T> (float32 for the half types), except that an integer `mean` sums
+// in int64: the mean of T values always fits in T, their sum need not (counts are int32, so the sum of
+// up to 32-bit values is exact in int64). `add` and `mul` keep T and wrap around in it, as in PyTorch.
+template <Reduce R, typename T>
+using reduce_acc_t = std::conditional_t<R == Reduce::Mean && std::is_integral<T>::value, int64_t, acc_t<T>>;
 
 template <typename A>
 PE_HOSTDEVICE inline bool is_nan(A v) {
@@ -172,8 +180,8 @@ namespace cpu {
 template <typename Idx>
 BadIndex check_indices(const Idx* indices, index_t count, index_t n);
 
-// out = arr with values scattered in (out may be arr itself: the inplace op). Half types accumulate in
-// a float32 buffer and are rounded once. Out-of-range indices are skipped (never written); returns
+// out = arr with values scattered in (out may be arr itself: the inplace op). Where reduce_acc_t is wider
+// than T (half types, integer means) they accumulate in a buffer of it and are rounded once. Out-of-range indices are skipped (never written); returns
 // false if there was one, so a caller writing a fresh buffer needs no separate check pass (inplace
 // callers run check_indices first).
 template <typename T, typename Idx>
@@ -190,20 +198,22 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
 namespace gpu {  // launchers in gpu/put_along_axis.cu
-// Same contract as cpu::put_along_axis_forward; device scratch comes from the caller, zeroed:
+// Same contract as cpu::put_along_axis_forward, on `acc`: arr's values in reduce_acc_t<reduce, T>
+// (float32 for the half types, int64 for an integer mean; the caller rounds back to T). Device scratch
+// comes from the caller, zeroed:
 // count int32 [outer*n*inner] for Mean or !include_self (else null), winner int64 [same], filled with
 // -1, for Assign.
 // Out-of-range indices are skipped: nothing outside arr is ever written, and no host sync is needed.
-template <typename T, typename Idx>
-void put_along_axis_forward(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, int32_t* count,
+template <typename T, typename A, typename Idx>
+void put_along_axis_forward(Reduce reduce, A* acc, const T* values, const Idx* indices, int32_t* count,
                             int64_t* winner, index_t outer, index_t n, index_t m, index_t inner,
                             bool include_self, cudaStream_t stream);
 // deterministic=True for Add/Mean: sort (slot, position) pairs with a stable radix sort, then one
 // thread per slot folds its values in position order, exactly like the CPU: bit-identical run to run
 // and to the CPU for float32/float64. `workspace` holds put_along_axis_sorted_workspace() bytes.
 size_t put_along_axis_sorted_workspace(index_t positions, index_t slots);
-template <typename T, typename Idx>
-void put_along_axis_sorted(Reduce reduce, acc_t<T>* acc, const T* values, const Idx* indices, void* workspace,
+template <typename T, typename A, typename Idx>
+void put_along_axis_sorted(Reduce reduce, A* acc, const T* values, const Idx* indices, void* workspace,
                            size_t workspace_bytes, index_t outer, index_t n, index_t m, index_t inner,
                            bool include_self, cudaStream_t stream);
 // Scratch per slot, zeroed by the caller (winner filled with -1): winner (Assign), count (all others), aux (Mul, Min, Max),
