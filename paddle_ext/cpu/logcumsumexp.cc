@@ -1253,11 +1253,14 @@ struct BackwardColumns {
             const vl<W> up = v > mv;
             const vd<W> e = simd::vexp_neg<W, kFull>(simd::select<W>(up, mv - v, v - mv));  // -inf - -inf: NaN,
             const vd<W> term = simd::select<W>(live, g * simd::select<W>(up, simd::splat<W>(1.0), e), vd<W>{});
+            // x <= out of every output x feeds, so exp(x + scale) <= 1 at the scale of those outputs
+            // only: exclusive reads the carry before this step's output joins it (x may exceed that
+            // out: exp(x - out) can overflow, or the rescaled carry underflow to 0 under it).
+            if (exclusive) simd::storeu<W>(bx + i, simd::vexp<W, kFull>(xv + mv) * sv);  // scale -inf: 0 * 0
             sv = simd::select<W>(up, sv * e, sv);  // ... only where neither lane side is used
             mv = simd::vmax<W>(mv, v);
-            if (!exclusive) sv += term;
-            simd::storeu<W>(bx + i, simd::vexp<W, kFull>(xv + mv) * sv);  // scale -inf: sum is 0, exp 0
-            if (exclusive) sv += term;
+            sv += term;
+            if (!exclusive) simd::storeu<W>(bx + i, simd::vexp<W, kFull>(xv + mv) * sv);
             simd::storeu<W>(sum + i, sv);
             simd::storeu<W>(scale + i, mv);
           }
