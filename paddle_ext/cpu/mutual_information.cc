@@ -50,17 +50,17 @@ template <typename T, typename FromS>
 P scan_block(P* cur, const T* pyr, const FromS& from_s, P v, index_t t, index_t e) {
   const index_t n = e - t;
   P a[kBlock], c[kBlock];
-  P C = P(0), r = v, first = v;
+  P C = P(0), r = v;
   bool ok = v == v && v != -neg_inf<P>();
   for (index_t i = 0; i < n; ++i) {
     C += static_cast<P>(load(pyr[t + i - 1]));
     c[i] = C;
     a[i] = from_s(t + i);
-    ok &= std::fabs(C) < kMaxRunningSum && a[i] == a[i] && a[i] != -neg_inf<P>();  // (false for NaN C)
-    const P b = a[i] - C;
-    r = std::max(r, b);
-    first = first == neg_inf<P>() ? b : first;
+    ok &= (std::fabs(C) < kMaxRunningSum) & (a[i] == a[i]) & (a[i] != -neg_inf<P>());  // (false for NaN C)
+    r = std::max(r, a[i] - C);
   }
+  P first = v;  // the first finite term (v, as a rule)
+  for (index_t i = 0; first == neg_inf<P>() && i < n; ++i) first = a[i] - c[i];
   if (!ok || r - first > kMaxFirstGap) {  // (-inf - -inf: NaN, not above: nothing reaches the block)
     for (index_t i = 0; i < n; ++i) cur[t + i] = v = mi_forward_cell<P>(a[i], v + static_cast<P>(load(pyr[t + i - 1])));
     return v;
