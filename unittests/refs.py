@@ -58,6 +58,24 @@ def logcumsumexp_grad(x, out_grad, axis=None, exclusive=False, reverse=False):
     return np.moveaxis(dx, -1, axis).reshape(shape)
 
 
+
+def logcumsumexp_grad_scan(x, out_grad, axis, exclusive=False, reverse=False, out=None):
+    """The same grad in O(n): dx[j] = exp(x[j] + L+[j]) - exp(x[j] + L-[j]), L+- the log-cum-sum-exp
+    (np.logaddexp.accumulate, in the opposite direction) of log(+-g[i]) - out[i]. Every exponent is
+    at most log(sum |g|) (x[j] <= out[i] for each output i that j feeds), so nothing overflows.
+    `out`: the forward output to use (e.g. a kernel's, rounded to its dtype); else the reference's."""
+    x = np.asarray(x, dtype=np.float64)
+    g = np.asarray(out_grad, dtype=np.float64)
+    out = logcumsumexp(x, axis, exclusive, reverse) if out is None else np.asarray(out, dtype=np.float64)
+    dx = np.zeros_like(x)
+    for sign in (1.0, -1.0):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            term = np.where((sign * g > 0) & (out > -np.inf), np.log(np.abs(g)) - out, -np.inf)
+        acc = logcumsumexp(term, axis, exclusive, not reverse)
+        with np.errstate(over="ignore", invalid="ignore"):
+            dx += sign * np.where((x > -np.inf) & (acc > -np.inf), np.exp(x + acc), 0.0)
+    return dx
+
 # ---------------------------------------------------------------------------------------------
 # put_along_axis: a slot-by-slot loop over the contributions, in the flat order of `indices`.
 

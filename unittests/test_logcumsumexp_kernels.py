@@ -6,6 +6,8 @@ space, take the exact scalar path. These tests put lengths, specials and wide ra
 those boundaries, in every dtype and flag combination, for the forward and the backward.
 """
 
+import zlib
+
 import numpy as np
 import paddle
 import pytest
@@ -274,3 +276,76 @@ def test_float32_lanes_stay_within_1e6(data, shape, axis, exclusive, reverse):
     # Outputs within 1e-5 of 0 are computed in double (~1e-13 absolute): compare those absolutely.
     rel = np.abs(got[finite] - ref[finite]) / np.maximum(np.abs(ref[finite]), 1e-5)
     assert rel.max() <= 1e-6, rel.max()
+
+
+# --- the backward on wide ranges: exponents near the overflow limit, exclusive scans -----------------
+
+def _grad_with_out(x, g, axis, exclusive, reverse, dtype):
+    """The kernel's grad and the forward output (in its dtype) that the backward was given."""
+    t = paddle.to_tensor(x).astype(dtype)
+    t.stop_gradient = False
+    out = paddle_ext.logcumsumexp(t, axis=axis, exclusive=exclusive, reverse=reverse)
+    (gx,) = paddle.grad(out, t, grad_outputs=paddle.to_tensor(g).astype(dtype))
+    return gx.astype("float64").numpy(), out.astype("float64").numpy()
+
+
+@pytest.mark.parametrize("x,axis,expected", [
+    ([[0.0, 0.0], [710.0, 0.0]], 0, [[1.0, 1.0], [0.0, 0.0]]),
+    ([[0.0, 710.0], [0.0, 0.0]], 1, [[1.0, 0.0], [1.0, 0.0]]),
+    ([[0.0, 0.0], [1e4, 0.0]], 0, [[1.0, 1.0], [0.0, 0.0]]),
+])
+def test_backward_exclusive_input_far_above_earlier_outputs_issue_12(x, axis, expected):
+    # The last input of an exclusive scan feeds no output: its grad is 0 however large it is.
+    got = _grad(np.array(x), np.ones((2, 2)), axis, True, False)
+    np.testing.assert_array_equal(got, expected)
+
+
+def _wide_data(rng, shape, kind):
+    x = rng.normal(0, 2, size=shape)
+    if kind == "spread":
+        x = rng.uniform(-700, 700, size=shape)
+    elif kind == "spikes":
+        spikes = rng.random(shape) < 0.2
+        x[spikes] = rng.choice([-1e4, 1e4, 710.0, -710.0], size=spikes.sum()) + rng.normal(0, 1, size=spikes.sum())
+    elif kind == "neg_inf":
+        x = rng.uniform(-700, 700, size=shape)
+        x[rng.random(shape) < 0.3] = -np.inf
+    return x
+
+
+WIDE_SHAPES = [((1, 1, 15, 2), 2), ((37,), 0), ((3, 40), 1), ((40, 3), 0), ((2, 30, 5), 1), ((9, 300), 0),
+               ((2, 1100), 1), ((1100, 2), 0)]
+
+
+@pytest.mark.parametrize("kind", ["spread", "spikes", "neg_inf"])
+@pytest.mark.parametrize("shape,axis", WIDE_SHAPES)
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+def test_backward_wide_range_sweep(kind, shape, axis, exclusive, reverse, dtype):
+    # Rows (inner == 1: 512-chunks, linear form with the scalar fallback) and strided axes (lanes of
+    # 256 columns); compared with the exact O(n) log-domain reference given the same forward output,
+    # so only the backward's own arithmetic is measured.
+    rng = np.random.default_rng(zlib.crc32(repr((kind, shape, exclusive, reverse)).encode()))
+    x = _wide_data(rng, shape, kind)
+    if dtype in ("float16", "bfloat16"):
+        x = np.clip(x, -6e4, 6e4)
+    x = paddle.to_tensor(x).astype(dtype).astype("float64").numpy()  # what the kernel sees
+    g = rng.normal(0, 1, size=shape) if dtype in ("float64", "float32") else rng.uniform(0.5, 2, size=shape)
+    g = paddle.to_tensor(g).astype(dtype).astype("float64").numpy()
+    got, out = _grad_with_out(x, g, axis, exclusive, reverse, dtype)
+    ref = refs.logcumsumexp_grad_scan(x, g, axis, exclusive, reverse, out=out)
+    assert np.isfinite(got).all()
+    assert np.all(got[np.isneginf(x)] == 0.0)
+    # exp(x + M) with x and M of size |x| rounds its exponent at ulp(max |x|) (so does the reference);
+    # narrower dtypes use ~1e-13 exps, then round once to the dtype. Signed g can cancel: an absolute
+    # part proportional to the line's sum of |g|.
+    scale = max(1.0, np.abs(x[np.isfinite(x)]).max(initial=0.0))
+    arith = 64 * 2.0 ** -52 * scale + (0.0 if dtype == "float64" else 1e-12)
+    rtol = arith + {"float64": 0.0, "float32": 2.0 ** -24, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}[dtype]
+    tiny = {"float64": 0.0, "float32": 2.0 ** -149, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -133}[dtype]
+    atol = arith * np.abs(g).sum(axis=axis, keepdims=True) + tiny  # (+ the dtype's smallest subnormal)
+    bad = np.abs(got - ref) > atol + rtol * np.abs(ref)
+    assert not bad.any(), (np.argwhere(bad)[:5], got[bad][:5], ref[bad][:5])
+    if dtype == "float64" and shape[axis] <= 40:  # and the O(n) reference equals the brute-force sum
+        np.testing.assert_allclose(ref, refs.logcumsumexp_grad(x, g, axis, exclusive, reverse), rtol=rtol,
+                                   atol=np.abs(g).sum() * rtol)

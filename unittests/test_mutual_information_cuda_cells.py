@@ -104,3 +104,32 @@ def test_cuda_cells_equal_cpu_op(lib, modified, with_boundary):
     np.testing.assert_allclose(p, refs.mutual_information(px, py, boundary)[1], rtol=1e-12)
     np.testing.assert_allclose(gx, wx.numpy(), rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(gy, wy.numpy(), rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("modified", [False, True])
+@pytest.mark.parametrize("kind", ["masks", "spread"])
+def test_cuda_cells_exact_on_wide_ranges(lib, modified, kind):
+    # The CUDA cells are cell-by-cell log-adds (no shared reference): exact with -1e4 masks and +-700
+    # spreads, like the reference recursion.
+    B, S, T = 3, 6, 40
+    rng = np.random.default_rng(17 + modified)
+    px = rng.normal(0, 2, size=(B, S, T if modified else T + 1))
+    py = rng.normal(0, 2, size=(B, S + 1, T))
+    for a in (px, py):
+        pick = rng.random(a.shape) < 0.25
+        a[pick] = rng.choice([-1e4, -1e3, 1e3], size=pick.sum()) if kind == "masks" else \
+            rng.uniform(-700, 700, size=pick.sum())
+    p = np.zeros((B, S + 1, T + 1))
+    ans = np.zeros(B)
+    i64 = ctypes.c_int64
+    lib.host_forward(_ptr(px), _ptr(py), _ptr(None), _ptr(p), _ptr(ans), i64(B), i64(S), i64(T), int(modified))
+    g = np.zeros_like(p)
+    gx, gy = np.zeros_like(px), np.zeros_like(py)
+    lib.host_backward(_ptr(px), _ptr(py), _ptr(None), _ptr(p), _ptr(g), _ptr(gx), _ptr(gy), i64(B), i64(S), i64(T),
+                      int(modified))
+    ref_ans, ref_p = refs.mutual_information(px, py)
+    tol = 64 * np.finfo(np.float64).eps * max(1e4, np.abs(ref_p[np.isfinite(ref_p)]).max())  # ulps of |p|
+    np.testing.assert_allclose(ans, ref_ans, rtol=1e-12, atol=tol)
+    rgx, rgy = refs.mutual_information_grad(px, py)
+    np.testing.assert_allclose(gx, rgx, rtol=tol, atol=tol)
+    np.testing.assert_allclose(gy, rgy, rtol=tol, atol=tol)

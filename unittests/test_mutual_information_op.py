@@ -343,3 +343,124 @@ def test_higher_order_grads_are_refused_first_order_still_work(modified):
     ref_gx, ref_gy = refs.mutual_information_grad(px_np, py_np)
     np.testing.assert_allclose(gx.numpy(), ref_gx, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(gy.numpy(), ref_gy, rtol=1e-10, atol=1e-12)
+
+
+# --- wide ranges: entries far apart inside one 16-cell block of the forward's row scan -------------
+
+def _mi_with_grads(px, py, boundary=None, ans_grad=None, dtype="float64"):
+    tpx = paddle.to_tensor(px).astype(dtype)
+    tpy = paddle.to_tensor(py).astype(dtype)
+    tpx.stop_gradient = tpy.stop_gradient = False
+    tb = None if boundary is None else paddle.to_tensor(boundary)
+    ans = paddle_ext.mutual_information_recursion(tpx, tpy, tb)
+    w = np.ones(len(px)) if ans_grad is None else ans_grad
+    (ans * paddle.to_tensor(w).astype(dtype)).sum().backward()
+    return [a.numpy().astype(np.float64) for a in (ans, tpx.grad, tpy.grad)]
+
+
+def _assert_matches_reference(px, py, boundary=None, ans_grad=None, dtype="float64"):
+    """ans and grads against the cell-by-cell float64 recursion. The tolerance is a few ulps of the
+    largest magnitude of an input or of p: the reference itself rounds p + y at that scale (and a
+    grad's exp(p_from + x - p_to) turns it into a relative error)."""
+    px64, py64 = np.asarray(px, np.float64), np.asarray(py, np.float64)
+    if dtype != "float64":  # the kernel sees the rounded inputs (and computes p in float64)
+        px64, py64 = px64.astype(dtype).astype(np.float64), py64.astype(dtype).astype(np.float64)
+    ans, gx, gy = _mi_with_grads(px64, py64, boundary, ans_grad, dtype)
+    ref, p = refs.mutual_information(px64, py64, boundary)
+    rgx, rgy = refs.mutual_information_grad(px64, py64, boundary, ans_grad)
+    scale = max(1.0, np.abs(px64).max(initial=0.0), np.abs(py64).max(initial=0.0),
+                np.abs(p[np.isfinite(p)]).max(initial=0.0))
+    if dtype == "float64":
+        atol, rtol = 64 * np.finfo(np.float64).eps * scale, 1e-12
+    else:  # the answer is stored as float32; grads too (their weights come from the float64 p)
+        atol, rtol = 1e-6 * scale, 1e-6
+    assert np.array_equal(np.isneginf(ans), np.isneginf(ref)), (ans, ref)
+    np.testing.assert_allclose(ans, ref, rtol=rtol, atol=atol)
+    # a grad is exp(p_from + x - p_to) times the downstream grad: an error d in p is a relative error d
+    gtol = atol * max(1.0, np.abs(ans_grad if ans_grad is not None else 1.0).max())
+    np.testing.assert_allclose(gx, rgx, rtol=max(rtol, atol), atol=gtol)
+    np.testing.assert_allclose(gy, rgy, rtol=max(rtol, atol), atol=gtol)
+
+
+@pytest.mark.parametrize("modified,px,py,expected", [
+    (True, [[1430, 1244], [755, -1403]], [[2081, 517], [-108, 22], [-340, 424]], 27.0),
+    (False, [[1046, 1445, 505], [-1169, -395, -69]], [[1957, 579], [-245, -1379], [-831, 1067]], 4074.0),
+])
+def test_wide_range_examples_from_issue_12(modified, px, py, expected):
+    px, py = np.array([px], np.float64), np.array([py], np.float64)
+    assert abs(refs.mutual_information(px, py)[0][0] - expected) < 1.0
+    _assert_matches_reference(px, py)
+
+
+@pytest.mark.parametrize("modified", MODES)
+@pytest.mark.parametrize("entry", [-740.0, -800.0, -1e4])
+def test_one_far_py_entry_does_not_move_the_answer(modified, entry):
+    # One py entry far below the rest: the cells before it in its block underflowed against it.
+    px, py = make(1, 3, 20, modified, seed=31)
+    py[0, 1, 9] = entry
+    _assert_matches_reference(px, py)
+
+
+@pytest.mark.parametrize("mask", [-1e4, 1e4, -300.0])
+def test_large_running_sum_of_py_does_not_cancel(mask):
+    # Row 1 is reached only at its last cell, from row 0 (px is -inf elsewhere), and its py are masks:
+    # the block form's p = C + (a - C) + log(1) would round at ulp(15 * mask); the answer is exactly
+    # p[0, T] + px[0, T] = sum(py[0]) + px[0, T], as the cell-by-cell recursion gives it.
+    S, T = 1, 15
+    px = np.full((1, S, T + 1), -np.inf)
+    px[0, 0, T] = 0.3
+    py = np.random.default_rng(3).normal(-1, 1, size=(1, S + 1, T))
+    py[0, 1, :] = mask
+    ans, gx, gy = _mi_with_grads(px, py)
+    ref = refs.mutual_information(px, py)[0]
+    np.testing.assert_allclose(ans, ref, rtol=4 * np.finfo(np.float64).eps)
+    assert gx[0, 0, T] == 1.0 and np.all(gy[0, 0] == 1.0) and not gy[0, 1].any()
+
+
+def _wide_inputs(rng, B, S, T, modified, kind):
+    """Normal logits with adversarial entries: masks of -1e3 / -1e4 (or +), or values spread over +-700."""
+    T1 = T if modified else T + 1
+    px, py = rng.normal(0, 2, size=(B, S, T1)), rng.normal(0, 2, size=(B, S + 1, T))
+    for a in (px, py):
+        if kind == "spread":
+            a += rng.uniform(-700, 700, size=a.shape) * (rng.random(a.shape) < 0.3)
+        else:
+            mask = rng.random(a.shape) < 0.25
+            a[mask] = rng.choice([-1e3, -1e4, 1e3, 1e4] if kind == "masks" else [-1e3, -1e4], size=mask.sum())
+            a[mask] += rng.normal(0, 2, size=mask.sum())
+    return px, py
+
+
+@pytest.mark.parametrize("kind", ["neg_masks", "masks", "spread"])
+@pytest.mark.parametrize("with_boundary", [False, True])
+@pytest.mark.parametrize("modified", MODES)
+@pytest.mark.parametrize("seed", range(4))
+def test_wide_range_sweep_batch_path(kind, with_boundary, modified, seed):
+    # B > 1: items in parallel, each on one thread (the per-item path), several boxes.
+    rng = np.random.default_rng(1000 * seed + 10 * with_boundary + modified)
+    B, S, T = 4, int(rng.integers(1, 9)), int(rng.integers(1, 60))
+    if modified:
+        T = max(T, S)
+    px, py = _wide_inputs(rng, B, S, T, modified, kind)
+    boundary = boxes(B, S, T, seed=seed, modified=modified) if with_boundary else None
+    _assert_matches_reference(px, py, boundary, ans_grad=rng.uniform(0.5, 2.0, size=B))
+
+
+@pytest.mark.parametrize("kind", ["neg_masks", "spread"])
+@pytest.mark.parametrize("modified", MODES)
+def test_wide_range_float32_inputs(kind, modified):
+    rng = np.random.default_rng(7 + modified)
+    px, py = _wide_inputs(rng, 3, 5, 40, modified, kind)
+    _assert_matches_reference(px, py, boxes(3, 5, 40, seed=1, modified=modified), dtype="float32")
+
+
+@pytest.mark.parametrize("kind", ["neg_masks", "spread"])
+@pytest.mark.parametrize("modified", MODES)
+@pytest.mark.parametrize("with_boundary", [False, True])
+def test_wide_range_single_item_row_bands(kind, modified, with_boundary):
+    # B = 1 on a lattice big enough for use_bands (the banded wavefront over all threads).
+    rng = np.random.default_rng(50 + 2 * modified + with_boundary)
+    S, T = 40, 3500
+    px, py = _wide_inputs(rng, 1, S, T, modified, kind)
+    boundary = np.array([[2, 30, S, T - 5]], dtype=np.int64) if with_boundary else None
+    _assert_matches_reference(px, py, boundary)

@@ -1221,6 +1221,32 @@ struct BackwardColumns {
 
   static constexpr bool kFull = sizeof(T) == 8;
 
+  // One step of every lane: the grads of bx (in place), the carries (sum, scale) updated.
+  template <int W, bool kExclusive>
+  PE_VINLINE static void lanes_step(double* bx, const double* bg, const double* bo, double* sum, double* scale,
+                                    index_t wp) {
+    for (index_t i = 0; i < wp; i += W) {
+      const vd<W> xv = simd::loadu<W>(bx + i), g = simd::loadu<W>(bg + i), ov = simd::loadu<W>(bo + i);
+      vd<W> sv = simd::loadu<W>(sum + i), mv = simd::loadu<W>(scale + i);
+      const vl<W> live = (g != 0.0) & (ov > -kInf);
+      const vd<W> v = simd::select<W>(live, -ov, simd::splat<W>(-kInf));
+      // One exp serves both: the carry's rescale (v above the scale) or the new term's (below).
+      const vl<W> up = v > mv;
+      const vd<W> e = simd::vexp_neg<W, kFull>(simd::select<W>(up, mv - v, v - mv));  // -inf - -inf: NaN,
+      const vd<W> term = simd::select<W>(live, g * simd::select<W>(up, simd::splat<W>(1.0), e), vd<W>{});
+      // x <= out of every output x feeds, so exp(x + scale) <= 1 at the scale of those outputs
+      // only: exclusive reads the carry before this step's output joins it (x may exceed that
+      // out: exp(x - out) can overflow, or the rescaled carry underflow to 0 under it).
+      if (kExclusive) simd::storeu<W>(bx + i, simd::vexp<W, kFull>(xv + mv) * sv);  // scale -inf: 0 * 0
+      sv = simd::select<W>(up, sv * e, sv);  // ... only where neither lane side is used
+      mv = simd::vmax<W>(mv, v);
+      sv += term;
+      if (!kExclusive) simd::storeu<W>(bx + i, simd::vexp<W, kFull>(xv + mv) * sv);
+      simd::storeu<W>(sum + i, sv);
+      simd::storeu<W>(scale + i, mv);
+    }
+  }
+
   template <int W>
   PE_VINLINE void run(index_t t0, index_t t1) const {
     alignas(64) double sum[kColumns], scale[kColumns], bx[kColumns], bg[kColumns], bo[kColumns];
@@ -1244,23 +1270,7 @@ struct BackwardColumns {
         if (!clean) {
           for (index_t l = 0; l < w; ++l) bx[l] = backward_step(bx[l], bg[l], bo[l], pos[l], neg[l], exclusive);
         } else {
-          for (index_t i = 0; i < wp; i += W) {
-            const vd<W> xv = simd::loadu<W>(bx + i), g = simd::loadu<W>(bg + i), ov = simd::loadu<W>(bo + i);
-            vd<W> sv = simd::loadu<W>(sum + i), mv = simd::loadu<W>(scale + i);
-            const vl<W> live = (g != 0.0) & (ov > -kInf);
-            const vd<W> v = simd::select<W>(live, -ov, simd::splat<W>(-kInf));
-            // One exp serves both: the carry's rescale (v above the scale) or the new term's (below).
-            const vl<W> up = v > mv;
-            const vd<W> e = simd::vexp_neg<W, kFull>(simd::select<W>(up, mv - v, v - mv));  // -inf - -inf: NaN,
-            const vd<W> term = simd::select<W>(live, g * simd::select<W>(up, simd::splat<W>(1.0), e), vd<W>{});
-            sv = simd::select<W>(up, sv * e, sv);  // ... only where neither lane side is used
-            mv = simd::vmax<W>(mv, v);
-            if (!exclusive) sv += term;
-            simd::storeu<W>(bx + i, simd::vexp<W, kFull>(xv + mv) * sv);  // scale -inf: sum is 0, exp 0
-            if (exclusive) sv += term;
-            simd::storeu<W>(sum + i, sv);
-            simd::storeu<W>(scale + i, mv);
-          }
+          exclusive ? lanes_step<W, true>(bx, bg, bo, sum, scale, wp) : lanes_step<W, false>(bx, bg, bo, sum, scale, wp);
         }
         scatter<W>(bx, w, 0, w, false, x_grad + offset);
       }

@@ -31,13 +31,21 @@ struct Item {
 };
 
 constexpr index_t kBlock = 16;
+// The block form is exact when (1) its partial sums z never lose a term to underflow: z is monotone,
+// so it suffices that the first nonzero one, exp(first - r) with `first` the first finite term, is
+// far above the subnormals (e^-700 > 2^-1009: a flushed or subnormal later term is then below 2^-60
+// of z); (2) c + r does not cancel: |C| below kMaxRunningSum keeps its rounding (and C's own) within
+// ulps of 1e3, as the cell-by-cell p + y rounds. Blocks outside either take the cell-by-cell path.
+constexpr mi_acc_t kMaxFirstGap = 700;
+constexpr mi_acc_t kMaxRunningSum = 1024;
 
 // p[t] = log_add(a[t], p[t-1] + y[t-1]) for t in [t, e) of one row, given v = p[t-1].
 // The per-cell form has exp + log1p on the serial chain (~50 ns a cell). Written as
 // p[t] = C[t] + q[t] with C the running sum of y, q is a log-cum-sum-exp of b = a - C; with one
 // reference r = max(v, b) per block, z = exp(v - r) + sum exp(b - r) and p = C + r + log(z): only
 // exp(v - r) and the block's last log are serial, the other exps and logs are independent.
-// Non-finite y, NaN or +inf a, or a NaN/+inf v fall back to the cell-by-cell recursion.
+// Non-finite y, NaN or +inf a, a NaN/+inf v, or a block outside the bounds above fall back to the
+// cell-by-cell recursion.
 template <typename T, typename FromS>
 P scan_block(P* cur, const T* pyr, const FromS& from_s, P v, index_t t, index_t e) {
   const index_t n = e - t;
@@ -48,10 +56,12 @@ P scan_block(P* cur, const T* pyr, const FromS& from_s, P v, index_t t, index_t 
     C += static_cast<P>(load(pyr[t + i - 1]));
     c[i] = C;
     a[i] = from_s(t + i);
-    ok &= (C - C == P(0)) && a[i] == a[i] && a[i] != -neg_inf<P>();
+    ok &= (std::fabs(C) < kMaxRunningSum) & (a[i] == a[i]) & (a[i] != -neg_inf<P>());  // (false for NaN C)
     r = std::max(r, a[i] - C);
   }
-  if (!ok) {
+  P first = v;  // the first finite term (v, as a rule)
+  for (index_t i = 0; first == neg_inf<P>() && i < n; ++i) first = a[i] - c[i];
+  if (!ok || r - first > kMaxFirstGap) {  // (-inf - -inf: NaN, not above: nothing reaches the block)
     for (index_t i = 0; i < n; ++i) cur[t + i] = v = mi_forward_cell<P>(a[i], v + static_cast<P>(load(pyr[t + i - 1])));
     return v;
   }

@@ -237,3 +237,29 @@ def test_forward_many_rows_one_warp_each(dtype, n, exclusive, reverse):
     got = _run("pe_logcumsumexp_forward", dtype, [x], (600, n, 1), exclusive, reverse).reshape(600, n)
     ref = refs.logcumsumexp(x64, 1, exclusive, reverse)
     _assert_same_specials_and_close(got, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("shape3", [(2, 2500, 1), (3, 40, 1), (1, 15, 2), (1, 600, 64), (3, 50, 7)])
+@pytest.mark.parametrize("kind", ["spread", "spikes"])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_backward_wide_ranges(dtype, shape3, kind, exclusive, reverse):
+    # Inputs up to +-700 (or +-1e4 spikes): exp(x - out) of an exclusive scan's input against the outputs
+    # it does not feed would overflow; rows take the exact tile scan there, columns are log-domain.
+    rng = np.random.default_rng(31)
+    x = rng.uniform(-700, 700, size=shape3) if kind == "spread" else rng.normal(0, 2, size=shape3)
+    if kind == "spikes":
+        pick = rng.random(shape3) < 0.2
+        x[pick] = rng.choice([-1e4, 1e4, 710.0, -710.0], size=pick.sum())
+    x[0, 0, 0] = -np.inf
+    g = rng.normal(size=shape3)
+    x = to_float64(host_array(x, dtype), dtype)
+    g = to_float64(host_array(g, dtype), dtype)
+    out = to_float64(host_array(refs.logcumsumexp(x, 1, exclusive, reverse), dtype), dtype)
+    got = _run("pe_logcumsumexp_backward", dtype, [x, out, g], shape3, exclusive, reverse)
+    ref = refs.logcumsumexp_grad_scan(x, g, 1, exclusive, reverse, out=out)
+    assert np.isfinite(got).all() and got[0, 0, 0] == 0.0
+    scale = np.abs(x[np.isfinite(x)]).max()
+    rtol = 64 * 2.0 ** -52 * scale + (0.0 if dtype == "float64" else 2e-6)
+    atol = rtol * np.abs(g).sum(axis=1, keepdims=True) + (2.0 ** -149 if dtype == "float32" else 0.0)
+    assert np.all(np.abs(got - ref) <= atol + rtol * np.abs(ref))

@@ -124,3 +124,25 @@ def test_gpu_long_lattice_float32_close_to_float64():
     np.testing.assert_allclose(a32[0], a64[0], rtol=1e-6)
     for g32, g64 in zip(a32[1:], a64[1:]):
         np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("modified", [False, True])
+@pytest.mark.parametrize("kind", ["masks", "spread"])
+def test_gpu_exact_on_wide_ranges(modified, kind):
+    # -1e4 / +-1e3 masks and +-700 spreads next to normal logits: the cells must not lose terms.
+    B, S, T = 3, 6, 40
+    rng = np.random.default_rng(23 + modified)
+    px, py = _inputs(B, S, T, modified, seed=24)
+    for a in (px, py):
+        pick = rng.random(a.shape) < 0.25
+        a[pick] = rng.choice([-1e4, -1e3, 1e3], size=pick.sum()) if kind == "masks" else \
+            rng.uniform(-700, 700, size=pick.sum())
+    boundary = _boxes(B, S, T, seed=25)
+    ans, gx, gy = _gpu(px, py, boundary, "float64")
+    ref_ans, p = refs.mutual_information(px, py, boundary)
+    tol = 64 * np.finfo(np.float64).eps * max(1e4, np.abs(p[np.isfinite(p)]).max())  # ulps of |p| and inputs
+    assert np.array_equal(np.isneginf(ans), np.isneginf(ref_ans))
+    np.testing.assert_allclose(ans, ref_ans, rtol=1e-12, atol=tol)
+    rgx, rgy = refs.mutual_information_grad(px, py, boundary)
+    np.testing.assert_allclose(gx, rgx, rtol=tol, atol=tol)
+    np.testing.assert_allclose(gy, rgy, rtol=tol, atol=tol)
