@@ -278,6 +278,7 @@ def mutual_information_brute_force(px, py, boundary=None):
 
 
 def _log_softmax_last(x):
+    x = np.asarray(x, np.float64)
     m = x.max(-1, keepdims=True)
     return x - (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))
 
@@ -517,12 +518,6 @@ def mutual_information_grad_wavefront(px, py, boundary=None, ans_grad=None):
                 total += w
             g[s, t] = total
     return px_grad, py_grad
-
-
-def _log_softmax_last(x):
-    x = np.asarray(x, np.float64)
-    m = x.max(-1, keepdims=True)
-    return x - (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))
 
 
 def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
