@@ -34,9 +34,9 @@ def logcumsumexp(x, axis=None, exclusive=False, reverse=False):
 def logcumsumexp_grad(x, out_grad, axis=None, exclusive=False, reverse=False):
     """dx[j] = sum over outputs i that include j of g[i] * exp(x[j] - out[i]), by brute force.
 
-    A term counts where out[i] is finite and x[j] > -inf (an unreachable output or a -inf input adds
-    exactly 0), and always where out[i] or x[j] is NaN: a NaN input makes every later output NaN, and
-    the grad of every input feeding a NaN output is NaN."""
+    A -inf input gets exactly 0, and a +inf or -inf (unreachable) output adds 0; otherwise NaN
+    propagates: a NaN input makes every later output NaN, and the grad of every other input feeding a
+    NaN output is NaN."""
     shape = np.shape(x)
     x = np.asarray(x, dtype=np.float64)
     if axis is None:
@@ -53,8 +53,8 @@ def logcumsumexp_grad(x, out_grad, axis=None, exclusive=False, reverse=False):
             if before or (j == i and not exclusive):
                 with np.errstate(invalid="ignore", over="ignore"):
                     term = gm[..., i] * np.exp(xm[..., j] - om[..., i])
-                nan = np.isnan(om[..., i]) | np.isnan(xm[..., j])
-                dx[..., j] += np.where(nan | np.isfinite(om[..., i]) & (xm[..., j] > -np.inf), term, 0.0)
+                keep = (xm[..., j] != -np.inf) & ~np.isinf(om[..., i])
+                dx[..., j] += np.where(keep, term, 0.0)
     return np.moveaxis(dx, -1, axis).reshape(shape)
 
 
@@ -312,9 +312,10 @@ def rnnt_logprobs(logits, symbols, termination_symbol, boundary=None, rnnt_type=
 
 
 def rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale, boundary=None,
-                           rnnt_type="regular", tiny=np.finfo(np.float64).tiny):
+                           rnnt_type="regular", tiny=1e-20):
     """k2's smoothed (px, py): the log-softmax of am[t] + lm[s], of lm[s] alone and of am[t] + log(u)
-    (u = the mean of the softmax(lm) rows + tiny), mixed linearly in log space (a zero scale is 1e-20)."""
+    (u = the mean of the softmax(lm) rows + 1e-20, k2's floor), mixed linearly in log space (a zero
+    scale is 1e-20)."""
     lm, am = np.asarray(lm, np.float64), np.asarray(am, np.float64)
     log_u = np.log(np.exp(_log_softmax_last(lm)).mean(axis=(0, 1)) + tiny)
     parts = [(_log_softmax_last(lm[:, None] + am[:, :, None]), 1.0 - lm_only_scale - am_only_scale),
@@ -391,7 +392,7 @@ def adaptive_log_softmax_full_grad(logits, out_grad):
     """(logits_grad, offset_grad) of sum(out_grad * adaptive_log_softmax_full(logits, offset))."""
     logits, g = np.asarray(logits, dtype=np.float64), np.asarray(out_grad, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        softmax = np.exp(logits - logsumexp_rows(logits)[:, None])
+        softmax = np.exp(logits - log_softmax_lse(logits)[:, None])  # a row holding +inf or NaN: all NaN
     return g - softmax * g.sum(axis=1, keepdims=True), g.sum(axis=1)
 
 
@@ -438,8 +439,7 @@ def logcumsumexp_grad_dense(x, out_grad, axis, exclusive=False, reverse=False):
     for r in range(xr.shape[0]):
         with np.errstate(invalid="ignore", over="ignore"):
             term = gr[r][:, None] * np.exp(xr[r][None, :] - orr[r][:, None])
-        nan = np.isnan(orr[r])[:, None] | np.isnan(xr[r])[None, :]
-        keep = take & (nan | np.isfinite(orr[r])[:, None] & (xr[r] > -np.inf)[None, :])
+        keep = take & ~np.isinf(orr[r])[:, None] & (xr[r] != -np.inf)[None, :]
         dx[r] = np.where(keep, term, 0.0).sum(axis=0)
     return np.moveaxis(dx.reshape(lead + (n,)), -1, axis)
 
@@ -546,15 +546,15 @@ def rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, a
                        rnnt_type="regular"):
     """k2's smoothed simple loss from its definition: per lattice entry, the log-probability of the
     additive joiner log_softmax(lm[s] + am[t]) weighted with the LM-only log_softmax(lm[s]) and the AM-only
-    model log_softmax(am[t] + log unigram), unigram = the batch mean of softmax(lm[b, s]); a zero scale
-    counts as 1e-20 (as k2 does)."""
+    model log_softmax(am[t] + log unigram), unigram = the batch mean of softmax(lm[b, s]) + 1e-20; a zero
+    scale counts as 1e-20 (both as k2 does)."""
     lm, am = np.asarray(lm, np.float64), np.asarray(am, np.float64)
     B, S1, C = lm.shape
     T = am.shape[1]
     S = S1 - 1
     combined = _log_softmax_last(lm[:, None, :, :] + am[:, :, None, :])  # [B, T, S+1, C]
     lm_only = _log_softmax_last(lm)  # [B, S+1, C]
-    unigram = np.log(np.exp(lm_only).mean(axis=(0, 1)))  # [C]
+    unigram = np.log(np.exp(lm_only).mean(axis=(0, 1)) + 1e-20)  # [C]
     am_only = _log_softmax_last(am + unigram)  # [B, T, C]
     w = 1.0 - lm_only_scale - am_only_scale
     a, c = lm_only_scale or 1e-20, am_only_scale or 1e-20

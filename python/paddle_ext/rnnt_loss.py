@@ -21,6 +21,7 @@ from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
 from .mutual_information import _recursion, check_boundary
 
 RNNT_TYPES = ("regular", "modified", "constrained")
+UNIGRAM_FLOOR = 1e-20  # added to the smoothed loss's unigram LM (k2's constant)
 REDUCTIONS = ("none", "mean", "sum")
 
 
@@ -494,9 +495,9 @@ def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scal
     am_probs, am_max = _exp_shifted(am)
     lm_probs, lm_max = _exp_shifted(lm)
     normalizers = _joint_normalizers(lm, am, lm_probs, am_probs, lm_max, am_max)  # [B, S+1, T]
-    tiny = float(paddle.finfo(am.dtype).tiny)
     lmonly_norm = paddle.sum(lm_probs, axis=2, keepdim=True)  # [B, S+1, 1]
-    unigram_lm = paddle.mean(lm_probs / lmonly_norm, axis=[0, 1], keepdim=True) + tiny  # [1, 1, C]
+    # + 1e-20 as k2 does: a class the LM never predicts keeps a finite, dtype-independent AM-only score
+    unigram_lm = paddle.mean(lm_probs / lmonly_norm, axis=[0, 1], keepdim=True) + UNIGRAM_FLOOR  # [1, 1, C]
     # logsumexp(am[b, t] + log(unigram)), the exp-space product with exact fallback as for normalizers
     approx = paddle.matmul(am_probs.reshape([-1, C]), unigram_lm.reshape([C, 1])).reshape([B, T])
     unigram_lm = paddle.log(unigram_lm)
