@@ -597,24 +597,28 @@ DYN_CASES = {
 }
 
 
-def _serve(prefix, names, cases):
-    """jit.load and a paddle.inference predictor of the model at prefix, run on each case's inputs."""
+def _serve(prefix, names, cases, loaded=True, predictor=True):
+    """(jit.load outputs, paddle.inference predictor outputs) of the model at prefix for each case's inputs."""
     import paddle.inference as paddle_infer  # noqa: PLC0415
 
-    loaded = paddle.jit.load(prefix)
-    config = paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
-    config.disable_gpu()
-    config.disable_glog_info()
-    predictor = paddle_infer.create_predictor(config)
+    layer = paddle.jit.load(prefix) if loaded else None
+    if predictor:
+        config = paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
+        config.disable_gpu()
+        config.disable_glog_info()
+        predictor = paddle_infer.create_predictor(config)
     for arrays in cases:
-        got = loaded(*[paddle.to_tensor(a) for a in arrays])
-        got = [g.numpy() for g in (got if isinstance(got, (list, tuple)) else [got])]
-        for name, a in zip(names, arrays):
-            handle = predictor.get_input_handle(name)
-            handle.reshape(list(a.shape))
-            handle.copy_from_cpu(a)
-        predictor.run()
-        yield got, [predictor.get_output_handle(n).copy_to_cpu() for n in predictor.get_output_names()]
+        got = served = None
+        if layer is not None:
+            got = [g.numpy() for g in paddle.utils.flatten(layer(*[paddle.to_tensor(a) for a in arrays]))]
+        if predictor:
+            for name, a in zip(names, arrays):
+                handle = predictor.get_input_handle(name)
+                handle.reshape(list(a.shape))
+                handle.copy_from_cpu(a)
+            predictor.run()
+            served = [predictor.get_output_handle(n).copy_to_cpu() for n in predictor.get_output_names()]
+        yield got, served
 
 
 class _Model(paddle.nn.Layer):
@@ -632,18 +636,24 @@ def _flat(out):
     return [o.numpy() for o in paddle.utils.flatten(out)]
 
 
+def _export_dynamic(case, rnnt_type, prefix):
+    """Exports DYN_CASES[case] with its dynamic specs; returns the input names."""
+    fn, names = DYN_CASES[case]
+    names = [n.rstrip("?") for n in names if rnnt_type == "regular" or not n.endswith("?")]
+    spec_names = ["logits" if n == "pruned" else n for n in names]
+    specs = [paddle.static.InputSpec(DYN_SPECS[n][0], DYN_SPECS[n][1], name) for n, name in zip(spec_names, names)]
+    paddle.jit.save(paddle.jit.to_static(_Model(fn, rnnt_type), input_spec=specs, full_graph=True), prefix)
+    return names
+
+
 @pytest.mark.parametrize("rnnt_type", TYPES)
 @pytest.mark.parametrize("case", list(DYN_CASES))
 def test_export_with_dynamic_batch_symbols_and_frames(case, rnnt_type, tmp_path):
     if case == "get_rnnt_prune_ranges+do_rnnt_pruning" and rnnt_type == "constrained":
         pytest.skip("the ranges see only px_grad's layout: constrained is modified's")
-    fn, names = DYN_CASES[case]
-    names = [n.rstrip("?") for n in names if rnnt_type == "regular" or not n.endswith("?")]
-    spec_names = ["logits" if n == "pruned" else n for n in names]
-    specs = [paddle.static.InputSpec(DYN_SPECS[n][0], DYN_SPECS[n][1], name) for n, name in zip(spec_names, names)]
-
+    fn = DYN_CASES[case][0]
     prefix = str(tmp_path / "model")
-    paddle.jit.save(paddle.jit.to_static(_Model(fn, rnnt_type), input_spec=specs, full_graph=True), prefix)
+    names = _export_dynamic(case, rnnt_type, prefix)
     cases = [[_dynamic_inputs(rnnt_type, B, S, T, seed=30 + B)[n] for n in names] for B, S, T in DYN_SIZES]
     expected = [_flat(fn(rnnt_type, *[t(a) for a in arrays])) for arrays in cases]
     if case.startswith("get_rnnt_prune_ranges"):
@@ -654,6 +664,26 @@ def test_export_with_dynamic_batch_symbols_and_frames(case, rnnt_type, tmp_path)
             assert g.shape == s.shape == w.shape
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(s, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case,mismatch", [
+    (case, mismatch) for case in ("rnnt_loss_simple", "rnnt_loss")
+    for mismatch in ("one symbol short", "one symbol too many", "one batch item short")
+] + [("rnnt_loss_pruned", "one symbol short"), ("rnnt_loss_pruned", "one batch item short")])
+def test_exported_losses_reject_inconsistent_sizes_when_they_run(case, mismatch, tmp_path):
+    """Sizes that are dynamic in the graph are checked by the ops when it runs: a Python exception from
+    jit.load and from the predictor (Paddle's InvalidArgumentError as ValueError, or OutOfRangeError as
+    IndexError for ranges past S), never a wrong loss. (Longer symbols are consistent with pruned ranges
+    and boundaries inside [0, S].)"""
+    prefix = str(tmp_path / "model")
+    names = _export_dynamic(case, "regular", prefix)
+    inputs = _dynamic_inputs("regular", *DYN_SIZES[1], seed=40)
+    symbols = inputs["symbols"]
+    inputs["symbols"] = {"one symbol short": symbols[:, :-1], "one batch item short": symbols[:-1],
+                         "one symbol too many": np.concatenate([symbols, symbols[:, :1]], 1)}[mismatch]
+    for where in ({"predictor": False}, {"loaded": False}):
+        with pytest.raises((ValueError, IndexError), match="InvalidArgumentError|OutOfRangeError"):
+            next(_serve(prefix, names, [[inputs[n] for n in names]], **where))
 
 
 def test_prune_ranges_with_a_dynamic_frame_count_need_the_regular_minimum_s_range():
