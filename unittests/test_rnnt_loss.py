@@ -686,6 +686,21 @@ def test_exported_losses_reject_inconsistent_sizes_when_they_run(case, mismatch,
             next(_serve(prefix, names, [[inputs[n] for n in names]], **where))
 
 
+@pytest.mark.parametrize("case", list(DYN_CASES))
+def test_to_static_default_mode_matches_dygraph(case):
+    """paddle.jit.to_static's default (SOT, full_graph=False) at two sizes (it failed on closures over tensors)."""
+    fn, names = DYN_CASES[case]
+    names = [n.rstrip("?") for n in names]
+    model = paddle.jit.to_static(_Model(fn, "regular"))
+    for B, S, T in DYN_SIZES:
+        arrays = [_dynamic_inputs("regular", B, S, T, seed=50 + B)[n] for n in names]
+        want = _flat(fn("regular", *[t(a) for a in arrays]))
+        got = _flat(model(*[t(a) for a in arrays]))
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
 def test_prune_ranges_with_a_dynamic_frame_count_need_the_regular_minimum_s_range():
     """With T dynamic the layout of px_grad (regular [B, S, T+1] or modified [B, S, T]) is known only when
     the graph runs, so s_range must keep a path for regular RNN-T: >= 2."""

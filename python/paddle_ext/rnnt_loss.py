@@ -175,9 +175,10 @@ def _exp_shifted(x):
     return paddle.exp(x - x_max), x_max
 
 
-def _log_with_fallback(approx, shift, C, exact_terms):
+def _log_with_fallback(approx, shift, C, exact_terms, *args):
     """log(approx) + shift, where approx is an exp-space sum of C products of factors <= 1, standing for
-    logsumexp over C terms; exact_terms(idx) gives those terms [K, C] for the cells idx [K, ndim].
+    logsumexp over C terms; exact_terms(idx, *args) gives those terms [K, C] for the cells idx [K, ndim]
+    (a module-level function, not a closure: SOT's to_static fails on closures over tensors).
 
     approx is exact to rounding unless its largest term lost digits to underflow. approx >= C * e^-X
     means the largest term is >= e^-X, so its factors are >= e^-X (normal numbers) and every term
@@ -195,7 +196,7 @@ def _log_with_fallback(approx, shift, C, exact_terms):
     sel = paddle.concat([paddle.concat([sel, paddle.zeros_like(sel[:, :1])], 1),
                          paddle.concat([paddle.zeros([1, sel.shape[1]], "int64"), paddle.ones([1, 1], "int64")], 1)])
     idx, dummy = sel[:, :-1], sel[:, -1] == 1
-    exact = _logsumexp_last(exact_terms(idx))
+    exact = _logsumexp_last(exact_terms(idx, *args))
     exact = paddle.scatter_nd_add(paddle.zeros_like(approx), idx, paddle.where(dummy, paddle.zeros_like(exact), exact))
     return paddle.where(bad, exact, out)
 
@@ -206,10 +207,12 @@ def _joint_normalizers(lm, am, lm_probs, am_probs, lm_max, am_max):
     approx = paddle.matmul(lm_probs, am_probs, transpose_y=True)
     shift = lm_max + am_max.transpose([0, 2, 1])
 
-    def terms(idx):  # idx rows (b, s, t)
-        return paddle.gather_nd(lm, idx[:, :2]) + paddle.gather_nd(am, paddle.stack([idx[:, 0], idx[:, 2]], 1))
+    return _log_with_fallback(approx, shift, am.shape[2], _joint_terms, lm, am)
 
-    return _log_with_fallback(approx, shift, am.shape[2], terms)
+
+def _joint_terms(idx, lm, am):
+    """lm[b, s] + am[b, t] [K, C] for the rows (b, s, t) of idx."""
+    return paddle.gather_nd(lm, idx[:, :2]) + paddle.gather_nd(am, paddle.stack([idx[:, 0], idx[:, 2]], 1))
 
 
 def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
@@ -543,6 +546,11 @@ def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None,
 # the smoothed simple loss
 
 
+def _unigram_terms(idx, am, log_unigram):
+    """am[b, t] + log_unigram [K, C] for the rows (b, t) of idx."""
+    return paddle.gather_nd(am, idx) + log_unigram[0]
+
+
 def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1,
                                boundary=None, rnnt_type="regular"):
     """(px, py) of the simple loss interpolated with an LM-only and an AM-only (unigram-LM) model:
@@ -567,7 +575,7 @@ def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scal
     # logsumexp(am[b, t] + log(unigram)), the exp-space product with exact fallback as for normalizers
     approx = paddle.matmul(am_probs.reshape([-1, C]), unigram_lm.reshape([C, 1])).reshape([B, T])
     unigram_lm = paddle.log(unigram_lm)
-    amonly_norm = _log_with_fallback(approx, am_max.squeeze(-1), C, lambda idx: paddle.gather_nd(am, idx) + unigram_lm[0])
+    amonly_norm = _log_with_fallback(approx, am_max.squeeze(-1), C, _unigram_terms, am, unigram_lm)
     amonly_norm = amonly_norm.unsqueeze(1)  # [B, 1, T]
     lmonly_norm = paddle.log(lmonly_norm) + lm_max  # [B, S+1, 1]
 
