@@ -32,6 +32,12 @@ class SimpleTransducer(paddle.nn.Layer):
         return paddle_ext.rnnt_loss_simple(lm, am, symbols, termination_symbol=0, reduction="none")
 
 
+class SmoothedTransducer(paddle.nn.Layer):
+    def forward(self, lm, am, symbols, boundary):
+        return paddle_ext.rnnt_loss_smoothed(lm, am, symbols, 0, 0.2, 0.1, boundary, delay_penalty=0.1,
+                                             reduction="none")
+
+
 class FullTransducer(paddle.nn.Layer):
     def forward(self, logits, symbols):
         return paddle_ext.rnnt_loss(logits, symbols, termination_symbol=0, reduction="none")
@@ -70,7 +76,7 @@ def _transducer_inputs(n):
             "symbols": rng.integers(1, C, size=(B, S)).astype("int64")}
 
 
-def _pruned_inputs(n):
+def _bounded_inputs(n):
     inputs = _transducer_inputs(n)
     B, S = inputs["symbols"].shape
     T = inputs["am"].shape[1]
@@ -116,6 +122,12 @@ MODELS = {
          _spec([None, None], "int64", "symbols")],
         _transducer_inputs,
     ),
+    "rnnt_loss_smoothed": (
+        SmoothedTransducer,
+        [_spec([None, None, C], name="lm"), _spec([None, None, C], name="am"),
+         _spec([None, None], "int64", "symbols"), _spec([None, 4], "int64", "boundary")],
+        _bounded_inputs,
+    ),
     "rnnt_loss": (
         FullTransducer,
         [_spec([None, None, None, C], name="logits"), _spec([None, None], "int64", "symbols")],
@@ -125,7 +137,7 @@ MODELS = {
         PrunedTransducer,
         [_spec([None, None, C], name="lm"), _spec([None, None, C], name="am"),
          _spec([None, None], "int64", "symbols"), _spec([None, 4], "int64", "boundary")],
-        _pruned_inputs,
+        _bounded_inputs,
     ),
     "adaptive_log_softmax": (
         _adaptive_softmax,

@@ -540,3 +540,173 @@ def test_higher_order_grads_are_refused(op):
         plus = float(_losses(lm, t(am_np + d), t(symbols), None)[op]())
         minus = float(_losses(lm, t(am_np - d), t(symbols), None)[op]())
     np.testing.assert_allclose(ga.numpy()[i], (plus - minus) / 2e-6, rtol=1e-5, atol=1e-8)
+
+
+# ---------------------------------------------------------------------------------------------
+# export with dynamic dimensions: B, S, T are None in the InputSpecs (C stays static); the exported
+# graph takes the sizes when it runs, at any size (jit.load and paddle.inference match dygraph)
+
+DYN_C, DYN_S_RANGE = 5, 4
+DYN_SIZES = ((2, 2, 5), (3, 4, 7))  # (B, S, T): s_range 4 is capped at S+1 = 3 at the first size only
+DYN_SPECS = {"lm": ([None, None, DYN_C], "float32"), "am": ([None, None, DYN_C], "float32"),
+             "symbols": ([None, None], "int64"), "boundary": ([None, 4], "int64"),
+             "logits": ([None, None, None, DYN_C], "float32"), "px_grad": ([None, None, None], "float32"),
+             "py_grad": ([None, None, None], "float32"), "ranges": ([None, None, None], "int64")}
+
+
+def _dynamic_inputs(rnnt_type, B, S, T, seed):
+    """Every input of the cases below at one size; px_grad/py_grad/ranges from the dygraph simple loss."""
+    lm, am, symbols, boundary = problem(B=B, T=T, S=S, C=DYN_C, seed=seed)
+    lm, am = lm.astype(np.float32), am.astype(np.float32)
+    _, (gx, gy) = paddle_ext.rnnt_loss_simple(t(lm), t(am), t(symbols), 0, t(boundary), rnnt_type, return_grad=True)
+    ranges = paddle_ext.get_rnnt_prune_ranges(gx, gy, t(boundary), DYN_S_RANGE).numpy()
+    rng = np.random.default_rng(seed + 1)
+    return {"lm": lm, "am": am, "symbols": symbols, "boundary": boundary, "px_grad": gx.numpy(), "py_grad": gy.numpy(),
+            "ranges": ranges, "logits": rng.normal(size=(B, T, S + 1, DYN_C)).astype(np.float32),
+            "pruned": rng.normal(size=(B, T, ranges.shape[2], DYN_C)).astype(np.float32)}
+
+
+def _pruning(px_grad, py_grad, boundary, am, lm):
+    ranges = paddle_ext.get_rnnt_prune_ranges(px_grad, py_grad, boundary, DYN_S_RANGE)
+    return (ranges, *paddle_ext.do_rnnt_pruning(am, lm, ranges))
+
+
+# name -> (fn(rnnt_type, *inputs), input names); "boundary?": only regular px uses the boundary (the others'
+# graphs would not use that input)
+DYN_CASES = {
+    "get_rnnt_logprobs": (lambda ty, lm, am, sy, bd=None: paddle_ext.get_rnnt_logprobs(lm, am, sy, 0, bd, ty),
+                          ["lm", "am", "symbols", "boundary?"]),
+    "get_rnnt_logprobs_smoothed": (
+        lambda ty, lm, am, sy, bd=None: paddle_ext.get_rnnt_logprobs_smoothed(lm, am, sy, 0, 0.1, 0.2, bd, ty),
+        ["lm", "am", "symbols", "boundary?"]),
+    "get_rnnt_logprobs_joint": (lambda ty, lg, sy, bd=None: paddle_ext.get_rnnt_logprobs_joint(lg, sy, 0, bd, ty),
+                                ["logits", "symbols", "boundary?"]),
+    # no boundary: the delay penalty's middle frame comes from the dynamic T
+    "rnnt_loss_simple": (lambda ty, lm, am, sy: paddle_ext.rnnt_loss_simple(
+        lm, am, sy, 0, None, ty, delay_penalty=0.3, reduction="none", return_grad=True), ["lm", "am", "symbols"]),
+    "rnnt_loss_smoothed": (lambda ty, lm, am, sy, bd: paddle_ext.rnnt_loss_smoothed(
+        lm, am, sy, 0, 0.2, 0.1, bd, ty, delay_penalty=0.3, reduction="none", return_grad=True),
+        ["lm", "am", "symbols", "boundary"]),
+    "rnnt_loss": (lambda ty, lg, sy: paddle_ext.rnnt_loss(lg, sy, 0, None, ty, delay_penalty=0.3, reduction="sum"),
+                  ["logits", "symbols"]),
+    "get_rnnt_prune_ranges+do_rnnt_pruning": (lambda ty, gx, gy, bd, am, lm: _pruning(gx, gy, bd, am, lm),
+                                              ["px_grad", "py_grad", "boundary", "am", "lm"]),
+    "rnnt_loss_pruned": (lambda ty, lg, sy, rg, bd: paddle_ext.rnnt_loss_pruned(lg, sy, rg, 0, bd, ty, reduction="none"),
+                         ["pruned", "symbols", "ranges", "boundary"]),
+}
+
+
+def _serve(prefix, names, cases, loaded=True, predictor=True):
+    """(jit.load outputs, paddle.inference predictor outputs) of the model at prefix for each case's inputs."""
+    import paddle.inference as paddle_infer  # noqa: PLC0415
+
+    layer = paddle.jit.load(prefix) if loaded else None
+    if predictor:
+        config = paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
+        config.disable_gpu()
+        config.disable_glog_info()
+        predictor = paddle_infer.create_predictor(config)
+    for arrays in cases:
+        got = served = None
+        if layer is not None:
+            got = [g.numpy() for g in paddle.utils.flatten(layer(*[paddle.to_tensor(a) for a in arrays]))]
+        if predictor:
+            for name, a in zip(names, arrays):
+                handle = predictor.get_input_handle(name)
+                handle.reshape(list(a.shape))
+                handle.copy_from_cpu(a)
+            predictor.run()
+            served = [predictor.get_output_handle(n).copy_to_cpu() for n in predictor.get_output_names()]
+        yield got, served
+
+
+class _Model(paddle.nn.Layer):
+    """fn(rnnt_type, *inputs) as a Layer with flat outputs (to_static needs named arguments)."""
+
+    def __init__(self, fn, rnnt_type):
+        super().__init__()
+        self._fn, self._rnnt_type = fn, rnnt_type
+
+    def forward(self, a, b, c=None, d=None, e=None):
+        return paddle.utils.flatten(self._fn(self._rnnt_type, *[x for x in (a, b, c, d, e) if x is not None]))
+
+
+def _flat(out):
+    return [o.numpy() for o in paddle.utils.flatten(out)]
+
+
+def _export_dynamic(case, rnnt_type, prefix):
+    """Exports DYN_CASES[case] with its dynamic specs; returns the input names."""
+    fn, names = DYN_CASES[case]
+    names = [n.rstrip("?") for n in names if rnnt_type == "regular" or not n.endswith("?")]
+    spec_names = ["logits" if n == "pruned" else n for n in names]
+    specs = [paddle.static.InputSpec(DYN_SPECS[n][0], DYN_SPECS[n][1], name) for n, name in zip(spec_names, names)]
+    paddle.jit.save(paddle.jit.to_static(_Model(fn, rnnt_type), input_spec=specs, full_graph=True), prefix)
+    return names
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("case", list(DYN_CASES))
+def test_export_with_dynamic_batch_symbols_and_frames(case, rnnt_type, tmp_path):
+    if case == "get_rnnt_prune_ranges+do_rnnt_pruning" and rnnt_type == "constrained":
+        pytest.skip("the ranges see only px_grad's layout: constrained is modified's")
+    fn = DYN_CASES[case][0]
+    prefix = str(tmp_path / "model")
+    names = _export_dynamic(case, rnnt_type, prefix)
+    cases = [[_dynamic_inputs(rnnt_type, B, S, T, seed=30 + B)[n] for n in names] for B, S, T in DYN_SIZES]
+    expected = [_flat(fn(rnnt_type, *[t(a) for a in arrays])) for arrays in cases]
+    if case.startswith("get_rnnt_prune_ranges"):
+        assert [e[0].shape[2] for e in expected] == [3, 4]  # s_range capped at S+1 at the first size only
+    for (got, served), want in zip(_serve(prefix, names, cases), expected):
+        assert len(got) == len(served) == len(want)
+        for g, s, w in zip(got, served, want):
+            assert g.shape == s.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(s, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case,mismatch", [
+    (case, mismatch) for case in ("rnnt_loss_simple", "rnnt_loss")
+    for mismatch in ("one symbol short", "one symbol too many", "one batch item short")
+] + [("rnnt_loss_pruned", "one symbol short"), ("rnnt_loss_pruned", "one batch item short")])
+def test_exported_losses_reject_inconsistent_sizes_when_they_run(case, mismatch, tmp_path):
+    """Sizes that are dynamic in the graph are checked by the ops when it runs: a Python exception from
+    jit.load and from the predictor (Paddle's InvalidArgumentError as ValueError, or OutOfRangeError as
+    IndexError for ranges past S), never a wrong loss. (Longer symbols are consistent with pruned ranges
+    and boundaries inside [0, S].)"""
+    prefix = str(tmp_path / "model")
+    names = _export_dynamic(case, "regular", prefix)
+    inputs = _dynamic_inputs("regular", *DYN_SIZES[1], seed=40)
+    symbols = inputs["symbols"]
+    inputs["symbols"] = {"one symbol short": symbols[:, :-1], "one batch item short": symbols[:-1],
+                         "one symbol too many": np.concatenate([symbols, symbols[:, :1]], 1)}[mismatch]
+    for where in ({"predictor": False}, {"loaded": False}):
+        with pytest.raises((ValueError, IndexError), match="InvalidArgumentError|OutOfRangeError"):
+            next(_serve(prefix, names, [[inputs[n] for n in names]], **where))
+
+
+@pytest.mark.parametrize("case", list(DYN_CASES))
+def test_to_static_default_mode_matches_dygraph(case):
+    """paddle.jit.to_static's default (SOT, full_graph=False) at two sizes (it failed on closures over tensors)."""
+    fn, names = DYN_CASES[case]
+    names = [n.rstrip("?") for n in names]
+    model = paddle.jit.to_static(_Model(fn, "regular"))
+    for B, S, T in DYN_SIZES:
+        arrays = [_dynamic_inputs("regular", B, S, T, seed=50 + B)[n] for n in names]
+        want = _flat(fn("regular", *[t(a) for a in arrays]))
+        got = _flat(model(*[t(a) for a in arrays]))
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_prune_ranges_with_a_dynamic_frame_count_need_the_regular_minimum_s_range():
+    """With T dynamic the layout of px_grad (regular [B, S, T+1] or modified [B, S, T]) is known only when
+    the graph runs, so s_range must keep a path for regular RNN-T: >= 2."""
+    def fn(px_grad, py_grad, boundary):
+        return paddle_ext.get_rnnt_prune_ranges(px_grad, py_grad, boundary, 1)
+
+    specs = [paddle.static.InputSpec([None, None, None], "float32"), paddle.static.InputSpec([None, None, None], "float32"),
+             paddle.static.InputSpec([None, 4], "int64")]
+    with pytest.raises(ValueError, match=r"s_range must be >= 2 for regular \(or, with a dynamic T, unknown\) RNN-T"):
+        paddle.jit.to_static(fn, input_spec=specs, full_graph=True).concrete_program  # noqa: B018

@@ -4,8 +4,11 @@ rnnt_loss_smoothed, rnnt_loss, the pruning helpers and rnnt_loss_pruned, in Padd
 Each loss reduces the transducer lattice to the compact form ``px [B, S, T+1]`` (symbol
 emissions; ``[B, S, T]`` for rnnt_type 'modified'/'constrained') and ``py [B, S+1, T]``
 (termination/blank emissions), then runs the recursion; the loss is ``-ans``.
-Everything here works unchanged in dygraph and static mode; checks that need the values of
-``boundary`` (and the s_range adjustment of ``get_rnnt_prune_ranges``) run in dygraph only.
+Everything here works unchanged in dygraph and static mode, with dimensions that are dynamic in a
+static graph (``None`` in an InputSpec, -1 in ``x.shape``) too: the graph takes those sizes from the
+tensors when it runs (``_dims``), and shape checks compare the dimensions known when it is built (the
+kernels check the rest). Checks that need the values of ``boundary`` (and the s_range adjustment of
+``get_rnnt_prune_ranges``) run in dygraph only.
 """
 
 from __future__ import annotations
@@ -26,15 +29,37 @@ REDUCTIONS = ("none", "mean", "sum")
 
 
 # ---------------------------------------------------------------------------------------------
-# argument checks
+# shapes and argument checks
+
+
+def _known(d) -> bool:
+    """A static dimension (int) known when the graph is built; -1 marks a dynamic one."""
+    return d >= 0
+
+
+def _agree(d, e) -> bool:
+    """Static dims d and e may be equal: equal, or one of them known only at run time."""
+    return d == e or not (_known(d) and _known(e))
+
+
+@paddle.jit.not_to_static
+def _dims(x):
+    """x's dims for building the graph: ints where known, else ``paddle.shape(x)[i]`` (a 0-D int64
+    tensor holding the size when a static graph with dynamic dimensions runs)."""
+    shape = list(x.shape)
+    if all(d >= 0 for d in shape):
+        return shape
+    sizes = paddle.shape(x)
+    return [d if d >= 0 else sizes[i] for i, d in enumerate(shape)]
 
 
 @paddle.jit.not_to_static
 def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type):
+    """B, S, T, C are static dims (-1 where dynamic)."""
     check_tensor(symbols, "symbols", op)
     if symbols.dtype not in INTEGER_DTYPES:
         raise TypeError(f"{op}: symbols must be an integer tensor, got {dtype_name(symbols.dtype)}")
-    if list(symbols.shape) != [B, S]:
+    if len(symbols.shape) != 2 or not (_agree(symbols.shape[0], B) and _agree(symbols.shape[1], S)):
         raise ValueError(f"{op}: symbols must have shape [B, S] = [{B}, {S}], got {list(symbols.shape)}")
     if isinstance(termination_symbol, bool) or not isinstance(termination_symbol, numbers.Integral) \
             or not 0 <= termination_symbol < C:
@@ -62,6 +87,7 @@ def _check_float(x, arg, op, ndim):
         raise TypeError(f"{op}: {arg} must be a floating tensor, got {dtype_name(x.dtype)}")
     if len(x.shape) != ndim:
         raise ValueError(f"{op}: {arg} must be {ndim}-D, got shape {list(x.shape)}")
+    return list(x.shape)
 
 
 def _neg_inf(shape, dtype):
@@ -80,8 +106,8 @@ def fix_for_boundary(px, boundary=None):
     """Regular px: no symbol may be emitted on the one-past-the-last frame ``t_end`` of each item."""
     if boundary is None:
         return px  # px[:, :, T] is already -inf
-    B, S, T1 = px.shape
-    t = paddle.arange(T1, dtype="int64").reshape([1, 1, T1])
+    B, S, T1 = _dims(px)
+    t = paddle.arange(T1, dtype="int64").reshape([1, 1, -1])
     mask = (t == boundary[:, 3].reshape([-1, 1, 1])).expand([B, S, T1])
     return paddle.where(mask, paddle.full_like(px, float("-inf")), px)
 
@@ -98,13 +124,14 @@ def _add_delay_penalty(px, boundary, rnnt_type, delay_penalty):
     """k2's delay penalty: symbols emitted later than the middle frame are penalised linearly."""
     if delay_penalty <= 0.0:
         return px
-    B, S, T0 = px.shape
+    B, S, T0 = _dims(px)
     T = T0 if rnnt_type != "regular" else T0 - 1
     if boundary is None:
-        offset = paddle.full([B, 1, 1], (T - 1) / 2, dtype=px.dtype)
+        half = (T - 1) / 2 if isinstance(T, int) else (T.astype(px.dtype) - 1) / 2  # T dynamic: a tensor
+        offset = paddle.full([B, 1, 1], half, dtype=px.dtype)
     else:
         offset = ((boundary[:, 3].astype(px.dtype) - 1) / 2).reshape([-1, 1, 1])
-    penalty = (offset - paddle.arange(T0, dtype=px.dtype).reshape([1, 1, T0])) * delay_penalty
+    penalty = (offset - paddle.arange(T0, dtype=px.dtype).reshape([1, 1, -1])) * delay_penalty
     return px + penalty
 
 
@@ -132,12 +159,12 @@ def _symbols64(symbols):
 
 @paddle.jit.not_to_static
 def _check_lm_am(lm, am, op):
-    """lm [B, S+1, C] and am [B, T, C] of one float dtype -> (B, S, T, C)."""
+    """lm [B, S+1, C] and am [B, T, C] of one float dtype -> static (B, S, T, C), -1 where dynamic."""
     _check_float(lm, "lm", op, 3)
     _check_float(am, "am", op, 3)
     B, T, C = am.shape
-    S = lm.shape[1] - 1
-    if lm.shape[0] != B or lm.shape[2] != C or lm.dtype != am.dtype:
+    S = lm.shape[1] - 1 if _known(lm.shape[1]) else -1
+    if not (_agree(lm.shape[0], B) and _agree(lm.shape[2], C)) or lm.dtype != am.dtype:
         raise ValueError(f"{op}: lm must be [B, S+1, C] with am's B = {B}, C = {C} and dtype; got lm "
                          f"{list(lm.shape)} {dtype_name(lm.dtype)}, am {list(am.shape)} {dtype_name(am.dtype)}")
     return B, S, T, C
@@ -149,9 +176,10 @@ def _exp_shifted(x):
     return paddle.exp(x - x_max), x_max
 
 
-def _log_with_fallback(approx, shift, C, exact_terms):
+def _log_with_fallback(approx, shift, C, exact_terms, *args):
     """log(approx) + shift, where approx is an exp-space sum of C products of factors <= 1, standing for
-    logsumexp over C terms; exact_terms(idx) gives those terms [K, C] for the cells idx [K, ndim].
+    logsumexp over C terms; exact_terms(idx, *args) gives those terms [K, C] for the cells idx [K, ndim]
+    (a module-level function, not a closure: SOT's to_static fails on closures over tensors).
 
     approx is exact to rounding unless its largest term lost digits to underflow. approx >= C * e^-X
     means the largest term is >= e^-X, so its factors are >= e^-X (normal numbers) and every term
@@ -169,7 +197,7 @@ def _log_with_fallback(approx, shift, C, exact_terms):
     sel = paddle.concat([paddle.concat([sel, paddle.zeros_like(sel[:, :1])], 1),
                          paddle.concat([paddle.zeros([1, sel.shape[1]], "int64"), paddle.ones([1, 1], "int64")], 1)])
     idx, dummy = sel[:, :-1], sel[:, -1] == 1
-    exact = _logsumexp_last(exact_terms(idx))
+    exact = _logsumexp_last(exact_terms(idx, *args))
     exact = paddle.scatter_nd_add(paddle.zeros_like(approx), idx, paddle.where(dummy, paddle.zeros_like(exact), exact))
     return paddle.where(bad, exact, out)
 
@@ -180,10 +208,12 @@ def _joint_normalizers(lm, am, lm_probs, am_probs, lm_max, am_max):
     approx = paddle.matmul(lm_probs, am_probs, transpose_y=True)
     shift = lm_max + am_max.transpose([0, 2, 1])
 
-    def terms(idx):  # idx rows (b, s, t)
-        return paddle.gather_nd(lm, idx[:, :2]) + paddle.gather_nd(am, paddle.stack([idx[:, 0], idx[:, 2]], 1))
+    return _log_with_fallback(approx, shift, am.shape[2], _joint_terms, lm, am)
 
-    return _log_with_fallback(approx, shift, am.shape[2], terms)
+
+def _joint_terms(idx, lm, am):
+    """lm[b, s] + am[b, t] [K, C] for the rows (b, s, t) of idx."""
+    return paddle.gather_nd(lm, idx[:, :2]) + paddle.gather_nd(am, paddle.stack([idx[:, 0], idx[:, 2]], 1))
 
 
 def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
@@ -193,16 +223,18 @@ def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_t
     Returns: px ``[B, S, T+1]`` (regular) or ``[B, S, T]``, py ``[B, S+1, T]``.
     """
     op = "get_rnnt_logprobs"
-    B, S, T, C = _check_lm_am(lm, am, op)
+    B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    B, T, C = _dims(am)  # the graph's dims: tensors where dynamic
+    S = _dims(symbols)[1]
     symbols = _symbols64(symbols)
     am_probs, am_max = _exp_shifted(am)  # [B, T, C], [B, T, 1]
     lm_probs, lm_max = _exp_shifted(lm)  # [B, S+1, C], [B, S+1, 1]
     normalizers = _joint_normalizers(lm, am, lm_probs, am_probs, lm_max, am_max)
 
     px_am = paddle.take_along_axis(am, symbols.unsqueeze(1).expand([B, T, S]), axis=2).transpose([0, 2, 1])  # [B,S,T]
-    px_lm = paddle.take_along_axis(lm[:, :S], symbols.unsqueeze(-1), axis=2)  # [B, S, 1]
-    px = px_am + px_lm - normalizers[:, :S, :]
+    px_lm = paddle.take_along_axis(lm[:, :-1], symbols.unsqueeze(-1), axis=2)  # [B, S, 1]
+    px = px_am + px_lm - normalizers[:, :-1, :]
     if rnnt_type == "regular":
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)  # no symbol on frame T
     py = am[:, :, termination_symbol].unsqueeze(1) + lm[:, :, termination_symbol].unsqueeze(2) - normalizers
@@ -258,10 +290,10 @@ def _check_penalty(op, delay_penalty):
 def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) from joiner logits ``[B, T, S+1, C]`` (normalised here with logsumexp over C)."""
     op = "rnnt_loss"
-    _check_float(logits, "logits", op, 4)
-    B, T, S1, C = logits.shape
+    B, T, S1, C = _check_float(logits, "logits", op, 4)
+    _check_common(op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
+    B, T, S1, C = _dims(logits)
     S = S1 - 1
-    _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
     symbols = _symbols64(symbols)
     normalizers = _logsumexp_last(logits).transpose([0, 2, 1])  # [B, S+1, T]
     # one gather for both: [..., 0] the next symbol (the termination symbol past S), [..., 1] the blank
@@ -269,7 +301,7 @@ def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, 
     idx = paddle.stack([with_term.unsqueeze(1).expand([B, T, S + 1]),
                         paddle.full([B, T, S + 1], termination_symbol, dtype="int64")], axis=-1)
     picked = paddle.take_along_axis(logits, idx, axis=3).transpose([0, 2, 1, 3])  # [B, S+1, T, 2]
-    px = picked[:, :S, :, 0] - normalizers[:, :S, :]  # [B, S, T]
+    px = picked[:, :-1, :, 0] - normalizers[:, :-1, :]  # [B, S, T]
     if rnnt_type == "regular":
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
     py = picked[:, :, :, 1] - normalizers  # [B, S+1, T]
@@ -301,12 +333,45 @@ def _monotonic_lower_bound(x):
 def _adjust_pruning_lower_bound(s_begin, s_range):
     """Make s_begin non-decreasing, start at 0 and never step by s_range or more (k2's construction:
     -(s_begin - (s_range - 1) * t) non-decreasing is equivalent to s_begin[t+1] - s_begin[t] < s_range)."""
-    T = s_begin.shape[1]
+    T = _dims(s_begin)[1]
     ramp = (s_range - 1) * paddle.arange(T, dtype=s_begin.dtype).unsqueeze(0)
     s_begin = _monotonic_lower_bound(s_begin)
     s_begin = _monotonic_lower_bound(ramp - s_begin)
     s_begin = paddle.clip(s_begin, min=0)
     return ramp - s_begin
+
+
+@paddle.jit.not_to_static
+def _check_prune_ranges(op, px_grad, py_grad, boundary, s_range):
+    """-> (s_range, is_regular) from the static shapes: s_range raised (dygraph) and capped at S+1 where
+    S is known (else the graph caps it when it runs); is_regular None where T is dynamic."""
+    B, S, T1 = _check_float(px_grad, "px_grad", op, 3)
+    By, S1, T = _check_float(py_grad, "py_grad", op, 3)
+    both_t = _known(T1) and _known(T)
+    if (both_t and T1 not in (T, T + 1)) or not _agree(By, B) or (_known(S) and not _agree(S1, S + 1)):
+        raise ValueError(f"{op}: px_grad must be [B, S, T+1] or [B, S, T] and py_grad [B, S+1, T]; got "
+                         f"{list(px_grad.shape)} and {list(py_grad.shape)}")
+    if boundary is None:
+        raise ValueError(f"{op}: boundary is required (int64 [B, 4])")
+    check_boundary(boundary, B, S, T, op)
+    if isinstance(s_range, bool) or not isinstance(s_range, numbers.Integral):
+        raise TypeError(f"{op}: s_range must be an int, got {s_range!r}")
+    is_regular = T1 != T if both_t else None
+    if is_regular and paddle.in_dynamic_mode() and T > 0:
+        rows = boundary.numpy()
+        # a path needs ceil-ish (S-1)/T + 1 symbols on some frame, plus one for the blank (k2's bound)
+        needed = int((np.trunc((rows[:, 2] - 1) / rows[:, 3].clip(1)).astype(np.int64) + 2).max()) if B else 2
+        if s_range < needed:
+            warnings.warn(f"{op}: s_range={s_range} cannot keep a path for these boundaries; using {needed}")
+            s_range = needed
+    if _known(S) and s_range > S:
+        s_range = S + 1
+    # a layout unknown until the graph runs (dynamic T) takes the regular minimum
+    if s_range < (1 if is_regular is False else 2):
+        kind = {True: "regular", False: "modified", None: "regular (or, with a dynamic T, unknown)"}[is_regular]
+        raise ValueError(f"{op}: s_range must be >= {1 if is_regular is False else 2} for {kind} RNN-T, or no "
+                         f"path survives; got {s_range}")
+    return int(s_range), is_regular
 
 
 def get_rnnt_prune_ranges(px_grad, py_grad, boundary, s_range):
@@ -316,68 +381,64 @@ def get_rnnt_prune_ranges(px_grad, py_grad, boundary, s_range):
     occupation mass: ``ranges[b, t] = s_begin[b, t] + arange(s_range)``, with s_begin non-decreasing,
     starting at 0, stepping by less than s_range (so no symbol is skipped), and ending so that the
     last real frame reaches ``s_end``. s_range is raised to the least value that keeps a path
-    (regular: ``(S-1)//T + 2`` in dygraph, with a warning) and capped at S+1.
+    (regular: ``(S-1)//T + 2`` in dygraph, with a warning) and capped at S+1 (in a static graph with a
+    dynamic S, when it runs: the last dim of the ranges is then dynamic too).
 
     Args:
         px_grad (Tensor): ``[B, S, T+1]`` (regular) or ``[B, S, T]``.
         py_grad (Tensor): ``[B, S+1, T]``.
         boundary (Tensor): int64 ``[B, 4]`` (required).
-        s_range (int): symbols kept per frame.
+        s_range (int): symbols kept per frame; >= 2 for regular RNN-T and where T is dynamic.
     """
     op = "get_rnnt_prune_ranges"
-    _check_float(px_grad, "px_grad", op, 3)
-    _check_float(py_grad, "py_grad", op, 3)
-    B, S, T1 = px_grad.shape
-    T = py_grad.shape[-1]
-    if T1 not in (T, T + 1) or list(py_grad.shape) != [B, S + 1, T]:
-        raise ValueError(f"{op}: px_grad must be [B, S, T+1] or [B, S, T] and py_grad [B, S+1, T]; got "
-                         f"{list(px_grad.shape)} and {list(py_grad.shape)}")
-    if boundary is None:
-        raise ValueError(f"{op}: boundary is required (int64 [B, 4])")
-    check_boundary(boundary, B, S, T, op)
-    if isinstance(s_range, bool) or not isinstance(s_range, numbers.Integral):
-        raise TypeError(f"{op}: s_range must be an int, got {s_range!r}")
-    is_regular = T1 != T
-    if is_regular and paddle.in_dynamic_mode() and T > 0:
-        rows = boundary.numpy()
-        # a path needs ceil-ish (S-1)/T + 1 symbols on some frame, plus one for the blank (k2's bound)
-        needed = int((np.trunc((rows[:, 2] - 1) / rows[:, 3].clip(1)).astype(np.int64) + 2).max()) if B else 2
-        if s_range < needed:
-            warnings.warn(f"{op}: s_range={s_range} cannot keep a path for these boundaries; using {needed}")
-            s_range = needed
-    if s_range > S:
-        s_range = S + 1
-    if s_range < (2 if is_regular else 1):
-        raise ValueError(f"{op}: s_range must be >= {2 if is_regular else 1} for "
-                         f"{'regular' if is_regular else 'modified'} RNN-T, or no path survives; got {s_range}")
-    n = S + 2 - s_range  # candidate window starts 0 .. S+1-s_range
-    blk = py_grad[:, 0:n, :]
-    for k in range(1, s_range):  # the py mass inside each window of s_range rows
-        blk = blk + py_grad[:, k:k + n, :]
+    s_range, is_regular = _check_prune_ranges(op, px_grad, py_grad, boundary, s_range)
+    B, S, T1 = _dims(px_grad)
+    T = _dims(py_grad)[2]
+    rows = py_grad
+    if isinstance(S, int):
+        R = s_range
+    else:  # S dynamic: R = min(s_range, S+1) when the graph runs
+        R = paddle.clip(S + 1, max=s_range)
+        # zero rows below py_grad: with R = S+1 < s_range the slices below reach up to s_range - 1 rows
+        # past its end (each must have n rows; the zeros leave the sums exact)
+        rows = paddle.concat([py_grad, paddle.zeros([B, s_range - 1, T], dtype=py_grad.dtype)], axis=1)
+    n = S + 2 - R  # candidate window starts 0 .. S+1-R
+    blk = rows[:, 0:n, :]
+    for k in range(1, s_range):  # the py mass inside each window of R rows
+        blk = blk + rows[:, k:k + n, :]
     px_pad = paddle.concat([paddle.zeros([B, 1, T1], dtype=px_grad.dtype), px_grad], axis=1)
     final = blk - px_pad[:, :n, :T]  # minus the mass that enters the window from below
     s_begin = paddle.argmax(final, axis=1)  # [B, T]
     t = paddle.arange(T, dtype="int64").unsqueeze(0)
     mask = t < (boundary[:, 3] - 1).unsqueeze(1)
-    padding = paddle.clip(boundary[:, 2] - s_range + 1, min=0).unsqueeze(1).expand([B, T])
+    padding = paddle.clip(boundary[:, 2] - R + 1, min=0).unsqueeze(1).expand([B, T])
     s_begin = paddle.where(mask.expand([B, T]), s_begin, padding)
-    s_begin = _adjust_pruning_lower_bound(s_begin, 2 if not is_regular else s_range)
-    return s_begin.unsqueeze(-1) + paddle.arange(s_range, dtype="int64").reshape([1, 1, s_range])
+    if is_regular is None:  # T dynamic: the layout is known when the graph runs
+        step = 2 + (R - 2) * (T1 != T).astype("int64")
+    else:
+        step = R if is_regular else 2
+    s_begin = _adjust_pruning_lower_bound(s_begin, step)
+    return s_begin.unsqueeze(-1) + paddle.arange(R, dtype="int64").reshape([1, 1, -1])
+
+
+@paddle.jit.not_to_static
+def _check_pruning(am, lm, ranges):
+    op = "do_rnnt_pruning"
+    _check_float(am, "am", op, 3)
+    _check_float(lm, "lm", op, 3)
+    check_tensor(ranges, "ranges", op)
+    r = list(ranges.shape)
+    if len(r) != 3 or not (_agree(r[0], am.shape[0]) and _agree(r[0], lm.shape[0]) and _agree(r[1], am.shape[1])):
+        raise ValueError(f"{op}: ranges must be [B, T, s_range] matching am {list(am.shape)} and lm "
+                         f"{list(lm.shape)}; got {r}")
 
 
 def do_rnnt_pruning(am, lm, ranges):
     """Prune encoder (am ``[B, T, Da]``) and predictor (lm ``[B, S+1, Dl]``) outputs with ranges
     ``[B, T, s_range]``: returns ``am_pruned [B, T, s_range, Da]`` and ``lm_pruned [B, T, s_range, Dl]``."""
-    op = "do_rnnt_pruning"
-    _check_float(am, "am", op, 3)
-    _check_float(lm, "lm", op, 3)
-    check_tensor(ranges, "ranges", op)
-    if len(ranges.shape) != 3 or ranges.shape[0] != am.shape[0] or ranges.shape[0] != lm.shape[0] \
-            or ranges.shape[1] != am.shape[1]:
-        raise ValueError(f"{op}: ranges must be [B, T, s_range] matching am {list(am.shape)} and lm "
-                         f"{list(lm.shape)}; got {list(ranges.shape)}")
-    B, T, R = ranges.shape
-    Da, Dl = am.shape[2], lm.shape[2]
+    _check_pruning(am, lm, ranges)
+    B, T, R = _dims(ranges)
+    Da, Dl = _dims(am)[2], _dims(lm)[2]
     am_pruned = am.unsqueeze(2).expand([B, T, R, Da])
     idx = _symbols64(ranges).reshape([B, T * R, 1]).expand([B, T * R, Dl])
     lm_pruned = paddle.take_along_axis(lm, idx, axis=1).reshape([B, T, R, Dl])
@@ -386,8 +447,8 @@ def do_rnnt_pruning(am, lm, ranges):
 
 def _roll_by_shifts(src, shifts):
     """out[b, t, i] = src[b, t, (i - shifts[b, t]) mod n]: each (b, t) row rolled by its own shift."""
-    B, T, n = src.shape
-    index = (paddle.arange(n, dtype="int64").reshape([1, 1, n]) - shifts.unsqueeze(-1)) % n
+    n = _dims(src)[2]
+    index = (paddle.arange(n, dtype="int64").reshape([1, 1, -1]) - shifts.unsqueeze(-1)) % n
     return paddle.take_along_axis(src, index, axis=2)
 
 
@@ -432,20 +493,26 @@ def _check_ranges(op, ranges, S, boundary, rnnt_type):
                          f"the boundary's (s_begin, t_begin) to (s_end, t_end)")
 
 
-def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
-    """(px, py) from pruned joiner logits ``[B, T, s_range, C]``: entries outside each frame's range are -inf."""
+@paddle.jit.not_to_static
+def _check_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type):
     op = "rnnt_loss_pruned"
-    _check_float(logits, "logits", op, 4)
-    B, T, R, C = logits.shape
+    B, T, R, C = _check_float(logits, "logits", op, 4)
     check_tensor(symbols, "symbols", op)
     S = symbols.shape[1] if len(symbols.shape) == 2 else -1
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
     check_tensor(ranges, "ranges", op)
-    if list(ranges.shape) != [B, T, R]:
+    if len(ranges.shape) != 3 or not all(_agree(d, e) for d, e in zip(ranges.shape, (B, T, R))):
         raise ValueError(f"{op}: ranges must have shape [B, T, s_range] = {[B, T, R]}, got {list(ranges.shape)}")
-    if R > S + 1:
+    if _known(R) and _known(S) and R > S + 1:
         raise ValueError(f"{op}: s_range = {R} exceeds S+1 = {S + 1}")
     _check_ranges(op, ranges, S, boundary, rnnt_type)
+
+
+def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
+    """(px, py) from pruned joiner logits ``[B, T, s_range, C]``: entries outside each frame's range are -inf."""
+    _check_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
+    B, T, R, C = _dims(logits)
+    S = _dims(symbols)[1]
     symbols, ranges = _symbols64(symbols), _symbols64(ranges)
     normalizers = _logsumexp_last(logits)  # [B, T, R]
     with_term = paddle.concat([symbols, paddle.full([B, 1], termination_symbol, dtype="int64")], axis=1)
@@ -454,9 +521,10 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
     picked = paddle.take_along_axis(logits, idx, axis=3)  # [B, T, R, 2]: symbol, blank
     px = picked[:, :, :, 0] - normalizers
     py = picked[:, :, :, 1] - normalizers  # [B, T, R]
-    if S + 1 - R > 0:
-        px = paddle.concat([px, _neg_inf([B, T, S + 1 - R], px.dtype)], axis=2)
-        py = paddle.concat([py, _neg_inf([B, T, S + 1 - R], py.dtype)], axis=2)
+    pad = S + 1 - R
+    if not isinstance(pad, int) or pad > 0:  # a dynamic pad (a tensor) may be 0 when the graph runs
+        px = paddle.concat([px, _neg_inf([B, T, pad], px.dtype)], axis=2)
+        py = paddle.concat([py, _neg_inf([B, T, pad], py.dtype)], axis=2)
     shifts = ranges[:, :, 0]
     px = _roll_by_shifts(px, shifts)[:, :, :S].transpose([0, 2, 1])  # [B, S, T]
     py = _roll_by_shifts(py, shifts).transpose([0, 2, 1])  # [B, S+1, T]
@@ -479,18 +547,25 @@ def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None,
 # the smoothed simple loss
 
 
+def _unigram_terms(idx, am, log_unigram):
+    """am[b, t] + log_unigram [K, C] for the rows (b, t) of idx."""
+    return paddle.gather_nd(am, idx) + log_unigram[0]
+
+
 def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1,
                                boundary=None, rnnt_type="regular"):
     """(px, py) of the simple loss interpolated with an LM-only and an AM-only (unigram-LM) model:
     ``lm_only_scale * lm + am_only_scale * am + (1 - both) * combined``, in log space."""
     op = "rnnt_loss_smoothed"
-    B, S, T, C = _check_lm_am(lm, am, op)
+    B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
     for arg, v in (("lm_only_scale", lm_only_scale), ("am_only_scale", am_only_scale)):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0.0 <= v <= 1.0:
             raise ValueError(f"{op}: {arg} must be a float in [0, 1], got {v!r}")
     if lm_only_scale + am_only_scale > 1.0:
         raise ValueError(f"{op}: lm_only_scale + am_only_scale must be <= 1, got {lm_only_scale + am_only_scale}")
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    B, T, C = _dims(am)  # the graph's dims: tensors where dynamic
+    S = _dims(symbols)[1]
     symbols = _symbols64(symbols)
     am_probs, am_max = _exp_shifted(am)
     lm_probs, lm_max = _exp_shifted(lm)
@@ -501,16 +576,16 @@ def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scal
     # logsumexp(am[b, t] + log(unigram)), the exp-space product with exact fallback as for normalizers
     approx = paddle.matmul(am_probs.reshape([-1, C]), unigram_lm.reshape([C, 1])).reshape([B, T])
     unigram_lm = paddle.log(unigram_lm)
-    amonly_norm = _log_with_fallback(approx, am_max.squeeze(-1), C, lambda idx: paddle.gather_nd(am, idx) + unigram_lm[0])
+    amonly_norm = _log_with_fallback(approx, am_max.squeeze(-1), C, _unigram_terms, am, unigram_lm)
     amonly_norm = amonly_norm.unsqueeze(1)  # [B, 1, T]
     lmonly_norm = paddle.log(lmonly_norm) + lm_max  # [B, S+1, 1]
 
     px_am = paddle.take_along_axis(am, symbols.unsqueeze(1).expand([B, T, S]), axis=2).transpose([0, 2, 1])
-    px_lm = paddle.take_along_axis(lm[:, :S], symbols.unsqueeze(-1), axis=2)  # [B, S, 1]
+    px_lm = paddle.take_along_axis(lm[:, :-1], symbols.unsqueeze(-1), axis=2)  # [B, S, 1]
     px_lm_unigram = paddle.take_along_axis(unigram_lm.expand([B, S, C]), symbols.unsqueeze(-1), axis=2)
-    px = px_am + px_lm - normalizers[:, :S, :]
+    px = px_am + px_lm - normalizers[:, :-1, :]
     px_amonly = px_am + px_lm_unigram - amonly_norm
-    px_lmonly = px_lm - lmonly_norm[:, :S, :]
+    px_lmonly = px_lm - lmonly_norm[:, :-1, :]
     py_am = am[:, :, termination_symbol].unsqueeze(1)  # [B, 1, T]
     py_lm = lm[:, :, termination_symbol].unsqueeze(2)  # [B, S+1, 1]
     py = py_am + py_lm - normalizers
