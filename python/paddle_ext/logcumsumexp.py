@@ -46,13 +46,22 @@ class _Logcumsumexp(PyLayer):
     @staticmethod
     def forward(ctx, x, attrs):
         out = _library.ops().pe_logcumsumexp(x, *attrs)
-        ctx.save_for_backward(x, out)
+        # Saved detached: saving `out` itself makes a reference cycle (ctx -> out -> its grad node -> ctx)
+        # that only the backward breaks, so outputs whose backward never ran stayed alive. The detached
+        # tensor shares out's memory and inplace version counter.
+        saved = out.detach()
+        ctx.save_for_backward(x, saved)
+        ctx.out_version = saved._inplace_version()
         ctx.attrs = attrs
         return out
 
     @staticmethod
     def backward(ctx, out_grad):
         x, out = ctx.saved_tensor()
+        if out._inplace_version() != ctx.out_version:
+            raise RuntimeError("logcumsumexp: its output was modified by an inplace operation before the "
+                               f"backward (version {out._inplace_version()}, expected {ctx.out_version}); "
+                               "the grad needs it")
         if not paddle.is_grad_enabled():
             return _library.ops().pe_logcumsumexp_vjp(x, out, out_grad, *ctx.attrs)
         return _differentiable_grad(x, out, out_grad, *ctx.attrs)
