@@ -864,3 +864,26 @@ def test_first_order_grads_with_create_graph_agree_at_non_finite_values(reduce, 
     for (ga, gv), what in zip(grads, ("fused", "create_graph")):
         assert_close(ga, ra, "float64", rtol=1e-12, atol=0, what=f"{what} arr grad")
         assert_close(gv, rv, "float64", rtol=1e-12, atol=0, what=f"{what} values grad")
+
+
+@pytest.mark.parametrize("reduce,include_self", [("mul", True), ("mul", False), ("amax", True), ("amin", False)])
+def test_large_non_finite_grads_on_every_partition(reduce, include_self):
+    # The parallel paths (by outer block, by inner columns, by destination range; > 2**21 positions) with
+    # ±inf, NaN and zeros, against the differentiable composition (create_graph=True: products of the
+    # others by a doubling scan, ties from the forward kernel), an independent implementation.
+    rng = np.random.default_rng(3)
+    for arr_shape, idx_shape, axis in [((64, 300, 2), (64, 16500, 2), 1), ((500, 64), (33000, 64), 0),
+                                       ((3000,), (2_100_000,), 0)]:
+        arr, vals = rng.normal(size=arr_shape), rng.normal(size=idx_shape)
+        for x in (arr, vals):
+            hit = rng.random(x.shape) < 0.01
+            x[hit] = rng.choice(SPECIALS, size=int(hit.sum()))
+        idx = paddle.to_tensor(rng.integers(-arr_shape[axis], arr_shape[axis], size=idx_shape))
+        grads = []
+        for create_graph in (False, True):
+            a, v = (paddle.to_tensor(x, stop_gradient=False) for x in (arr, vals))
+            out = put(a, idx, v, axis, reduce=reduce, include_self=include_self)
+            g = paddle.to_tensor(rng.normal(size=arr_shape)) if not grads else g
+            grads.append([t.numpy() for t in paddle.grad(out, [a, v], g, create_graph=create_graph)])
+        for got, want, what in zip(grads[0], grads[1], ("arr grad", "values grad")):
+            assert_close(got, want, "float64", rtol=1e-11, atol=0, what=f"{what} {arr_shape}")

@@ -529,66 +529,77 @@ void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, 
         continue;
       }
       if (need_count) std::memset(cnt, 0, n * sizeof(int32_t));
+      int32_t nan_result = 0;  // some slot of the row is NaN: only then is same_value needed below
       if (kMinMax)
-        for (index_t k = 0; k < n; ++k)
-          aux[k] = int32_t(include_self) & int32_t(same_value(load(arr[s0 + k]), load(out[s0 + k])));
-      // Statistics: Assign visits in reverse, so that a slot's first visitor is its winner and
-      // counts then say whether a later position took the slot.
-      if (R == Reduce::Assign) {
-        for (index_t jj = 0; jj < m; ++jj) {
-          const index_t j = m - 1 - jj, k = static_cast<index_t>(ir[j]);
-          if (!index_in_range(k, n)) {
-            if (vg) vg[p0 + j] = zero;
-            continue;
+        for (index_t k = 0; k < n; ++k) nan_result |= int32_t(is_nan(load(out[s0 + k])));
+      // The rest of the row, with `matches` = same_value where the row has a NaN result and a plain
+      // == where it has none (cheaper in these loops). By-value captures: by reference they would be
+      // reloaded on every element.
+      auto rest = [=](auto nan_aware) {
+        constexpr bool kNan = decltype(nan_aware)::value;
+        if (kMinMax)
+          for (index_t k = 0; k < n; ++k)
+            aux[k] = int32_t(include_self) & int32_t(matches<kNan>(load(arr[s0 + k]), load(out[s0 + k])));
+        // Statistics: Assign visits in reverse, so that a slot's first visitor is its winner and
+        // counts then say whether a later position took the slot.
+        if (R == Reduce::Assign) {
+          for (index_t jj = 0; jj < m; ++jj) {
+            const index_t j = m - 1 - jj, k = static_cast<index_t>(ir[j]);
+            if (!index_in_range(k, n)) {
+              if (vg) vg[p0 + j] = zero;
+              continue;
+            }
+            const index_t kk = wrap_index(k, n);
+            if (vg) vg[p0 + j] = pick(cnt[kk] > 0, zero, g[s0 + kk]);
+            ++cnt[kk];
           }
-          const index_t kk = wrap_index(k, n);
-          if (vg) vg[p0 + j] = pick(cnt[kk] > 0, zero, g[s0 + kk]);
-          ++cnt[kk];
-        }
-      } else if (need_count || kMinMax) {
-        for (index_t j = 0; j < m; ++j) {
-          const index_t k = static_cast<index_t>(ir[j]);
-          if (!index_in_range(k, n)) continue;
-          const index_t kk = wrap_index(k, n);
-          if (need_count) ++cnt[kk];
-          if (kMinMax) aux[kk] += int32_t(same_value(load(vr[j]), load(out[s0 + kk])));
-        }
-      }
-      if (vg && R == Reduce::Add) {
-        gather_row<T, Idx>(g + s0, ir, vg + p0, m, n, zero);
-      } else if (vg && R != Reduce::Assign)
-        for (index_t j = 0; j < m; ++j) {
-          const index_t k = static_cast<index_t>(ir[j]);
-          if (!index_in_range(k, n)) {
-            vg[p0 + j] = zero;
-            continue;
-          }
-          const index_t s = s0 + wrap_index(k, n), kk = s - s0;
-          const T gs = g[s];
-          if (kMinMax) {  // a single contributor takes the grad undivided, as backward_impl
-            vg[p0 + j] = aux[kk] > 1 ? store<T>(values_grad_of<R, A>(static_cast<A>(load(gs)), static_cast<A>(load(vr[j])),
-                                                                     static_cast<A>(load(out[s])), 1, aux[kk], A(1), include_self))
-                                     : pick(same_value(load(vr[j]), load(out[s])), gs, zero);
-          } else {
-            vg[p0 + j] = store<T>(values_grad_of<R, A>(static_cast<A>(load(gs)), A(0), A(0),
-                                                       R == Reduce::Mean ? cnt[kk] : 1, 0, A(1), include_self));
+        } else if (need_count || kMinMax) {
+          for (index_t j = 0; j < m; ++j) {
+            const index_t k = static_cast<index_t>(ir[j]);
+            if (!index_in_range(k, n)) continue;
+            const index_t kk = wrap_index(k, n);
+            if (need_count) ++cnt[kk];
+            if (kMinMax) aux[kk] += int32_t(matches<kNan>(load(vr[j]), load(out[s0 + kk])));
           }
         }
-      if (!arr_grad) continue;
-      T* ag = arr_grad + s0;
-      const T* gr = g + s0;
-      if (R == Reduce::Assign) {
-        for (index_t k = 0; k < n; ++k) ag[k] = pick(cnt[k] > 0, zero, gr[k]);
-      } else if (R == Reduce::Add && include_self) {
-        std::memcpy(ag, gr, n * sizeof(T));
-      } else {
+        if (vg && R == Reduce::Add) {
+          gather_row<T, Idx>(g + s0, ir, vg + p0, m, n, zero);
+        } else if (vg && R != Reduce::Assign)
+          for (index_t j = 0; j < m; ++j) {
+            const index_t k = static_cast<index_t>(ir[j]);
+            if (!index_in_range(k, n)) {
+              vg[p0 + j] = zero;
+              continue;
+            }
+            const index_t s = s0 + wrap_index(k, n), kk = s - s0;
+            const T gs = g[s];
+            if (kMinMax) {  // a single contributor takes the grad undivided, as backward_impl
+              vg[p0 + j] = aux[kk] > 1 ? store<T>(values_grad_of<R, A, kNan>(static_cast<A>(load(gs)), static_cast<A>(load(vr[j])),
+                                                                             static_cast<A>(load(out[s])), 1, aux[kk], A(1), include_self))
+                                       : pick(matches<kNan>(load(vr[j]), load(out[s])), gs, zero);
+            } else {
+              vg[p0 + j] = store<T>(values_grad_of<R, A>(static_cast<A>(load(gs)), A(0), A(0),
+                                                         R == Reduce::Mean ? cnt[kk] : 1, 0, A(1), include_self));
+            }
+          }
+        if (!arr_grad) return;
+        T* ag = arr_grad + s0;
+        const T* gr = g + s0;
+        if (R == Reduce::Assign) {
+          for (index_t k = 0; k < n; ++k) ag[k] = pick(cnt[k] > 0, zero, gr[k]);
+        } else if (R == Reduce::Add && include_self) {
+          std::memcpy(ag, gr, n * sizeof(T));
+        } else {
 #pragma GCC ivdep
-        for (index_t k = 0; k < n; ++k) {
-          ag[k] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(gr[k])), kMinMax ? static_cast<A>(load(arr[s0 + k])) : A(0),
-                                             kMinMax ? static_cast<A>(load(out[s0 + k])) : A(0), need_count ? cnt[k] : 1,
-                                             kMinMax ? aux[k] : 0, A(1), include_self));
+          for (index_t k = 0; k < n; ++k) {
+            ag[k] = store<T>(arr_grad_of<R, A, kNan>(static_cast<A>(load(gr[k])), kMinMax ? static_cast<A>(load(arr[s0 + k])) : A(0),
+                                                     kMinMax ? static_cast<A>(load(out[s0 + k])) : A(0), need_count ? cnt[k] : 1,
+                                                     kMinMax ? aux[k] : 0, A(1), include_self));
+          }
         }
-      }
+      };
+      if (nan_result) rest(std::true_type{});
+      else rest(std::false_type{});
     }
   });
 }

@@ -126,6 +126,13 @@ PE_HOSTDEVICE inline bool same_value(A x, A r) {
   return (x == r) | (is_nan(x) & is_nan(r));  // bitwise: no branch in the row loops
 }
 
+// same_value, or a plain == where the caller knows that the result is not NaN (cheaper in row loops).
+template <bool NanAware, typename A>
+PE_HOSTDEVICE inline bool matches(A x, A r) {
+  if constexpr (NanAware) return same_value(x, r);
+  else return x == r;
+}
+
 // A normal number: finite, nonzero, not subnormal. Where every factor of a `mul` slot and its result
 // are, out / f is the product of the other factors to rounding; elsewhere (zeros, ±inf, NaN,
 // underflow, overflow) only a product of the others is (exclusive prefix x suffix products).
@@ -150,18 +157,18 @@ PE_HOSTDEVICE inline A reduce_identity() {
 //   count   contributions; aux: contributors matching the result (Min/Max, same_value, arr included
 //   when it took part); others: the product of the slot's other factors, of this factor (Mul).
 // PyTorch's scatter_reduce rules, with mul's grads products (never quotients) of the other factors
-// and min/max ties split evenly.
-template <Reduce R, typename A>
+// and min/max ties split evenly. NanAware=false: the caller knows that `out` is not NaN.
+template <Reduce R, typename A, bool NanAware = true>
 PE_HOSTDEVICE inline A values_grad_of(A g, A v, A out, int32_t count, int32_t aux, A others, bool include_self) {
   if constexpr (R == Reduce::Add) return g;
   else if constexpr (R == Reduce::Mean) return g / static_cast<A>(count + (include_self ? 1 : 0));
   else if constexpr (R == Reduce::Mul) return g * others;
   else {
     const A share = g / static_cast<A>(aux + int32_t(aux <= 0));  // aux >= 0
-    return pick(same_value(v, out) && aux > 0, share, A(0));
+    return pick(matches<NanAware>(v, out) && aux > 0, share, A(0));
   }
 }
-template <Reduce R, typename A>
+template <Reduce R, typename A, bool NanAware = true>
 PE_HOSTDEVICE inline A arr_grad_of(A g, A a, A out, int32_t count, int32_t aux, A others, bool include_self) {
   A taken;  // the grad of a written slot that arr took part in
   if constexpr (R == Reduce::Mean) {
@@ -170,7 +177,7 @@ PE_HOSTDEVICE inline A arr_grad_of(A g, A a, A out, int32_t count, int32_t aux, 
     taken = g * others;
   } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
     const A share = g / static_cast<A>(aux + int32_t(aux <= 0));  // aux >= 1 whenever a matches out
-    taken = pick(same_value(a, out), share, A(0));
+    taken = pick(matches<NanAware>(a, out), share, A(0));
   } else {
     taken = g;
   }
