@@ -131,8 +131,16 @@ def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=Tru
     return out.astype(arr.dtype) if integer else out
 
 
+def _is_result(x, result):
+    """amin/amax: x is the slot's result, or both are NaN (a NaN contributor wins: it is the result)."""
+    return x == result or (x != x and result != result)
+
+
 def put_along_axis_grad(arr, indices, values, out_grad, axis, reduce="assign", include_self=True):
-    """(arr_grad, values_grad) for already-broadcast indices/values (PyTorch's scatter_reduce rules)."""
+    """(arr_grad, values_grad) for already-broadcast indices/values (PyTorch's scatter_reduce rules:
+    mul, the product of the other factors; amin/amax, an even split among the contributors equal to
+    the result, where those of a NaN result are its NaNs: PyTorch's formula `(x == result) * g / N` has
+    N = 0 there and gives NaN; an unwritten slot passes g through)."""
     arr, indices, values, axis = _put_broadcast(arr, indices, values, axis, False)
     arr, values, g = (np.asarray(a, dtype=np.float64) for a in (arr, values, out_grad))
     out = put_along_axis(arr, indices, values, axis, reduce, include_self, broadcast=False)
@@ -154,9 +162,9 @@ def put_along_axis_grad(arr, indices, values, out_grad, axis, reduce="assign", i
                 grads.append(g[slot] / len(factors))
             elif reduce == "mul":
                 grads.append(g[slot] * np.prod(factors[:i] + factors[i + 1:]))
-            else:
-                ties = sum(1 for f in factors if f == out[slot])
-                grads.append(g[slot] / ties if factors[i] == out[slot] else 0.0)
+            else:  # the contributors that are the result (a NaN result: its NaNs) share its grad
+                ties = sum(1 for f in factors if _is_result(f, out[slot]))
+                grads.append(g[slot] / ties if _is_result(factors[i], out[slot]) else 0.0)
         if include_self:
             arr_grad[slot] = grads.pop(0)
         else:

@@ -229,29 +229,27 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
                                              v.outer, v.n, v.m, v.inner, include_self);
       } else {
 #ifdef PADDLE_EXT_WITH_CUDA
-        using A = acc_t<T>;
-        const int64_t slots = v.outer * v.n * v.inner;
+        const int64_t slots = v.outer * v.n * v.inner, positions = v.outer * v.m * v.inner;
         const auto place = arr.place();
-        paddle::Tensor winner, count, aux, prod;
+        paddle::Tensor winner, count, aux, workspace;
+        size_t workspace_bytes = 0;
         if (r == Reduce::Assign) {
           winner = int_scratch(slots, paddle::DataType::INT64, -1, place);
+        } else if (r == Reduce::Mul) {  // the positions sorted by slot (gpu::put_along_axis_backward)
+          workspace_bytes = gpu::put_along_axis_sorted_workspace(positions, slots);
+          workspace = paddle::empty({(int64_t)workspace_bytes}, paddle::DataType::UINT8, place);
         } else {
           count = int_scratch(slots, paddle::DataType::INT32, 0, place);
         }
-        if (r == Reduce::Mul || r == Reduce::Min || r == Reduce::Max)
-          aux = int_scratch(slots, paddle::DataType::INT32, 0, place);
-        if (r == Reduce::Mul)
-          prod = paddle::empty({slots}, std::is_same<A, double>::value ? paddle::DataType::FLOAT64
-                                                                        : paddle::DataType::FLOAT32,
-                               place);
+        if (r == Reduce::Min || r == Reduce::Max) aux = int_scratch(slots, paddle::DataType::INT32, 0, place);
         gpu::put_along_axis_backward<T, Idx>(
             r, ptr<T>(arr), ptr<Idx>(indices), ptr<T>(values), ptr<T>(out), ptr<T>(out_grad),
             mutable_ptr<T>(arr_grad), mutable_ptr<T>(values_grad),
             winner.initialized() ? mutable_ptr<int64_t>(winner) : nullptr,
             count.initialized() ? mutable_ptr<int32_t>(count) : nullptr,
             aux.initialized() ? mutable_ptr<int32_t>(aux) : nullptr,
-            prod.initialized() ? mutable_ptr<A>(prod) : nullptr, v.outer, v.n, v.m, v.inner, include_self,
-            arr.stream());
+            workspace.initialized() ? workspace.data() : nullptr, workspace_bytes, v.outer, v.n, v.m, v.inner,
+            include_self, arr.stream());
 #else
         throw_no_cuda("put_along_axis_grad");
 #endif

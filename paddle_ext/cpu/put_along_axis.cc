@@ -428,8 +428,8 @@ bool flat_forward(const T* arr, T* out, const T* values, const Idx* idx, const G
 }
 
 // Grads for every mode from per-row statistics: count (contributions; Assign: taken by a later
-// position), aux (Mul: zero factors; Min/Max: contributors equal to the result) and prod (Mul: the
-// product of the nonzero factors). The formulas and their arguments are those of backward_impl.
+// position) and aux (Min/Max: contributors matching the result); mul by exclusive products
+// (flat_mul_row). The formulas and their arguments are those of backward_impl.
 // out[j] = row[wrap(idx[j])], 0 for an index out of range: `add`'s values_grad along the last axis.
 // float32 with int64 indices uses AVX-512's masked gathers where the CPU has them (the scalar loop
 // costs ~9 instructions per element; this path is what makes [1024, 1024] forward+backward `add`
@@ -465,6 +465,46 @@ void gather_row(const T* row, const Idx* idx, T* out, index_t m, index_t n, T ze
   }
 }
 
+// mul's grads on one row: the product of a slot's other factors is the product of the factors before
+// (prefix, arr's value first with include_self) times those after (suffix), multiplications only, so
+// exact at zeros and non-finite values. `run` [n] holds the running prefix, then the running suffix
+// (in the end: the product of all values, arr's grad factor); `pre` [m] each position's prefix.
+template <typename T, typename Idx>
+void flat_mul_row(const T* arr, const Idx* ir, const T* vr, const T* g, T* ag, T* vg, int32_t* cnt, acc_t<T>* run,
+                  acc_t<T>* pre, index_t n, index_t m, bool include_self) {
+  using A = acc_t<T>;
+  const bool count = !include_self && ag;  // arr_grad then needs to know the written slots
+  if (vg) {
+    for (index_t k = 0; k < n; ++k) run[k] = include_self ? static_cast<A>(load(arr[k])) : A(1);
+    for (index_t j = 0; j < m; ++j) {
+      const index_t k = static_cast<index_t>(ir[j]);
+      if (!index_in_range(k, n)) continue;
+      const index_t kk = wrap_index(k, n);
+      pre[j] = run[kk];
+      run[kk] *= static_cast<A>(load(vr[j]));
+    }
+  }
+  for (index_t k = 0; k < n; ++k) run[k] = A(1);
+  if (count) std::memset(cnt, 0, n * sizeof(int32_t));
+  for (index_t jj = 0; jj < m; ++jj) {
+    const index_t j = m - 1 - jj, k = static_cast<index_t>(ir[j]);
+    if (!index_in_range(k, n)) {
+      if (vg) vg[j] = store<T>(A(0));
+      continue;
+    }
+    const index_t kk = wrap_index(k, n);
+    if (vg)
+      vg[j] = store<T>(values_grad_of<Reduce::Mul, A>(static_cast<A>(load(g[kk])), A(0), A(0), 1, 0, pre[j] * run[kk],
+                                                      include_self));
+    run[kk] *= static_cast<A>(load(vr[j]));
+    if (count) ++cnt[kk];
+  }
+  if (!ag) return;
+  for (index_t k = 0; k < n; ++k)
+    ag[k] = store<T>(arr_grad_of<Reduce::Mul, A>(static_cast<A>(load(g[k])), A(0), A(0), count ? cnt[k] : 1, 0, run[k],
+                                                 include_self));
+}
+
 template <Reduce R, typename T, typename Idx>
 void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, const T* g, T* arr_grad, T* vg,
                    const Geometry& geo, const Plan& plan, bool include_self) {
@@ -473,89 +513,93 @@ void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, 
   // Counts where backward_impl keeps them (without them every count reads as 1).
   const bool need_count = R == Reduce::Assign || R == Reduce::Mean || !include_self;
   const index_t n = geo.n, m = geo.m;
-  const size_t per_row = n * (2 * sizeof(int32_t) + (kMul ? sizeof(A) : 0));
+  const size_t per_row = n * 2 * sizeof(int32_t) + (kMul ? (n + m) * sizeof(A) : 0);
   const T zero = store<T>(A(0));
   for_outer_rows(geo, plan, per_row, [&](index_t o0, index_t o1, char* scratch) {
     int32_t* const cnt = reinterpret_cast<int32_t*>(scratch);
     int32_t* const aux = cnt + n;
-    A* const prod = reinterpret_cast<A*>(aux + n);
+    A* const run = reinterpret_cast<A*>(aux + n);
     for (index_t o = o0; o < o1; ++o) {
       const index_t s0 = o * n, p0 = o * m;
       const Idx* ir = idx + p0;
       const T* vr = values + p0;
+      if constexpr (kMul) {
+        flat_mul_row<T, Idx>(arr + s0, ir, vr, g + s0, arr_grad ? arr_grad + s0 : nullptr, vg ? vg + p0 : nullptr, cnt,
+                             run, run + n, n, m, include_self);
+        continue;
+      }
       if (need_count) std::memset(cnt, 0, n * sizeof(int32_t));
-      if (kMul)
-        for (index_t k = 0; k < n; ++k) {
-          const A a = static_cast<A>(load(arr[s0 + k]));
-          aux[k] = (include_self && a == A(0)) ? 1 : 0;
-          prod[k] = (include_self && a != A(0)) ? a : A(1);
-        }
+      int32_t nan_result = 0;  // some slot of the row is NaN: only then is same_value needed below
       if (kMinMax)
-        for (index_t k = 0; k < n; ++k) aux[k] = int32_t(include_self) & int32_t(load(arr[s0 + k]) == load(out[s0 + k]));
-      // Statistics: Assign visits in reverse, so that a slot's first visitor is its winner and
-      // counts then say whether a later position took the slot.
-      if (R == Reduce::Assign) {
-        for (index_t jj = 0; jj < m; ++jj) {
-          const index_t j = m - 1 - jj, k = static_cast<index_t>(ir[j]);
-          if (!index_in_range(k, n)) {
-            if (vg) vg[p0 + j] = zero;
-            continue;
+        for (index_t k = 0; k < n; ++k) nan_result |= int32_t(is_nan(load(out[s0 + k])));
+      // The rest of the row, with `matches` = same_value where the row has a NaN result and a plain
+      // == where it has none (cheaper in these loops). By-value captures: by reference they would be
+      // reloaded on every element.
+      auto rest = [=](auto nan_aware) {
+        constexpr bool kNan = decltype(nan_aware)::value;
+        if (kMinMax)
+          for (index_t k = 0; k < n; ++k)
+            aux[k] = int32_t(include_self) & int32_t(matches<kNan>(load(arr[s0 + k]), load(out[s0 + k])));
+        // Statistics: Assign visits in reverse, so that a slot's first visitor is its winner and
+        // counts then say whether a later position took the slot.
+        if (R == Reduce::Assign) {
+          for (index_t jj = 0; jj < m; ++jj) {
+            const index_t j = m - 1 - jj, k = static_cast<index_t>(ir[j]);
+            if (!index_in_range(k, n)) {
+              if (vg) vg[p0 + j] = zero;
+              continue;
+            }
+            const index_t kk = wrap_index(k, n);
+            if (vg) vg[p0 + j] = pick(cnt[kk] > 0, zero, g[s0 + kk]);
+            ++cnt[kk];
           }
-          const index_t kk = wrap_index(k, n);
-          if (vg) vg[p0 + j] = pick(cnt[kk] > 0, zero, g[s0 + kk]);
-          ++cnt[kk];
-        }
-      } else if (need_count || kMul || kMinMax) {
-        for (index_t j = 0; j < m; ++j) {
-          const index_t k = static_cast<index_t>(ir[j]);
-          if (!index_in_range(k, n)) continue;
-          const index_t kk = wrap_index(k, n);
-          if (need_count) ++cnt[kk];
-          if (kMul) {
-            const A v = static_cast<A>(load(vr[j]));
-            if (v == A(0)) ++aux[kk]; else prod[kk] *= v;
-          }
-          if (kMinMax) aux[kk] += int32_t(load(vr[j]) == load(out[s0 + kk]));
-        }
-      }
-      if (vg && R == Reduce::Add) {
-        gather_row<T, Idx>(g + s0, ir, vg + p0, m, n, zero);
-      } else if (vg && R != Reduce::Assign)
-        for (index_t j = 0; j < m; ++j) {
-          const index_t k = static_cast<index_t>(ir[j]);
-          if (!index_in_range(k, n)) {
-            vg[p0 + j] = zero;
-            continue;
-          }
-          const index_t s = s0 + wrap_index(k, n), kk = s - s0;
-          const T gs = g[s];
-          if (kMinMax) {  // a single contributor takes the grad undivided, as backward_impl
-            vg[p0 + j] = aux[kk] > 1 ? store<T>(values_grad_of<R, A>(static_cast<A>(load(gs)), static_cast<A>(load(vr[j])),
-                                                                     static_cast<A>(load(out[s])), 1, aux[kk], A(1), include_self))
-                                     : pick(load(vr[j]) == load(out[s]), gs, zero);
-          } else {
-            vg[p0 + j] = store<T>(values_grad_of<R, A>(static_cast<A>(load(gs)), kMul ? static_cast<A>(load(vr[j])) : A(0),
-                                                       kMul ? static_cast<A>(load(out[s])) : A(0),
-                                                       R == Reduce::Mean ? cnt[kk] : 1, kMul ? aux[kk] : 0,
-                                                       kMul ? prod[kk] : A(1), include_self));
+        } else if (need_count || kMinMax) {
+          for (index_t j = 0; j < m; ++j) {
+            const index_t k = static_cast<index_t>(ir[j]);
+            if (!index_in_range(k, n)) continue;
+            const index_t kk = wrap_index(k, n);
+            if (need_count) ++cnt[kk];
+            if (kMinMax) aux[kk] += int32_t(matches<kNan>(load(vr[j]), load(out[s0 + kk])));
           }
         }
-      if (!arr_grad) continue;
-      T* ag = arr_grad + s0;
-      const T* gr = g + s0;
-      if (R == Reduce::Assign) {
-        for (index_t k = 0; k < n; ++k) ag[k] = pick(cnt[k] > 0, zero, gr[k]);
-      } else if (R == Reduce::Add && include_self) {
-        std::memcpy(ag, gr, n * sizeof(T));
-      } else {
+        if (vg && R == Reduce::Add) {
+          gather_row<T, Idx>(g + s0, ir, vg + p0, m, n, zero);
+        } else if (vg && R != Reduce::Assign)
+          for (index_t j = 0; j < m; ++j) {
+            const index_t k = static_cast<index_t>(ir[j]);
+            if (!index_in_range(k, n)) {
+              vg[p0 + j] = zero;
+              continue;
+            }
+            const index_t s = s0 + wrap_index(k, n), kk = s - s0;
+            const T gs = g[s];
+            if (kMinMax) {  // a single contributor takes the grad undivided, as backward_impl
+              vg[p0 + j] = aux[kk] > 1 ? store<T>(values_grad_of<R, A, kNan>(static_cast<A>(load(gs)), static_cast<A>(load(vr[j])),
+                                                                             static_cast<A>(load(out[s])), 1, aux[kk], A(1), include_self))
+                                       : pick(matches<kNan>(load(vr[j]), load(out[s])), gs, zero);
+            } else {
+              vg[p0 + j] = store<T>(values_grad_of<R, A>(static_cast<A>(load(gs)), A(0), A(0),
+                                                         R == Reduce::Mean ? cnt[kk] : 1, 0, A(1), include_self));
+            }
+          }
+        if (!arr_grad) return;
+        T* ag = arr_grad + s0;
+        const T* gr = g + s0;
+        if (R == Reduce::Assign) {
+          for (index_t k = 0; k < n; ++k) ag[k] = pick(cnt[k] > 0, zero, gr[k]);
+        } else if (R == Reduce::Add && include_self) {
+          std::memcpy(ag, gr, n * sizeof(T));
+        } else {
 #pragma GCC ivdep
-        for (index_t k = 0; k < n; ++k) {
-          const bool stats = kMul || kMinMax;
-          ag[k] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(gr[k])), stats ? static_cast<A>(load(arr[s0 + k])) : A(0),
-                                             stats ? static_cast<A>(load(out[s0 + k])) : A(0), need_count ? cnt[k] : 1,
-                                             stats ? aux[k] : 0, kMul ? prod[k] : A(1), include_self));
+          for (index_t k = 0; k < n; ++k) {
+            ag[k] = store<T>(arr_grad_of<R, A, kNan>(static_cast<A>(load(gr[k])), kMinMax ? static_cast<A>(load(arr[s0 + k])) : A(0),
+                                                     kMinMax ? static_cast<A>(load(out[s0 + k])) : A(0), need_count ? cnt[k] : 1,
+                                                     kMinMax ? aux[k] : 0, A(1), include_self));
+          }
         }
-      }
+      };
+      if (nan_result) rest(std::true_type{});
+      else rest(std::false_type{});
     }
   });
 }
@@ -701,43 +745,46 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   std::atomic<bool>* any = &any_flag;
 
   if (R == Reduce::Mul) {
-    // With no zero among a slot's factors, the product of its nonzero factors is `out` itself (the
-    // same products in the same order), so the grads need no per-slot scratch. Rows holding a
-    // zero factor (and every row for the half types, whose out was rounded) are redone exactly.
+    // Where every factor of a slot and its result are normal numbers (is_normal_value), out / f is
+    // the product of the other factors to rounding, and the grads need no per-slot scratch. Rows
+    // holding a zero, subnormal or non-finite factor or result (and every row for the half types,
+    // whose out was rounded) are redone exactly, with products only.
     Visited seen;
+    const bool want_vg = vg != nullptr;
     std::unique_ptr<T[]> vg_own;
-    if (!vg) {  // not requested: the zero factors are still needed, cheapest found through this visit
+    if (!want_vg) {  // not requested: written anyway, so that the loop below has no branch
       vg_own.reset(new T[std::max<index_t>(geo.positions(), 1)]);
       vg = vg_own.get();
     }
     if (std::is_same<A, T>::value) {
       const Hints pf{g, out, int(sizeof(T)), false};
       seen = visit<false>(idx, geo, plan, pf, [vg, g, out, values, include_self, flagged, any](index_t s, index_t p, index_t len, index_t r, auto) {
-        int32_t zero_factor = 0;  // not a bool: GCC does not vectorise a bool reduction
+        int32_t special = 0;  // not a bool: GCC does not vectorise a bool reduction
 #pragma GCC ivdep
         for (index_t t = 0; t < len; ++t) {
           const A v = static_cast<A>(load(values[p + t])), o = static_cast<A>(load(out[s + t]));
-          zero_factor |= int32_t(v == A(0));
-          vg[p + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), v, o, 1, 0, o, include_self));
+          special |= int32_t(!is_normal_value(v)) | int32_t(!is_normal_value(o));
+          vg[p + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), v, o, 1, 0, o / v, include_self));
         }
-        if (zero_factor) {
+        if (special) {
           flagged[r] = 1;
           any->store(true, std::memory_order_relaxed);
         }
       }, zero_bad);
       for_slots(geo, plan, [arr_grad, g, arr, out, cv, include_self, flagged, any](index_t s, index_t len, index_t r) {
-        bool zero_factor = false;
+        int32_t special = 0;
         const int32_t c0 = cv.base(r);
-        for (index_t t = 0; t < len; ++t) zero_factor |= include_self && load(arr[s + t]) == A(0);
+        if (include_self)
+          for (index_t t = 0; t < len; ++t) special |= int32_t(!is_normal_value(static_cast<A>(load(arr[s + t]))));
         if (arr_grad) {
 #pragma GCC ivdep
           for (index_t t = 0; t < len; ++t) {
             const A o = static_cast<A>(load(out[s + t]));
-            arr_grad[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), static_cast<A>(load(arr[s + t])),
-                                                         o, cv.at(c0, s + t), 0, o, include_self));
+            arr_grad[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), A(0), A(0), cv.at(c0, s + t), 0,
+                                                         o / static_cast<A>(load(arr[s + t])), include_self));
           }
         }
-        if (zero_factor) {
+        if (special) {
           flagged[r] = 1;
           any->store(true, std::memory_order_relaxed);
         }
@@ -748,52 +795,63 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
       seen.scattered = true;  // unknown: no visit yet
     }
     if (!any_flag.load()) return;
-    // Exact redo of the flagged rows: zeros among the factors and the product of the nonzero ones,
-    // per slot, in buffers whose untouched pages are never faulted in.
+    // Exact redo of the flagged rows (as flat_mul_row): a running product per slot, and per position
+    // its prefix (in vg itself where it has the accumulation type), in buffers whose untouched pages
+    // are never faulted in.
     const index_t slots = std::max<index_t>(geo.slots(), 1);
-    std::unique_ptr<int32_t, decltype(&std::free)> zbuf(static_cast<int32_t*>(std::calloc(slots, sizeof(int32_t))), &std::free);
-    std::unique_ptr<A, decltype(&std::free)> pbuf(static_cast<A*>(std::calloc(slots, sizeof(A))), &std::free);
-    if (!zbuf || !pbuf) throw std::bad_alloc();
-    int32_t* zc = zbuf.get();
-    A* prod = pbuf.get();
+    std::unique_ptr<A, decltype(&std::free)> run_buf(static_cast<A*>(std::calloc(slots, sizeof(A))), &std::free);
+    std::unique_ptr<A, decltype(&std::free)> pre_buf(nullptr, &std::free);
+    A* pre = nullptr;
+    if (want_vg) {
+      if (std::is_same<A, T>::value) {
+        pre = reinterpret_cast<A*>(vg);
+      } else {
+        pre_buf.reset(static_cast<A*>(std::calloc(std::max<index_t>(geo.positions(), 1), sizeof(A))));
+        pre = pre_buf.get();
+      }
+    }
+    if (!run_buf || (want_vg && !pre)) throw std::bad_alloc();
+    A* run = run_buf.get();
     Hints only;
     only.only = flagged;
     only.all_uniform = !seen.scattered;
-    for_slots(geo, plan, [zc, prod, arr, include_self, flagged](index_t s, index_t len, index_t r) {
+    if (want_vg) {
+      for_slots(geo, plan, [run, arr, include_self, flagged](index_t s, index_t len, index_t r) {
+        if (!flagged[r]) return;
+        for (index_t t = 0; t < len; ++t) run[s + t] = include_self ? static_cast<A>(load(arr[s + t])) : A(1);
+      });
+      visit(idx, geo, plan, only, [run, pre, values](index_t s, index_t p, index_t len, index_t, auto) {
+        for (index_t t = 0; t < len; ++t) {
+          pre[p + t] = run[s + t];
+          run[s + t] *= static_cast<A>(load(values[p + t]));
+        }
+      });
+    }
+    for_slots(geo, plan, [run, flagged](index_t s, index_t len, index_t r) {
       if (!flagged[r]) return;
-      for (index_t t = 0; t < len; ++t) {
-        const A a = static_cast<A>(load(arr[s + t]));
-        zc[s + t] = (include_self && a == A(0)) ? 1 : 0;
-        prod[s + t] = (include_self && a != A(0)) ? a : A(1);
-      }
+      for (index_t t = 0; t < len; ++t) run[s + t] = A(1);
     });
-    visit(idx, geo, plan, only, [zc, prod, values](index_t s, index_t p, index_t len, index_t, auto) {
+    visit<true>(idx, geo, plan, only, [run, pre, vg, g, values, include_self](index_t s, index_t p, index_t len, index_t, auto) {
       for (index_t t = 0; t < len; ++t) {
-        const A v = static_cast<A>(load(values[p + t]));
-        if (v == A(0)) ++zc[s + t]; else prod[s + t] *= v;
+        if (pre)
+          vg[p + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), A(0), A(0), 1, 0,
+                                                    pre[p + t] * run[s + t], include_self));
+        run[s + t] *= static_cast<A>(load(values[p + t]));
       }
-    });
-    if (vg)
-      visit<false>(idx, geo, plan, only, [vg, g, out, values, zc, prod, include_self](index_t s, index_t p, index_t len, index_t, auto) {
-        for (index_t t = 0; t < len; ++t)
-          vg[p + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), static_cast<A>(load(values[p + t])),
-                                                    static_cast<A>(load(out[s + t])), 1, zc[s + t], prod[s + t],
-                                                    include_self));
-      }, [](index_t) {});
+    }, [](index_t) {});
     if (arr_grad)
-      for_slots(geo, plan, [arr_grad, g, arr, out, zc, prod, cv, include_self, flagged](index_t s, index_t len, index_t r) {
+      for_slots(geo, plan, [arr_grad, g, run, cv, include_self, flagged](index_t s, index_t len, index_t r) {
         if (!flagged[r]) return;
         const int32_t c0 = cv.base(r);
         for (index_t t = 0; t < len; ++t)
-          arr_grad[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), static_cast<A>(load(arr[s + t])),
-                                                       static_cast<A>(load(out[s + t])), cv.at(c0, s + t),
-                                                       zc[s + t], prod[s + t], include_self));
+          arr_grad[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), A(0), A(0), cv.at(c0, s + t), 0,
+                                                       run[s + t], include_self));
       });
     return;
   }
 
-  // Min / Max: a grad is split evenly among the contributors equal to the result (`ties`, arr
-  // included when it took part). One visit hands each matching value the whole grad, which is
+  // Min / Max: a grad is split evenly among the contributors matching the result (`ties`, arr
+  // included when it took part; same_value: the NaNs of a NaN result). One visit hands each matching value the whole grad, which is
   // exact unless its slot has ties; only rows with a tie are then visited again to divide.
   std::unique_ptr<T[]> vg_own;
   const bool want_vg = vg != nullptr;
@@ -806,7 +864,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   constexpr index_t ts = SlotScratch<T>::stride;
   for_slots(geo, plan, [tp, arr, out, include_self](index_t s, index_t len, index_t) {
     for (index_t t = 0; t < len; ++t)
-      tp[(s + t) * ts] = (include_self && load(arr[s + t]) == load(out[s + t])) ? 1 : 0;
+      tp[(s + t) * ts] = int32_t(include_self) & int32_t(same_value(load(arr[s + t]), load(out[s + t])));
   });
   Hints pf_ties{out, g, int(sizeof(T)), false};
   const Visited seen = visit<false>(idx, geo, plan, pf_ties,
@@ -814,7 +872,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
                  int32_t most = 0;
 #pragma GCC ivdep
                  for (index_t t = 0; t < len; ++t) {
-                   const bool match = load(values[p + t]) == load(out[s + t]);
+                   const bool match = same_value(load(values[p + t]), load(out[s + t]));
                    const T gv = g[s + t];
                    vg[p + t] = pick(match, gv, zero);
                    const int32_t n = tp[(s + t) * ts] + (match ? 1 : 0);

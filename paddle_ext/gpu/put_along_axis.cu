@@ -7,6 +7,8 @@
 //   include_self=False: a first pass sets every written slot to the reduction's identity;
 //   deterministic add / mean: a stable radix sort of (slot, position), then one thread per slot folds
 //                   its values in position order (the CPU's order, so the same bits).
+// Grads: per-slot statistics with atomics (counts, winners, ties), except mul's, which sort the
+// positions by slot the same way and take exclusive prefix x suffix products per slot.
 // Out-of-range indices are skipped by every pass (nothing outside arr is written, no host sync).
 // The per-element math (combine, identities, mean rounding, the grad formulas) is in put_along_axis.h.
 #include <cstring>
@@ -248,42 +250,31 @@ __global__ void assign_arr_grad_kernel(const T* g, const int64_t* winner, T* arr
   PE_GRID_LOOP(s, slots) { arr_grad[s] = winner[s] >= 0 ? store<T>(0.0f) : g[s]; }
 }
 
-// Per-slot statistics: aux and prod start from arr's part (include_self), count from 0.
+// Per-slot statistics (Min/Max): aux starts from arr's part (include_self), count from 0.
 template <Reduce R, typename T, typename A>
-__global__ void stats_init_kernel(const T* arr, const T* out, int32_t* aux, A* prod, bool include_self,
-                                  index_t slots) {
+__global__ void stats_init_kernel(const T* arr, const T* out, int32_t* aux, bool include_self, index_t slots) {
   PE_GRID_LOOP(s, slots) {
-    const A a = static_cast<A>(load(arr[s]));
-    if constexpr (R == Reduce::Mul) {
-      aux[s] = (include_self && a == A(0)) ? 1 : 0;
-      prod[s] = (include_self && a != A(0)) ? a : A(1);
-    } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
-      aux[s] = (include_self && a == static_cast<A>(load(out[s]))) ? 1 : 0;
-    }
+    aux[s] = (include_self && same_value(static_cast<A>(load(arr[s])), static_cast<A>(load(out[s])))) ? 1 : 0;
   }
 }
 
 template <Reduce R, typename T, typename A, typename Idx>
-__global__ void stats_kernel(const Idx* idx, const T* values, const T* out, int32_t* count, int32_t* aux, A* prod,
+__global__ void stats_kernel(const Idx* idx, const T* values, const T* out, int32_t* count, int32_t* aux,
                              index_t positions, index_t n, index_t m, index_t inner) {
   PE_GRID_LOOP(p, positions) {
     const index_t s = slot_of(idx, p, n, m, inner);
     if (s < 0) continue;
     atomicAdd(count + s, 1);
-    const A v = static_cast<A>(load(values[p]));
-    if constexpr (R == Reduce::Mul) {
-      if (v == A(0)) atomicAdd(aux + s, 1);
-      else atomic_combine<Reduce::Mul, A>(prod + s, v);
-    } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
-      if (v == static_cast<A>(load(out[s]))) atomicAdd(aux + s, 1);
+    if constexpr (R == Reduce::Min || R == Reduce::Max) {
+      if (same_value(static_cast<A>(load(values[p])), static_cast<A>(load(out[s])))) atomicAdd(aux + s, 1);
     }
   }
 }
 
 template <Reduce R, typename T, typename A, typename Idx>
 __global__ void values_grad_kernel(const Idx* idx, const T* values, const T* out, const T* g, const int32_t* count,
-                                   const int32_t* aux, const A* prod, T* values_grad, bool include_self,
-                                   index_t positions, index_t n, index_t m, index_t inner) {
+                                   const int32_t* aux, T* values_grad, bool include_self, index_t positions, index_t n,
+                                   index_t m, index_t inner) {
   PE_GRID_LOOP(p, positions) {
     const index_t s = slot_of(idx, p, n, m, inner);
     if (s < 0) {
@@ -291,25 +282,92 @@ __global__ void values_grad_kernel(const Idx* idx, const T* values, const T* out
       continue;
     }
     values_grad[p] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), static_cast<A>(load(values[p])),
-                                                   static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0,
-                                                   prod ? prod[s] : A(1), include_self));
+                                                   static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0, A(1),
+                                                   include_self));
   }
 }
 
 template <Reduce R, typename T, typename A>
 __global__ void arr_grad_kernel(const T* arr, const T* out, const T* g, const int32_t* count, const int32_t* aux,
-                                const A* prod, T* arr_grad, bool include_self, index_t slots) {
+                                T* arr_grad, bool include_self, index_t slots) {
   PE_GRID_LOOP(s, slots) {
     arr_grad[s] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s])), static_cast<A>(load(arr[s])),
-                                             static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0,
-                                             prod ? prod[s] : A(1), include_self));
+                                             static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0, A(1),
+                                             include_self));
   }
+}
+
+// mul: thread q starts a segment of the positions sorted by slot (each slot's in position order) and
+// gives every factor the product of the others, prefix x suffix with multiplications only (exact at
+// zeros and non-finite values, as the CPU's exact path); `prefix` holds each position's prefix.
+// Written slots get arr's grad here, unwritten ones keep the g that copy_grad_kernel put there.
+template <typename T, typename A>
+__global__ void mul_grad_segments_kernel(const T* arr, const T* values, const T* g, const int64_t* keys,
+                                         const int64_t* order, A* prefix, T* arr_grad, T* values_grad,
+                                         index_t positions, index_t slots, bool include_self) {
+  PE_GRID_LOOP(q, positions) {
+    const int64_t key = keys[q];
+    if (key >= slots) {  // out of range
+      if (values_grad) values_grad[order[q]] = store<T>(A(0));
+      continue;
+    }
+    if (q > 0 && keys[q - 1] == key) continue;
+    index_t end = q + 1;
+    while (end < positions && keys[end] == key) ++end;
+    const A gs = static_cast<A>(load(g[key]));
+    if (values_grad) {
+      A run = include_self ? static_cast<A>(load(arr[key])) : A(1);
+      for (index_t r = q; r < end; ++r) {
+        prefix[r] = run;
+        run *= static_cast<A>(load(values[order[r]]));
+      }
+    }
+    A run = A(1);
+    for (index_t r = end; r-- > q;) {
+      const int64_t p = order[r];
+      if (values_grad)
+        values_grad[p] = store<T>(values_grad_of<Reduce::Mul, A>(gs, A(0), A(0), 1, 0, prefix[r] * run, include_self));
+      run *= static_cast<A>(load(values[p]));
+    }
+    if (arr_grad)
+      arr_grad[key] = store<T>(arr_grad_of<Reduce::Mul, A>(gs, A(0), A(0), int32_t(end - q), 0, run, include_self));
+  }
+}
+
+template <typename T>
+__global__ void copy_grad_kernel(const T* g, T* arr_grad, index_t slots) {
+  PE_GRID_LOOP(s, slots) { arr_grad[s] = g[s]; }
+}
+
+template <typename T, typename Idx>
+void mul_backward(const T* arr, const Idx* idx, const T* values, const T* g, T* arr_grad, T* values_grad,
+                  void* workspace, size_t workspace_bytes, index_t outer, index_t n, index_t m, index_t inner,
+                  bool include_self, cudaStream_t stream) {
+  using A = acc_t<T>;
+  static_assert(sizeof(A) <= sizeof(int64_t), "prefix products live in the workspace's int64 keys");
+  const index_t positions = outer * m * inner, slots = outer * n * inner;
+  if (arr_grad && slots > 0) copy_grad_kernel<T><<<grid_size(slots, kThreads), kThreads, 0, stream>>>(g, arr_grad, slots);
+  if (positions == 0 || n == 0) return;
+  if (positions > (index_t)INT32_MAX) throw std::runtime_error("put_along_axis: mul grads need < 2^31 indices");
+  if (workspace_bytes < put_along_axis_sorted_workspace(positions, slots))
+    throw std::runtime_error("put_along_axis: mul grad workspace too small");
+  SortedWorkspace w = carve(workspace, positions, cub_sort_bytes(positions, slots));
+  const unsigned grid = grid_size(positions, kThreads);
+  sort_keys_kernel<Idx><<<grid, kThreads, 0, stream>>>(idx, w.keys_in, w.order_in, positions, n, m, inner, slots);
+  size_t temp_bytes = w.temp_bytes;
+  cub::DeviceRadixSort::SortPairs(w.temp, temp_bytes, w.keys_in, w.keys_out, w.order_in, w.order_out, (int)positions,
+                                  0, key_bits(slots), stream);
+  // keys_in is free once sorted: it holds the prefixes
+  mul_grad_segments_kernel<T, A><<<grid, kThreads, 0, stream>>>(arr, values, g, w.keys_out, w.order_out,
+                                                                reinterpret_cast<A*>(w.keys_in), arr_grad,
+                                                                values_grad, positions, slots, include_self);
 }
 
 template <Reduce R, typename T, typename Idx>
 void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, const T* g, T* arr_grad,
-                   T* values_grad, int64_t* winner, int32_t* count, int32_t* aux, acc_t<T>* prod, index_t outer,
-                   index_t n, index_t m, index_t inner, bool include_self, cudaStream_t stream) {
+                   T* values_grad, int64_t* winner, int32_t* count, int32_t* aux, void* workspace,
+                   size_t workspace_bytes, index_t outer, index_t n, index_t m, index_t inner, bool include_self,
+                   cudaStream_t stream) {
   using A = acc_t<T>;
   const index_t positions = outer * m * inner, slots = outer * n * inner;
   const unsigned pgrid = grid_size(positions, kThreads), sgrid = grid_size(slots, kThreads);
@@ -318,21 +376,21 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
     if (values_grad && positions > 0)
       assign_grad_kernel<T, Idx><<<pgrid, kThreads, 0, stream>>>(idx, g, winner, values_grad, positions, n, m, inner);
     if (arr_grad && slots > 0) assign_arr_grad_kernel<T><<<sgrid, kThreads, 0, stream>>>(g, winner, arr_grad, slots);
+  } else if constexpr (R == Reduce::Mul) {
+    mul_backward<T, Idx>(arr, idx, values, g, arr_grad, values_grad, workspace, workspace_bytes, outer, n, m, inner,
+                         include_self, stream);
   } else {
-    if (slots > 0 && (R == Reduce::Mul || R == Reduce::Min || R == Reduce::Max))
-      stats_init_kernel<R, T, A><<<sgrid, kThreads, 0, stream>>>(arr, out, aux, prod, include_self, slots);
+    if (slots > 0 && (R == Reduce::Min || R == Reduce::Max))
+      stats_init_kernel<R, T, A><<<sgrid, kThreads, 0, stream>>>(arr, out, aux, include_self, slots);
     // add with include_self needs no statistics: both grads are g (gathered for values)
     const bool needs_stats = !(R == Reduce::Add && include_self);
     if (positions > 0 && n > 0 && needs_stats)
-      stats_kernel<R, T, A, Idx><<<pgrid, kThreads, 0, stream>>>(idx, values, out, count, aux, prod, positions, n, m,
-                                                                 inner);
+      stats_kernel<R, T, A, Idx><<<pgrid, kThreads, 0, stream>>>(idx, values, out, count, aux, positions, n, m, inner);
     if (values_grad && positions > 0)
-      values_grad_kernel<R, T, A, Idx><<<pgrid, kThreads, 0, stream>>>(idx, values, out, g, count, aux, prod,
-                                                                       values_grad, include_self, positions, n, m,
-                                                                       inner);
+      values_grad_kernel<R, T, A, Idx><<<pgrid, kThreads, 0, stream>>>(idx, values, out, g, count, aux, values_grad,
+                                                                       include_self, positions, n, m, inner);
     if (arr_grad && slots > 0)
-      arr_grad_kernel<R, T, A><<<sgrid, kThreads, 0, stream>>>(arr, out, g, count, aux, prod, arr_grad, include_self,
-                                                               slots);
+      arr_grad_kernel<R, T, A><<<sgrid, kThreads, 0, stream>>>(arr, out, g, count, aux, arr_grad, include_self, slots);
   }
   check_launch("put_along_axis_grad");
 }
@@ -370,11 +428,12 @@ void put_along_axis_sorted(Reduce reduce, A* acc, const T* values, const Idx* in
 template <typename T, typename Idx>
 void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, const T* values, const T* out,
                              const T* out_grad, T* arr_grad, T* values_grad, int64_t* winner, int32_t* count,
-                             int32_t* aux, acc_t<T>* prod, index_t outer, index_t n, index_t m, index_t inner,
-                             bool include_self, cudaStream_t stream) {
+                             int32_t* aux, void* workspace, size_t workspace_bytes, index_t outer, index_t n,
+                             index_t m, index_t inner, bool include_self, cudaStream_t stream) {
   dispatch_reduce(reduce, [&](auto r) {
     backward_impl<decltype(r)::value, T, Idx>(arr, indices, values, out, out_grad, arr_grad, values_grad, winner,
-                                              count, aux, prod, outer, n, m, inner, include_self, stream);
+                                              count, aux, workspace, workspace_bytes, outer, n, m, inner,
+                                              include_self, stream);
   });
 }
 
@@ -383,7 +442,7 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
                                                   index_t, index_t, index_t, bool, cudaStream_t);
 #define PE_INSTANTIATE_BWD(T, Idx)                                                                            \
   template void put_along_axis_backward<T, Idx>(Reduce, const T*, const Idx*, const T*, const T*, const T*,  \
-                                                T*, T*, int64_t*, int32_t*, int32_t*, acc_t<T>*, index_t,    \
+                                                T*, T*, int64_t*, int32_t*, int32_t*, void*, size_t, index_t, \
                                                 index_t, index_t, index_t, bool, cudaStream_t);
 #define PE_INSTANTIATE_SORTED(T, A, Idx)                                                                   \
   template void put_along_axis_sorted<T, A, Idx>(Reduce, A*, const T*, const Idx*, void*, size_t, index_t, index_t, \

@@ -415,9 +415,9 @@ def _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, inc
             elif reduce == "mean":
                 slot_coef = 1 / paddle.maximum(count + int(include_self), paddle.ones([], acc))
                 arr_coef = unwritten + (written * slot_coef if include_self else 0)
-            elif reduce in ("amin", "amax"):
-                values_coef = (values == gather(out)).astype(acc)  # a NaN result matches nothing
-                arr_ties = written * (arr == out).astype(acc) if include_self else 0
+            elif reduce in ("amin", "amax"):  # the contributors that are the result (a NaN result: its NaNs)
+                values_coef = _is_result(values, gather(out)).astype(acc)
+                arr_ties = written * _is_result(arr, out).astype(acc) if include_self else 0
                 ties = _call(_library.ops().pe_put_along_axis, paddle.zeros(arr.shape, acc), idx, values_coef, axis,
                              "add", True, False) + arr_ties
                 slot_coef = 1 / paddle.maximum(ties, paddle.ones([], acc))
@@ -427,6 +427,10 @@ def _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, inc
         if values_coef is not None:
             values_grad = values_grad * values_coef
     return (arr_grad.astype(dtype), values_grad.astype(dtype)) if dtype != acc else (arr_grad, values_grad)
+
+
+def _is_result(x, result):
+    return (x == result) | (paddle.isnan(x) & paddle.isnan(result))
 
 
 def _products_of_others(arr, idx, values, axis, include_self):

@@ -144,7 +144,10 @@ def bench_put_along_axis(rows, torch, quick):
     dvg = DeviceBuffer.empty((m, inner), np.float32)
     slots = n * inner
     winner, count = DeviceBuffer.empty((slots,), np.int64), DeviceBuffer.empty((slots,), np.int32)
-    aux, prod = DeviceBuffer.empty((slots,), np.int32), DeviceBuffer.empty((slots,), np.float32)
+    aux = DeviceBuffer.empty((slots,), np.int32)
+    lib.pe_put_along_axis_sorted_workspace.restype = ctypes.c_int64
+    ws_bytes = lib.pe_put_along_axis_sorted_workspace(I64(m * inner), I64(slots))  # mul's grads sort by slot
+    workspace = DeviceBuffer.empty((ws_bytes,), np.uint8)
     dout = DeviceBuffer.empty((n, inner), np.float32)
     abytes, ibytes, vbytes = arr.nbytes, idx.nbytes, vals.nbytes
     for reduce in REDUCE_CODES:
@@ -164,13 +167,13 @@ def bench_put_along_axis(rows, torch, quick):
         def bwd():  # the scratch the binding prepares for this mode
             if reduce == "assign":
                 lib.pe_memset(_p(winner), 0xFF, I64(slots * 8))
-            else:
+            elif reduce != "mul":
                 lib.pe_memset(_p(count), 0, I64(slots * 4))
-            if reduce in ("mul", "amin", "amax"):
+            if reduce in ("amin", "amax"):
                 lib.pe_memset(_p(aux), 0, I64(slots * 4))
             return lib.pe_put_along_axis_backward(0, 5, r, _p(darr), _p(didx), _p(dvals), _p(dout), _p(dgrad),
-                                                  _p(dag), _p(dvg), _p(winner), _p(count), _p(aux), _p(prod), I64(1),
-                                                  I64(n), I64(m), I64(inner), 1)
+                                                  _p(dag), _p(dvg), _p(winner), _p(count), _p(aux), _p(workspace),
+                                                  I64(ws_bytes), I64(1), I64(n), I64(m), I64(inner), 1)
 
         check(fwd())
         check(lib.pe_synchronize())

@@ -41,16 +41,16 @@ extern "C" int pe_put_along_axis_forward(int dtype, int index_dtype, int reduce,
 extern "C" int pe_put_along_axis_backward(int dtype, int index_dtype, int reduce, const void* arr,
                                           const void* indices, const void* values, const void* out,
                                           const void* out_grad, void* arr_grad, void* values_grad, void* winner,
-                                          void* count, void* aux, void* prod, int64_t outer, int64_t n, int64_t m,
-                                          int64_t inner, int include_self) {
+                                          void* count, void* aux, void* workspace, int64_t workspace_bytes,
+                                          int64_t outer, int64_t n, int64_t m, int64_t inner, int include_self) {
   return with_index(index_dtype, [&](auto itag) {
     using Idx = typename decltype(itag)::type;
     return shim_dispatch_floating(dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       gpu::put_along_axis_backward<T, Idx>((Reduce)reduce, (const T*)arr, (const Idx*)indices, (const T*)values,
                                            (const T*)out, (const T*)out_grad, (T*)arr_grad, (T*)values_grad,
-                                           (int64_t*)winner, (int32_t*)count, (int32_t*)aux, (acc_t<T>*)prod, outer,
-                                           n, m, inner, include_self != 0, 0);
+                                           (int64_t*)winner, (int32_t*)count, (int32_t*)aux, workspace,
+                                           (size_t)workspace_bytes, outer, n, m, inner, include_self != 0, 0);
     });
   });
 }

@@ -143,38 +143,73 @@ def test_nan_wins_in_amax():
     assert np.isnan(got[0, 0, 0]) and got[0, 1, 0] == 2.0
 
 
+def _backward(dtype, reduce, arr, idx, vals, out, g, shape4, include_self):
+    """(arr_grad, values_grad) from the launcher, with the scratch the binding prepares for the mode."""
+    lib = library()
+    lib.pe_put_along_axis_sorted_workspace.restype = ctypes.c_int64
+    outer, n, m, inner = shape4
+    d_arr, d_vals, d_out, d_g = (DeviceBuffer(host_array(x, dtype)) for x in (arr, vals, out, g))
+    d_idx = DeviceBuffer(np.ascontiguousarray(idx))
+    arr_grad = DeviceBuffer(host_array(np.zeros(arr.shape), dtype))
+    values_grad = DeviceBuffer(host_array(np.zeros(vals.shape), dtype))
+    slots, positions = outer * n * inner, outer * m * inner
+    winner = DeviceBuffer(np.full(slots, -1, np.int64)) if reduce == "assign" else None
+    count = DeviceBuffer(np.zeros(slots, np.int32)) if reduce not in ("assign", "mul") else None
+    aux = DeviceBuffer(np.zeros(slots, np.int32)) if reduce in ("amin", "amax") else None
+    nbytes = lib.pe_put_along_axis_sorted_workspace(ctypes.c_int64(positions), ctypes.c_int64(slots)) \
+        if reduce == "mul" else 0
+    workspace = DeviceBuffer(np.zeros(max(nbytes, 1), np.uint8)) if reduce == "mul" else None
+    check(lib.pe_put_along_axis_backward(DTYPE_CODES[dtype], INDEX_CODES[idx.dtype.type], REDUCE_CODES[reduce],
+                                         _ptr(d_arr), _ptr(d_idx), _ptr(d_vals), _ptr(d_out), _ptr(d_g),
+                                         _ptr(arr_grad), _ptr(values_grad), _ptr(winner), _ptr(count), _ptr(aux),
+                                         _ptr(workspace), ctypes.c_int64(nbytes), ctypes.c_int64(outer),
+                                         ctypes.c_int64(n), ctypes.c_int64(m), ctypes.c_int64(inner),
+                                         int(include_self)))
+    return to_float64(arr_grad.get(), dtype), to_float64(values_grad.get(), dtype)
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("reduce", list(REDUCE_CODES))
 @pytest.mark.parametrize("include_self", [True, False])
 def test_backward_matches_reference(dtype, reduce, include_self):
-    lib = library()
     shape4 = (2, 4, 9, 3)
-    outer, n, m, inner = shape4
     arr, idx, vals = _inputs(dtype, shape4, seed=7)
     vals[0, 0, 0] = 0.0  # exact zeros for mul
     arr[1, 2, 1] = 0.0
     a64, v64 = arr.astype(dtype).astype(np.float64), vals.astype(dtype).astype(np.float64)
     out = refs.put_along_axis(a64, idx, v64, 1, reduce, include_self)
     g = np.random.default_rng(8).normal(size=arr.shape)
-    bufs = [DeviceBuffer(host_array(x, dtype)) for x in (arr, None, vals, out, g) if x is not None]
-    d_arr, d_vals, d_out, d_g = bufs
-    d_idx = DeviceBuffer(np.ascontiguousarray(idx))
-    arr_grad = DeviceBuffer(host_array(np.zeros(arr.shape), dtype))
-    values_grad = DeviceBuffer(host_array(np.zeros(vals.shape), dtype))
-    slots = outer * n * inner
-    winner = DeviceBuffer(np.full(slots, -1, np.int64)) if reduce == "assign" else None
-    count = DeviceBuffer(np.zeros(slots, np.int32)) if reduce != "assign" else None
-    aux = DeviceBuffer(np.zeros(slots, np.int32)) if reduce in ("mul", "amin", "amax") else None
-    prod = DeviceBuffer(np.zeros(slots, dtype)) if reduce == "mul" else None
-    check(lib.pe_put_along_axis_backward(DTYPE_CODES[dtype], 5, REDUCE_CODES[reduce], _ptr(d_arr), _ptr(d_idx),
-                                         _ptr(d_vals), _ptr(d_out), _ptr(d_g), _ptr(arr_grad), _ptr(values_grad),
-                                         _ptr(winner), _ptr(count), _ptr(aux), _ptr(prod), ctypes.c_int64(outer),
-                                         ctypes.c_int64(n), ctypes.c_int64(m), ctypes.c_int64(inner),
-                                         int(include_self)))
+    got_a, got_v = _backward(dtype, reduce, arr, idx, vals, out, g, shape4, include_self)
     ra, rv = refs.put_along_axis_grad(a64, idx, v64, g.astype(dtype).astype(np.float64), 1, reduce, include_self)
     tol = 1e-12 if dtype == "float64" else 1e-5
-    np.testing.assert_allclose(arr_grad.get().astype(np.float64), ra, rtol=tol, atol=tol)
-    np.testing.assert_allclose(values_grad.get().astype(np.float64), rv, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got_a, ra, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got_v, rv, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("reduce", ["mul", "amin", "amax"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_backward_with_non_finite_values_matches_reference(dtype, reduce, include_self):
+    # The CPU regression sweep (test_put_along_axis_op.py, non-finite grads) on the launchers: ±inf, NaN
+    # and zeros in arr and values; mul's grads are products of the other factors, amin/amax's go to
+    # the contributors matching the result (the NaNs of a NaN result).
+    shape4 = (2, 5, 12, 3)
+    rng = np.random.default_rng(31)
+    special = np.array([np.inf, -np.inf, np.nan, 0.0])
+    arr, idx, vals = _inputs("float64", shape4, seed=32)
+    for x in (arr, vals):
+        hit = rng.random(x.shape) < 0.15
+        x[hit] = rng.choice(special, size=hit.sum())
+    a64, v64 = to_float64(host_array(arr, dtype), dtype), to_float64(host_array(vals, dtype), dtype)
+    out = refs.put_along_axis(a64, idx, v64, 1, reduce, include_self)
+    g = to_float64(host_array(rng.normal(size=arr.shape), dtype), dtype)
+    got_a, got_v = _backward(dtype, reduce, a64, idx, v64, out, g, shape4, include_self)
+    ra, rv = refs.put_along_axis_grad(a64, idx, v64, g, 1, reduce, include_self)
+    tol = TOL[dtype] * 5
+    for got, want in ((got_a, ra), (got_v, rv)):
+        want = to_float64(host_array(want, dtype), dtype)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
 def _sorted(dtype, reduce, arr, idx, vals, shape4, include_self):

@@ -119,14 +119,28 @@ PE_HOSTDEVICE inline T pick(bool c, T a, T b) {
 #endif
 }
 
-// Grad of `mul`: the product of all factors of a slot but `f`, from the slot's product of nonzero
-// factors and its count of zeros. Exact for zeros (no 0/0), unlike out / f.
-// Every quotient below is computed unconditionally (by a safe divisor where unused) and then selected:
-// same values, but branch-free, so the CPU loops over a row vectorise.
+// amin/amax: x is the slot's result `r`: equal to it, or NaN where the result is NaN (a NaN
+// contributor wins, so the NaN contributors are the result, and they share its grad).
 template <typename A>
-PE_HOSTDEVICE inline A product_of_others(A f, A nonzero_product, int zeros) {
-  const A q = nonzero_product / pick(f != A(0), f, A(1));
-  return pick(f != A(0), pick(zeros == 0, q, A(0)), pick(zeros == 1, nonzero_product, A(0)));
+PE_HOSTDEVICE inline bool same_value(A x, A r) {
+  return (x == r) | (is_nan(x) & is_nan(r));  // bitwise: no branch in the row loops
+}
+
+// same_value, or a plain == where the caller knows that the result is not NaN (cheaper in row loops).
+template <bool NanAware, typename A>
+PE_HOSTDEVICE inline bool matches(A x, A r) {
+  if constexpr (NanAware) return same_value(x, r);
+  else return x == r;
+}
+
+// A normal number: finite, nonzero, not subnormal. Where every factor of a `mul` slot and its result
+// are, out / f is the product of the other factors to rounding; elsewhere (zeros, ±inf, NaN,
+// underflow, overflow) only a product of the others is (exclusive prefix x suffix products).
+template <typename A>
+PE_HOSTDEVICE inline bool is_normal_value(A x) {
+  using L = std::numeric_limits<A>;
+  const A m = x < A(0) ? -x : x;
+  return (m >= L::min()) & (m <= L::max());  // false for NaN
 }
 
 // The value a slot starts from when arr takes no part in its reduction (GPU: include_self=False).
@@ -140,29 +154,30 @@ PE_HOSTDEVICE inline A reduce_identity() {
 }
 
 // Backward, from per-slot statistics gathered over the contributions of the slot:
-//   count  contributions; aux: zeros among the factors (Mul) or contributors equal to the result
-//   (Min/Max, arr included when it took part); prod: product of the nonzero factors (Mul).
-// PyTorch's scatter_reduce rules, with mul exact at zeros and min/max ties split evenly.
-template <Reduce R, typename A>
-PE_HOSTDEVICE inline A values_grad_of(A g, A v, A out, int32_t count, int32_t aux, A prod, bool include_self) {
+//   count   contributions; aux: contributors matching the result (Min/Max, same_value, arr included
+//   when it took part); others: the product of the slot's other factors, of this factor (Mul).
+// PyTorch's scatter_reduce rules, with mul's grads products (never quotients) of the other factors
+// and min/max ties split evenly. NanAware=false: the caller knows that `out` is not NaN.
+template <Reduce R, typename A, bool NanAware = true>
+PE_HOSTDEVICE inline A values_grad_of(A g, A v, A out, int32_t count, int32_t aux, A others, bool include_self) {
   if constexpr (R == Reduce::Add) return g;
   else if constexpr (R == Reduce::Mean) return g / static_cast<A>(count + (include_self ? 1 : 0));
-  else if constexpr (R == Reduce::Mul) return g * product_of_others<A>(v, prod, aux);
+  else if constexpr (R == Reduce::Mul) return g * others;
   else {
     const A share = g / static_cast<A>(aux + int32_t(aux <= 0));  // aux >= 0
-    return pick(v == out && aux > 0, share, A(0));
+    return pick(matches<NanAware>(v, out) && aux > 0, share, A(0));
   }
 }
-template <Reduce R, typename A>
-PE_HOSTDEVICE inline A arr_grad_of(A g, A a, A out, int32_t count, int32_t aux, A prod, bool include_self) {
+template <Reduce R, typename A, bool NanAware = true>
+PE_HOSTDEVICE inline A arr_grad_of(A g, A a, A out, int32_t count, int32_t aux, A others, bool include_self) {
   A taken;  // the grad of a written slot that arr took part in
   if constexpr (R == Reduce::Mean) {
     taken = g / static_cast<A>(count + 1);
   } else if constexpr (R == Reduce::Mul) {
-    taken = g * product_of_others<A>(a, prod, aux);
+    taken = g * others;
   } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
-    const A share = g / static_cast<A>(aux + int32_t(aux <= 0));  // aux >= 1 whenever a == out
-    taken = pick(a == out, share, A(0));
+    const A share = g / static_cast<A>(aux + int32_t(aux <= 0));  // aux >= 1 whenever a matches out
+    taken = pick(matches<NanAware>(a, out), share, A(0));
   } else {
     taken = g;
   }
@@ -216,13 +231,15 @@ template <typename T, typename A, typename Idx>
 void put_along_axis_sorted(Reduce reduce, A* acc, const T* values, const Idx* indices, void* workspace,
                            size_t workspace_bytes, index_t outer, index_t n, index_t m, index_t inner,
                            bool include_self, cudaStream_t stream);
-// Scratch per slot, zeroed by the caller (winner filled with -1): winner (Assign), count (all others), aux (Mul, Min, Max),
-// prod (Mul, acc type). Null where the mode does not need it.
+// Scratch per slot, zeroed by the caller (winner filled with -1): winner (Assign), count (Add, Mean,
+// Min, Max), aux (Min, Max); Mul takes `workspace` instead, put_along_axis_sorted_workspace() bytes:
+// its grads are exclusive prefix x suffix products over the positions sorted by slot. Null where the
+// mode does not need it.
 template <typename T, typename Idx>
 void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, const T* values, const T* out,
                              const T* out_grad, T* arr_grad, T* values_grad, int64_t* winner, int32_t* count,
-                             int32_t* aux, acc_t<T>* prod, index_t outer, index_t n, index_t m, index_t inner,
-                             bool include_self, cudaStream_t stream);
+                             int32_t* aux, void* workspace, size_t workspace_bytes, index_t outer, index_t n,
+                             index_t m, index_t inner, bool include_self, cudaStream_t stream);
 }  // namespace gpu
 #endif
 
