@@ -887,3 +887,16 @@ def test_large_non_finite_grads_on_every_partition(reduce, include_self):
             grads.append([t.numpy() for t in paddle.grad(out, [a, v], g, create_graph=create_graph)])
         for got, want, what in zip(grads[0], grads[1], ("arr grad", "values grad")):
             assert_close(got, want, "float64", rtol=1e-11, atol=0, what=f"{what} {arr_shape}")
+
+
+# ------------------------------------------------------------------ broadcast=False, a scalar value
+@pytest.mark.parametrize("reduce", ["assign", "add", "amax"])
+def test_no_broadcast_scalar_value_with_narrower_indices(reduce):
+    # A Python-number value with broadcast=False fills the indices' shape; indices narrower than arr off
+    # the axis still scatter into that corner only (the rest of arr is kept).
+    arr = rand((4, 5), 3)
+    idx = np.array([[0, 3], [2, 2]], np.int64)
+    out = paddle_ext.put_along_axis(paddle.to_tensor(arr), paddle.to_tensor(idx), 2.5, 0, reduce=reduce,
+                                    broadcast=False)
+    np.testing.assert_allclose(out.numpy(), refs.put_along_axis(arr, idx, np.full(idx.shape, 2.5), 0, reduce,
+                                                                broadcast=False))

@@ -132,10 +132,11 @@ def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
                                      f"<= values.shape[{d}] = {v_shape[d]}")
             if v_shape != i_shape:  # torch's rule: values[p] pairs with indices[p]; the rest is unused
                 values = paddle.slice(values, list(range(rank)), [0] * rank, i_shape)
-            if any(i_shape[d] < a_shape[d] for d in range(rank) if d != axis):
-                block = [a_shape[d] if d == axis else i_shape[d] for d in range(rank)]
-        # dynamic dimensions with broadcast=False: indices and values must match arr off the axis (the
-        # kernel checks at run time); the narrower-indices block form needs static shapes
+        # Indices narrower than arr off the axis scatter into a block of arr. With dynamic dimensions
+        # indices and values must match arr off the axis (the kernel checks at run time).
+        if all(_known(d) for d in a_shape + i_shape) and \
+                any(i_shape[d] < a_shape[d] for d in range(rank) if d != axis):
+            block = [a_shape[d] if d == axis else i_shape[d] for d in range(rank)]
     return indices, values, axis, reduce, include_self, block
 
 
