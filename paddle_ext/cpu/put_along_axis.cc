@@ -745,10 +745,10 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   std::atomic<bool>* any = &any_flag;
 
   if (R == Reduce::Mul) {
-    // Where every factor of a slot and its result are normal numbers (is_normal_value), out / f is
-    // the product of the other factors to rounding, and the grads need no per-slot scratch. Rows
-    // holding a zero, subnormal or non-finite factor or result (and every row for the half types,
-    // whose out was rounded) are redone exactly, with products only.
+    // Where a slot's result is a normal number (is_normal_value), none of its factors is 0, ±inf or
+    // NaN, and out / f is the product of the other factors to rounding: the grads need no per-slot
+    // scratch. Rows with another result (and every row for the half types, whose out was rounded)
+    // are redone exactly, with products only.
     Visited seen;
     const bool want_vg = vg != nullptr;
     std::unique_ptr<T[]> vg_own;
@@ -763,7 +763,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
 #pragma GCC ivdep
         for (index_t t = 0; t < len; ++t) {
           const A v = static_cast<A>(load(values[p + t])), o = static_cast<A>(load(out[s + t]));
-          special |= int32_t(!is_normal_value(v)) | int32_t(!is_normal_value(o));
+          special |= int32_t(!is_normal_value(o));
           vg[p + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), v, o, 1, 0, o / v, include_self));
         }
         if (special) {
@@ -774,8 +774,8 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
       for_slots(geo, plan, [arr_grad, g, arr, out, cv, include_self, flagged, any](index_t s, index_t len, index_t r) {
         int32_t special = 0;
         const int32_t c0 = cv.base(r);
-        if (include_self)
-          for (index_t t = 0; t < len; ++t) special |= int32_t(!is_normal_value(static_cast<A>(load(arr[s + t]))));
+        if (include_self)  // the unwritten slots (out = arr): arr_grad = g * arr / arr
+          for (index_t t = 0; t < len; ++t) special |= int32_t(!is_normal_value(static_cast<A>(load(out[s + t]))));
         if (arr_grad) {
 #pragma GCC ivdep
           for (index_t t = 0; t < len; ++t) {
@@ -862,51 +862,65 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   SlotScratch<T> ties(arr_grad, geo.slots());
   int32_t* tp = ties.ptr;
   constexpr index_t ts = SlotScratch<T>::stride;
-  for_slots(geo, plan, [tp, arr, out, include_self](index_t s, index_t len, index_t) {
-    for (index_t t = 0; t < len; ++t)
-      tp[(s + t) * ts] = int32_t(include_self) & int32_t(same_value(load(arr[s + t]), load(out[s + t])));
+  std::atomic<bool> nan_flag{false};  // some result is NaN: only then is same_value needed below
+  std::atomic<bool>* has_nan = &nan_flag;
+  for_slots(geo, plan, [tp, arr, out, include_self, has_nan](index_t s, index_t len, index_t) {
+    int32_t nan = 0;
+    for (index_t t = 0; t < len; ++t) {
+      const auto r = load(out[s + t]);
+      tp[(s + t) * ts] = int32_t(include_self) & int32_t(same_value(load(arr[s + t]), r));
+      nan |= int32_t(is_nan(r));
+    }
+    if (nan) has_nan->store(true, std::memory_order_relaxed);
   });
-  Hints pf_ties{out, g, int(sizeof(T)), false};
-  const Visited seen = visit<false>(idx, geo, plan, pf_ties,
-               [tp, vg, g, out, values, zero, flagged, any](index_t s, index_t p, index_t len, index_t r, auto) {
-                 int32_t most = 0;
+  // The passes below with `matches` = same_value where some result is NaN, else a plain == (the
+  // float compares of same_value cost ~25% of this backward on 2 threads).
+  auto rest = [&](auto nan_aware) {
+    constexpr bool kNan = decltype(nan_aware)::value;
+    Hints pf_ties{out, g, int(sizeof(T)), false};
+    const Visited seen = visit<false>(idx, geo, plan, pf_ties,
+                 [tp, vg, g, out, values, zero, flagged, any](index_t s, index_t p, index_t len, index_t r, auto) {
+                   int32_t most = 0;
 #pragma GCC ivdep
-                 for (index_t t = 0; t < len; ++t) {
-                   const bool match = same_value(load(values[p + t]), load(out[s + t]));
-                   const T gv = g[s + t];
-                   vg[p + t] = pick(match, gv, zero);
-                   const int32_t n = tp[(s + t) * ts] + (match ? 1 : 0);
-                   tp[(s + t) * ts] = n;
-                   most = std::max(most, match ? n : 0);
-                 }
-                 if (most > 1) {
-                   flagged[r] = 1;
-                   any->store(true, std::memory_order_relaxed);
-                 }
-               }, zero_bad);
-  if (want_vg && any_flag.load()) {
-    Hints only;
-    only.only = flagged;
-    only.all_uniform = !seen.scattered;
-    visit<false>(idx, geo, plan, only, [tp, vg, g, out, values, include_self](index_t s, index_t p, index_t len, index_t, auto) {
-      for (index_t t = 0; t < len; ++t) {
-        const int32_t n = tp[(s + t) * ts];
-        if (n > 1)
-          vg[p + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), static_cast<A>(load(values[p + t])),
-                                                    static_cast<A>(load(out[s + t])), 1, n, A(1), include_self));
-      }
-    }, [](index_t) {});
-  }
-  if (arr_grad)  // reads a slot's tie count, then overwrites it with the slot's grad
-    for_slots(geo, plan, [tp, arr_grad, g, arr, out, cv, include_self](index_t s, index_t len, index_t r) {
-      const int32_t c0 = cv.base(r);
-      for (index_t t = 0; t < len; ++t) {
-        const int32_t n = tp[(s + t) * ts];
-        arr_grad[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), static_cast<A>(load(arr[s + t])),
-                                                     static_cast<A>(load(out[s + t])), cv.at(c0, s + t), n, A(1),
-                                                     include_self));
-      }
-    });
+                   for (index_t t = 0; t < len; ++t) {
+                     const bool match = matches<kNan>(load(values[p + t]), load(out[s + t]));
+                     const T gv = g[s + t];
+                     vg[p + t] = pick(match, gv, zero);
+                     const int32_t n = tp[(s + t) * ts] + (match ? 1 : 0);
+                     tp[(s + t) * ts] = n;
+                     most = std::max(most, match ? n : 0);
+                   }
+                   if (most > 1) {
+                     flagged[r] = 1;
+                     any->store(true, std::memory_order_relaxed);
+                   }
+                 }, zero_bad);
+    if (want_vg && any_flag.load()) {
+      Hints only;
+      only.only = flagged;
+      only.all_uniform = !seen.scattered;
+      visit<false>(idx, geo, plan, only, [tp, vg, g, out, values, include_self](index_t s, index_t p, index_t len, index_t, auto) {
+        for (index_t t = 0; t < len; ++t) {
+          const int32_t n = tp[(s + t) * ts];
+          if (n > 1)
+            vg[p + t] = store<T>(values_grad_of<R, A, kNan>(static_cast<A>(load(g[s + t])), static_cast<A>(load(values[p + t])),
+                                                            static_cast<A>(load(out[s + t])), 1, n, A(1), include_self));
+        }
+      }, [](index_t) {});
+    }
+    if (arr_grad)  // reads a slot's tie count, then overwrites it with the slot's grad
+      for_slots(geo, plan, [tp, arr_grad, g, arr, out, cv, include_self](index_t s, index_t len, index_t r) {
+        const int32_t c0 = cv.base(r);
+        for (index_t t = 0; t < len; ++t) {
+          const int32_t n = tp[(s + t) * ts];
+          arr_grad[s + t] = store<T>(arr_grad_of<R, A, kNan>(static_cast<A>(load(g[s + t])), static_cast<A>(load(arr[s + t])),
+                                                             static_cast<A>(load(out[s + t])), cv.at(c0, s + t), n, A(1),
+                                                             include_self));
+        }
+      });
+  };
+  if (nan_flag.load()) rest(std::true_type{});
+  else rest(std::false_type{});
 }
 
 }  // namespace

@@ -138,9 +138,15 @@ PE_HOSTDEVICE inline bool matches(A x, A r) {
 // underflow, overflow) only a product of the others is (exclusive prefix x suffix products).
 template <typename A>
 PE_HOSTDEVICE inline bool is_normal_value(A x) {
-  using L = std::numeric_limits<A>;
-  const A m = x < A(0) ? -x : x;
-  return (m >= L::min()) & (m <= L::max());  // false for NaN
+  // On the bits: the exponent field is neither 0 (zero, subnormal) nor all ones (inf, NaN). Integer
+  // ops only (the float compares of |x| cost a third of the mul backward's fast pass on 2 threads).
+  static_assert(sizeof(A) == 4 || sizeof(A) == 8, "is_normal_value: float or double");
+  using U = std::conditional_t<sizeof(A) == 8, uint64_t, uint32_t>;
+  constexpr int kMant = std::numeric_limits<A>::digits - 1;
+  constexpr U kExp = (U(1) << (sizeof(A) * 8 - 1 - kMant)) - 1;
+  U b;
+  std::memcpy(&b, &x, sizeof(A));
+  return ((b >> kMant) & kExp) - U(1) < kExp - U(1);
 }
 
 // The value a slot starts from when arr takes no part in its reduction (GPU: include_self=False).
