@@ -64,6 +64,10 @@ class _Logcumsumexp(PyLayer):
                                "the grad needs it")
         if not paddle.is_grad_enabled():
             return _library.ops().pe_logcumsumexp_vjp(x, out, out_grad, *ctx.attrs)
+        # A higher-order graph needs out's own dependence on x (the saved alias is detached): recompute it
+        # on the graph, through this same PyLayer.
+        axis, flatten, exclusive, reverse = ctx.attrs
+        out = logcumsumexp(x, axis=None if flatten else axis, exclusive=exclusive, reverse=reverse)
         return _differentiable_grad(x, out, out_grad, *ctx.attrs)
 
 
