@@ -212,6 +212,13 @@ def mutual_information(px, py, boundary=None):
     return ans, p
 
 
+def _mi_edge_weight(a, x, c):
+    """exp(a + x - c), the share of p[next] that came through one edge; 0 where not finite."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(a + x - c)
+    return np.where(np.isfinite(e), e, 0.0)
+
+
 def mutual_information_grad(px, py, boundary=None, ans_grad=None):
     """(px_grad, py_grad) by the backward recursion of the MLU design (non-finite terms count as 0)."""
     px, py = np.asarray(px, np.float64), np.asarray(py, np.float64)
@@ -221,11 +228,6 @@ def mutual_information_grad(px, py, boundary=None, ans_grad=None):
     ans_grad = np.ones(B) if ans_grad is None else np.asarray(ans_grad, np.float64)
     _, p = mutual_information(px, py, boundary)
     px_grad, py_grad = np.zeros_like(px), np.zeros_like(py)
-
-    def weight(a, x, c):
-        with np.errstate(invalid="ignore", over="ignore"):
-            e = np.exp(a + x - c)
-        return e if np.isfinite(e) else 0.0
 
     for b, (s0, t0, s1, t1) in enumerate(_mi_boxes(px, py, boundary)):
         g = np.zeros((S + 2, T + 2))
@@ -237,10 +239,10 @@ def mutual_information_grad(px, py, boundary=None, ans_grad=None):
                 total = 0.0
                 if s < s1 and (not modified or t < t1):
                     nxt = (s + 1, t + 1) if modified else (s + 1, t)
-                    px_grad[b, s, t] = g[nxt] * weight(p[b, s, t], px[b, s, t], p[b][nxt])
+                    px_grad[b, s, t] = g[nxt] * _mi_edge_weight(p[b, s, t], px[b, s, t], p[b][nxt])
                     total += px_grad[b, s, t]
                 if t < t1:
-                    py_grad[b, s, t] = g[s, t + 1] * weight(p[b, s, t], py[b, s, t], p[b, s, t + 1])
+                    py_grad[b, s, t] = g[s, t + 1] * _mi_edge_weight(p[b, s, t], py[b, s, t], p[b, s, t + 1])
                     total += py_grad[b, s, t]
                 g[s, t] = total
     return px_grad, py_grad
@@ -497,11 +499,6 @@ def mutual_information_grad_wavefront(px, py, boundary=None, ans_grad=None):
     _, p = mutual_information_wavefront(px, py, boundary)
     px_grad, py_grad = np.zeros_like(px), np.zeros_like(py)
 
-    def weight(a, x, c):
-        with np.errstate(invalid="ignore", over="ignore"):
-            e = np.exp(a + x - c)
-        return np.where(np.isfinite(e), e, 0.0)
-
     for b, (s0, t0, s1, t1) in enumerate(_mi_boxes(px, py, boundary)):
         g = np.zeros((S + 2, T + 2))
         g[s1, t1] = ans_grad[b]
@@ -515,13 +512,13 @@ def mutual_information_grad_wavefront(px, py, boundary=None, ans_grad=None):
             tx = np.minimum(t, T1 - 1)
             sxi = np.minimum(s, S - 1) if S else s
             if S:
-                w = np.where(sx, g[ns, nt] * weight(pb[s, t], px[b, sxi, tx], pb[ns, nt]), 0.0)
+                w = np.where(sx, g[ns, nt] * _mi_edge_weight(pb[s, t], px[b, sxi, tx], pb[ns, nt]), 0.0)
                 px_grad[b, s[sx], t[sx]] = w[sx]
                 total += w
             ty = t < t1
             tyi = np.minimum(t, T - 1) if T else t
             if T:
-                w = np.where(ty, g[s, t + 1] * weight(pb[s, t], py[b, s, tyi], pb[s, t + 1]), 0.0)
+                w = np.where(ty, g[s, t + 1] * _mi_edge_weight(pb[s, t], py[b, s, tyi], pb[s, t + 1]), 0.0)
                 py_grad[b, s[ty], t[ty]] = w[ty]
                 total += w
             g[s, t] = total
