@@ -25,7 +25,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
-from . import _library
+from . import _amp, _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
 
 _OP = "adaptive_log_softmax_with_loss"
@@ -71,6 +71,7 @@ def adaptive_log_softmax_target(logits, target, name=None):
     """
     op = "adaptive_log_softmax_target"
     _check_logits(logits, op)
+    logits = _amp.float32_at_o1(logits)  # log_softmax-like: a float32 op at O1, as in Paddle's AMP lists
     target = _as_int64(target, "target", op)
     if len(target.shape) != 1:
         raise ValueError(f"{op}: target must be 1-D [M], got shape {list(target.shape)}")
@@ -93,6 +94,7 @@ def adaptive_log_softmax_full(logits, offset=None, name=None):
     """
     op = "adaptive_log_softmax_full"
     _check_logits(logits, op)
+    logits = _amp.float32_at_o1(logits)  # log_softmax-like: a float32 op at O1, as in Paddle's AMP lists
     if offset is None:
         offset = paddle.zeros_like(logits[:, 0])
         offset.stop_gradient = True
@@ -273,7 +275,8 @@ def _cast(t, dtype):
 def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias):
     """[N] log p(label | input) for a 2-D input, in the compute dtype."""
     shortlist = cutoffs[0]
-    head = F.linear(input, head_weight, head_bias)
+    dtype = _compute_dtype(input.dtype)
+    head = _cast(F.linear(input, head_weight, head_bias), dtype)
     # The head column of each row: its label in the shortlist, else shortlist + (cluster index - 1).
     cluster = paddle.zeros_like(label)
     for c in cutoffs[:-1]:
@@ -287,7 +290,7 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
             continue  # no label in this cluster: nothing to compute (static graphs run it on 0 rows)
         flat = rows.reshape([-1])
         hidden = paddle.matmul(paddle.gather(input, flat), tail_weights[i][0])
-        logits = paddle.matmul(hidden, tail_weights[i][1])
+        logits = _cast(paddle.matmul(hidden, tail_weights[i][1]), dtype)
         local = _target(logits, paddle.gather(label, flat) - low)
         output = paddle.index_add(output, flat, 0, local)  # scatter_nd_add has no second-order grad
     return output
@@ -296,18 +299,29 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
 def _full_log_prob(input, head, tail_weights, cutoffs):
     """[N, n_classes] log-probabilities, from the input and its head logits."""
     shortlist = cutoffs[0]
+    dtype = _compute_dtype(input.dtype)
+    head = _cast(head, dtype)
     zeros = paddle.zeros_like(head[:, 0])
     zeros.stop_gradient = True
     head_lp = _full(head, zeros)
     pieces = [head_lp[:, :shortlist]]
     for i in range(len(cutoffs) - 1):
-        logits = paddle.matmul(paddle.matmul(input, tail_weights[i][0]), tail_weights[i][1])
+        logits = _cast(paddle.matmul(paddle.matmul(input, tail_weights[i][0]), tail_weights[i][1]), dtype)
         lp = _full(logits, head_lp[:, shortlist + i])
         pieces.append(lp)
     return paddle.concat(pieces, axis=1) if len(pieces) > 1 else pieces[0]
 
 
+def _out_dtype(input):
+    """input's dtype; float32 (the compute dtype) under auto_cast, as Paddle's log_softmax and losses at O1."""
+    return input.dtype if _amp.amp_level() == "O0" else _compute_dtype(input.dtype)
+
+
 def _prepare(input, head_weight, tail_weights, head_bias):
+    """The arguments in the compute dtype (float32 for 16-bit inputs). Under auto_cast the matmuls keep
+    AMP's dtype (the casts would only be undone) and their logits are cast instead (_target_log_prob)."""
+    if _amp.amp_level() != "O0":
+        return input, head_weight, tail_weights, head_bias
     dtype = _compute_dtype(input.dtype)
     input = _cast(input, dtype)
     head_weight = _cast(head_weight, dtype)
@@ -344,7 +358,7 @@ def adaptive_log_softmax_with_loss(input, label, head_weight, tail_weights, cuto
 def adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias=None):
     """The computation of adaptive_log_softmax_with_loss on arguments already validated (by the layer)."""
     batched = len(input.shape) == 2
-    out_dtype = input.dtype
+    out_dtype = _out_dtype(input)
     x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
     if not batched:
         x, label = x.unsqueeze(0), label.unsqueeze(0)
@@ -357,7 +371,7 @@ def adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weigh
 
 def adaptive_log_prob(input, head_weight, tail_weights, cutoffs, head_bias=None):
     """[N, n_classes] (or [n_classes]) log-probabilities of every class, in ``input``'s dtype."""
-    out_dtype = input.dtype
+    out_dtype = _out_dtype(input)
     batched = len(input.shape) == 2
     x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
     if not batched:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import paddle
 from paddle.autograd import PyLayer
 
-from . import _library
+from . import _amp, _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_axis, check_tensor, dtype_name, floating_dtype
 
 
@@ -31,6 +31,7 @@ def logcumsumexp(x, axis=None, exclusive=False, reverse=False, dtype=None, name=
         if x.dtype not in INTEGER_DTYPES and x.dtype != paddle.bool:
             raise TypeError(f"logcumsumexp: x has dtype {dtype_name(x.dtype)}; expected a real floating or integer dtype")
         x = paddle.cast(x, "float32")  # as paddle.logcumsumexp does
+    x = _amp.float32_at_o1(x)  # a float32 op at O1 (as cumsum and log_softmax in Paddle's AMP lists)
     flatten = axis is None
     axis = 0 if flatten else check_axis(axis, len(x.shape), "logcumsumexp")
     attrs = (axis, flatten, bool(exclusive), bool(reverse))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import paddle
 from paddle.autograd import PyLayer
 
-from . import _library
+from . import _amp, _library
 from ._checks import FLOATING_DTYPES, check_tensor, dtype_name
 
 def _dim_known(d) -> bool:
@@ -80,12 +80,14 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, name=
         name: unused, for API compatibility.
 
     Returns:
-        ``ans`` of shape ``[B]`` = ``p[b, s_end, t_end]``, or ``(ans, (px_grad, py_grad))``.
+        ``ans`` of shape ``[B]`` = ``p[b, s_end, t_end]``, or ``(ans, (px_grad, py_grad))``, in px's dtype;
+        float32 under ``paddle.amp.auto_cast``, which is off inside (docs/mutual_information.md).
 
     First-order grads only: a higher-order graph (``paddle.grad(..., create_graph=True)``) raises
     NotImplementedError in dygraph (Paddle re-raises it from the backward as OSError, message kept).
     """
-    return _recursion(px, py, boundary, return_grad, "mutual_information_recursion")
+    # 16-bit inputs and auto_cast: float32 inside
+    return _amp.float32_op(_recursion, 2, px, py, boundary, return_grad, "mutual_information_recursion")
 
 
 def _recursion(px, py, boundary, return_grad, op):

@@ -11,7 +11,7 @@ import numbers
 import paddle
 from paddle.autograd import PyLayer
 
-from . import _library
+from . import _amp, _library
 from ._checks import FLOATING_DTYPES, check_axis, check_tensor, dtype_name, is_tensor
 
 OP = "put_along_axis"
@@ -242,8 +242,9 @@ def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=Tru
         arr (Tensor): float16, bfloat16, float32, float64, int32, int64, int16 or uint8.
         indices (Tensor): int32 or int64, arr's rank. With ``broadcast`` its dimensions off ``axis``
             are 1 or arr's; otherwise they are ``<=`` arr's and values'.
-        values (Tensor|number): arr's dtype, broadcast to the indices' shape (``broadcast=True``) or at
-            least the indices' shape (``broadcast=False``, the extra part is unused).
+        values (Tensor|number): arr's dtype (under auto_cast both are promoted to the wider one),
+            broadcast to the indices' shape (``broadcast=True``) or at least the indices' shape
+            (``broadcast=False``, the extra part is unused).
         axis (int): the axis to scatter along; negative counts from the end.
         reduce (str): 'assign' (the largest position of ``indices`` wins), 'add', 'mul'/'multiply',
             'mean', 'amin', 'amax' (a NaN value wins).
@@ -258,9 +259,10 @@ def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=Tru
         Tensor of arr's shape and dtype.
 
     Raises:
-        TypeError: wrong dtypes (values' dtype must equal arr's).
+        TypeError: wrong dtypes (values' dtype must equal arr's outside auto_cast).
         ValueError: bad reduce or shapes. IndexError: an index outside ``[-n, n)`` (dygraph).
     """
+    arr, values = _amp.promote(arr, values)  # under auto_cast, as paddle.put_along_axis (on no AMP list)
     indices, values, axis, reduce, include_self, block = _prepare(
         arr, indices, values, axis, reduce, include_self, broadcast, OP)
     attrs = (axis, reduce, include_self, _check_bool(deterministic, "deterministic", OP))
@@ -278,6 +280,7 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
     written, so an IndexError leaves ``arr`` unchanged.
     """
     op = OP + "_"
+    values = _amp.cast_like(values, arr)  # under auto_cast: arr's dtype cannot change
     indices, values, axis, reduce, include_self, block = _prepare(
         arr, indices, values, axis, reduce, include_self, broadcast, op)
     attrs = (axis, reduce, include_self, _check_bool(deterministic, "deterministic", op))

@@ -9,6 +9,10 @@ static graph (``None`` in an InputSpec, -1 in ``x.shape``) too: the graph takes 
 tensors when it runs (``_dims``), and shape checks compare the dimensions known when it is built (the
 kernels check the rest). Checks that need the values of ``boundary`` (and the s_range adjustment of
 ``get_rnnt_prune_ranges``) run in dygraph only.
+
+Each public function only sends its arguments through ``_amp.float32_op`` (float16/bfloat16 inputs and
+any call under auto_cast computed in float32; docs/rnnt_loss.md, "Mixed precision") to its ``_name``
+twin, which does the work.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import warnings
 import numpy as np
 import paddle
 
-from . import _library
+from . import _amp, _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
 from .mutual_information import _recursion, check_boundary
 
@@ -222,6 +226,10 @@ def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_t
     Args: lm ``[B, S+1, C]``, am ``[B, T, C]``, symbols int ``[B, S]``; see rnnt_loss_simple.
     Returns: px ``[B, S, T+1]`` (regular) or ``[B, S, T]``, py ``[B, S+1, T]``.
     """
+    return _amp.float32_op(_get_rnnt_logprobs, 2, lm, am, symbols, termination_symbol, boundary, rnnt_type)
+
+
+def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
     op = "get_rnnt_logprobs"
     B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
@@ -261,6 +269,12 @@ def rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_ty
     Returns:
         loss, or ``(loss, (px_grad, py_grad))``.
     """
+    return _amp.float32_op(_rnnt_loss_simple, 2, lm, am, symbols, termination_symbol, boundary, rnnt_type,
+                           delay_penalty, reduction, return_grad, name)
+
+
+def _rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
+                      reduction="mean", return_grad=False, name=None):
     _check_reduction("rnnt_loss_simple", reduction)
     px, py = get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type)
     px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss_simple", delay_penalty))
@@ -289,6 +303,10 @@ def _check_penalty(op, delay_penalty):
 
 def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) from joiner logits ``[B, T, S+1, C]`` (normalised here with logsumexp over C)."""
+    return _amp.float32_op(_get_rnnt_logprobs_joint, 1, logits, symbols, termination_symbol, boundary, rnnt_type)
+
+
+def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
     op = "rnnt_loss"
     B, T, S1, C = _check_float(logits, "logits", op, 4)
     _check_common(op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
@@ -315,6 +333,12 @@ def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="reg
     Other arguments as in :func:`rnnt_loss_simple`. Regular rnnt_loss with reduction 'none' equals
     ``paddle.nn.functional.rnnt_loss(log_softmax(logits), ..., fastemit_lambda=0, reduction='none')``.
     """
+    return _amp.float32_op(_rnnt_loss, 1, logits, symbols, termination_symbol, boundary, rnnt_type, delay_penalty,
+                           reduction, name)
+
+
+def _rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
+               reduction="mean", name=None):
     _check_reduction("rnnt_loss", reduction)
     px, py = get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type)
     px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss", delay_penalty))
@@ -390,6 +414,10 @@ def get_rnnt_prune_ranges(px_grad, py_grad, boundary, s_range):
         boundary (Tensor): int64 ``[B, 4]`` (required).
         s_range (int): symbols kept per frame; >= 2 for regular RNN-T and where T is dynamic.
     """
+    return _amp.float32_op(_get_rnnt_prune_ranges, 2, px_grad, py_grad, boundary, s_range)
+
+
+def _get_rnnt_prune_ranges(px_grad, py_grad, boundary, s_range):
     op = "get_rnnt_prune_ranges"
     s_range, is_regular = _check_prune_ranges(op, px_grad, py_grad, boundary, s_range)
     B, S, T1 = _dims(px_grad)
@@ -436,6 +464,10 @@ def _check_pruning(am, lm, ranges):
 def do_rnnt_pruning(am, lm, ranges):
     """Prune encoder (am ``[B, T, Da]``) and predictor (lm ``[B, S+1, Dl]``) outputs with ranges
     ``[B, T, s_range]``: returns ``am_pruned [B, T, s_range, Da]`` and ``lm_pruned [B, T, s_range, Dl]``."""
+    return _amp.moved_in_float32(_do_rnnt_pruning, 2, am, lm, ranges)  # 16-bit inputs: moved as float32 (exact)
+
+
+def _do_rnnt_pruning(am, lm, ranges):
     _check_pruning(am, lm, ranges)
     B, T, R = _dims(ranges)
     Da, Dl = _dims(am)[2], _dims(lm)[2]
@@ -510,6 +542,11 @@ def _check_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_ty
 
 def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) from pruned joiner logits ``[B, T, s_range, C]``: entries outside each frame's range are -inf."""
+    return _amp.float32_op(_get_rnnt_logprobs_pruned, 1, logits, symbols, ranges, termination_symbol, boundary,
+                           rnnt_type)
+
+
+def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
     _check_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
     B, T, R, C = _dims(logits)
     S = _dims(symbols)[1]
@@ -537,6 +574,12 @@ def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None,
                      delay_penalty=0.0, reduction="mean", name=None):
     """The RNN-T loss on pruned joiner output ``logits [B, T, s_range, C]`` (k2 ``rnnt_loss_pruned``),
     with ``ranges`` from :func:`get_rnnt_prune_ranges`; other arguments as in :func:`rnnt_loss`."""
+    return _amp.float32_op(_rnnt_loss_pruned, 1, logits, symbols, ranges, termination_symbol, boundary, rnnt_type,
+                           delay_penalty, reduction, name)
+
+
+def _rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular",
+                      delay_penalty=0.0, reduction="mean", name=None):
     _check_reduction("rnnt_loss_pruned", reduction)
     px, py = get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
     px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss_pruned", delay_penalty))
@@ -556,6 +599,12 @@ def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scal
                                boundary=None, rnnt_type="regular"):
     """(px, py) of the simple loss interpolated with an LM-only and an AM-only (unigram-LM) model:
     ``lm_only_scale * lm + am_only_scale * am + (1 - both) * combined``, in log space."""
+    return _amp.float32_op(_get_rnnt_logprobs_smoothed, 2, lm, am, symbols, termination_symbol, lm_only_scale,
+                           am_only_scale, boundary, rnnt_type)
+
+
+def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1,
+                                boundary=None, rnnt_type="regular"):
     op = "rnnt_loss_smoothed"
     B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
     for arg, v in (("lm_only_scale", lm_only_scale), ("am_only_scale", am_only_scale)):
@@ -606,6 +655,12 @@ def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scal
 def rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1, boundary=None,
                        rnnt_type="regular", delay_penalty=0.0, reduction="mean", return_grad=False, name=None):
     """rnnt_loss_simple on the smoothed (px, py) of :func:`get_rnnt_logprobs_smoothed` (k2 ``rnnt_loss_smoothed``)."""
+    return _amp.float32_op(_rnnt_loss_smoothed, 2, lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale,
+                           boundary, rnnt_type, delay_penalty, reduction, return_grad, name)
+
+
+def _rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1, boundary=None,
+                        rnnt_type="regular", delay_penalty=0.0, reduction="mean", return_grad=False, name=None):
     _check_reduction("rnnt_loss_smoothed", reduction)
     px, py = get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale, boundary,
                                         rnnt_type)

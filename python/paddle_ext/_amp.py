@@ -1,0 +1,125 @@
+"""paddle_ext's ops under ``paddle.amp.auto_cast`` (docs/architecture.md, "Mixed precision").
+
+Paddle's AMP picks an op's compute dtype by the op's name: black-list ops (exp, log_softmax, cumsum,
+cross_entropy, ...) run in float32 at O1, white-list ops (matmul) in float16/bfloat16, and the rest
+in their inputs' widest dtype ("promote"). It knows nothing of custom ops and passes them through
+unchanged, so each public function applies the rule of its built-in counterpart itself, with these
+helpers:
+
+* ``float32_at_o1``: logsumexp-like ops (logcumsumexp, the adaptive-softmax ops), black-listed as
+  cumsum/log_softmax are: float32 at O1 (and OD), their input's dtype at O2.
+* ``promote``: put_along_axis, on no list (as paddle.put_along_axis): mixed floating dtypes are
+  promoted to the widest.
+* ``float32_op``: the lattice recursion and the RNN-T losses always compute in float32 (float64
+  stays float64), with auto_cast off inside so that no step (e.g. a matmul) drops to 16 bits; a
+  float16/bfloat16 input gives results in its dtype, and under auto_cast the results stay float32, as
+  Paddle's losses (cross_entropy) return them. ``moved_in_float32``: do_rnnt_pruning, a gather.
+
+Outside auto_cast every op returns its input's dtype; 16-bit inputs are computed in float32 inside.
+On CPU, dygraph auto_cast has no effect (Paddle disables it there); static graphs (to_static with
+auto_cast inside) do apply it on CPU.
+"""
+
+from __future__ import annotations
+
+import paddle
+from paddle.base import core
+from paddle.base.framework import _dygraph_tracer, in_pir_mode
+
+HALF_DTYPES = (paddle.float16, paddle.bfloat16)
+_FLOAT_ORDER = (paddle.float16, paddle.bfloat16, paddle.float32, paddle.float64)
+_TENSOR_TYPES = (paddle.Tensor, paddle.pir.Value, paddle.static.Variable)
+
+# Every public call asks these questions, so they are answered cheaply on the common path (a dygraph
+# float32 call outside auto_cast): dygraph dtypes are singletons (compared by identity; comparing
+# paddle dtypes by value costs microseconds) and the level is read from Paddle's state directly.
+
+
+def _level():
+    """Paddle's AmpLevel in force (its int is 0 for O0), or None (legacy static mode: no auto_cast)."""
+    if in_pir_mode():
+        return core._get_amp_attrs()._amp_level
+    tracer = _dygraph_tracer()
+    return tracer._amp_level if tracer is not None else None
+
+
+def autocast() -> bool:
+    """Whether auto_cast is in force (it is not in dygraph on CPU, where Paddle turns it off)."""
+    level = _level()
+    return level is not None and int(level) != 0
+
+
+def amp_level() -> str:
+    """'O0' outside auto_cast (or where it has no effect), else the level in force: 'O1', 'O2' or 'OD'."""
+    return _level().name if autocast() else "O0"
+
+
+def _is_dtype(x, dtypes) -> bool:
+    d = x.dtype
+    return any(d is t for t in dtypes) or (not isinstance(x, paddle.Tensor) and d in dtypes)
+
+
+def is_half(x) -> bool:
+    return isinstance(x, _TENSOR_TYPES) and _is_dtype(x, HALF_DTYPES)
+
+
+def _is_float(x) -> bool:
+    return isinstance(x, _TENSOR_TYPES) and _is_dtype(x, _FLOAT_ORDER)
+
+
+def float32(x):
+    """x cast to float32 if it is float16/bfloat16 (a differentiable cast), else x."""
+    return x.astype("float32") if is_half(x) else x
+
+
+def float32_at_o1(x):
+    """A black-list op's input: float16/bfloat16 becomes float32 at O1 and OD; O2 keeps it."""
+    return float32(x) if is_half(x) and amp_level() in ("O1", "OD") else x
+
+
+def promote(a, b):
+    """(a, b) in the wider of their floating dtypes under auto_cast (Paddle's rule for an op on neither
+    list); unchanged outside it, where a dtype mismatch stays the caller's error."""
+    if not autocast() or not (_is_float(a) and _is_float(b)) or a.dtype == b.dtype:
+        return a, b
+    wide = max(a.dtype, b.dtype, key=_FLOAT_ORDER.index)
+    return a.astype(wide), b.astype(wide)
+
+
+def cast_like(values, arr):
+    """An inplace op's values in arr's floating dtype under auto_cast (arr's dtype cannot change)."""
+    if not autocast() or not (_is_float(values) and _is_float(arr)) or values.dtype == arr.dtype:
+        return values
+    return values.astype(arr.dtype)
+
+
+def float32_op(fn, n, *args):
+    """fn(*args) for a float32 op whose first n arguments are its floating tensors. With 16-bit inputs
+    of one dtype, or under auto_cast, fn runs with auto_cast off on float32 casts of them (differentiable,
+    so their grads come back in their dtype), and its floating results are cast to that 16-bit dtype,
+    or stay float32 under auto_cast. Integer results (ranges) pass through. Otherwise fn(*args) as is."""
+    floats = args[:n]
+    on = autocast()
+    if not on and not any(is_half(x) for x in floats):
+        return fn(*args)  # the common case
+    if not all(_is_float(x) for x in floats) or (not on and len({str(x.dtype) for x in floats}) > 1):
+        return fn(*args)  # not floating tensors, or mixed dtypes outside auto_cast: fn's checks name them
+    with paddle.amp.auto_cast(enable=False):
+        out = fn(*[float32(x) for x in floats], *args[n:])
+    return out if on else _cast_floats(out, floats[0].dtype)
+
+
+def moved_in_float32(fn, n, *args):
+    """fn(*args) for an op that only moves its first n floating tensors (no arithmetic), returning one
+    result per such input: 16-bit inputs go through as float32 (Paddle's CPU gathers have no 16-bit
+    kernels) and each result comes back in its input's dtype, exactly, with or without auto_cast."""
+    if not any(is_half(x) for x in args[:n]):
+        return fn(*args)
+    out = fn(*[float32(x) for x in args[:n]], *args[n:])
+    return tuple(o.astype(x.dtype) if is_half(x) else o for o, x in zip(out, args[:n]))
+
+
+def _cast_floats(out, dtype):
+    if isinstance(out, (tuple, list)):
+        return type(out)(_cast_floats(o, dtype) for o in out)
+    return out.astype(dtype) if _is_float(out) and out.dtype != dtype else out
