@@ -272,6 +272,29 @@ def _cast(t, dtype):
     return t if t is None or t.dtype == dtype else paddle.cast(t, dtype)
 
 
+def _grads_must_sync():
+    """Whether every parameter must produce a grad: under data parallelism (paddle.DataParallel over 2+
+    processes) a parameter without a grad on one rank deadlocks the gradient all-reduce or is silently
+    left out of it, unless find_unused_parameters=True. A single process keeps grads None where a cluster
+    has no label, so optimizers leave its parameters (and their moments) alone, as before, at no cost."""
+    return paddle.distributed.is_initialized() and paddle.distributed.get_world_size() > 1 and paddle.is_grad_enabled()
+
+
+class _ZeroGrads(PyLayer):
+    """Identity on x that gives each weight an exact zero grad: the grads of a tail cluster without
+    labels (running it on zero rows would do the same, but Paddle 3.3.1's matmul grad fails on an
+    empty batch whose input needs no grad)."""
+
+    @staticmethod
+    def forward(ctx, x, *weights):
+        ctx.weights = [(w.shape, w.dtype) for w in weights]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (grad, *(paddle.zeros(shape, dtype) for shape, dtype in ctx.weights))
+
+
 def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias):
     """[N] log p(label | input) for a 2-D input, in the compute dtype."""
     shortlist = cutoffs[0]
@@ -287,7 +310,11 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
         low, high = cutoffs[i], cutoffs[i + 1]
         rows = paddle.nonzero((label >= low) & (label < high))  # [k, 1]
         if paddle.in_dynamic_mode() and rows.shape[0] == 0:
-            continue  # no label in this cluster: nothing to compute (static graphs run it on 0 rows)
+            # No label in this cluster: nothing to compute (static graphs run it on 0 rows).
+            trained = [w for w in tail_weights[i] if not w.stop_gradient]
+            if trained and _grads_must_sync():
+                output = _ZeroGrads.apply(output, *trained)
+            continue
         flat = rows.reshape([-1])
         hidden = paddle.matmul(paddle.gather(input, flat), tail_weights[i][0])
         logits = _cast(paddle.matmul(hidden, tail_weights[i][1]), dtype)

@@ -56,7 +56,7 @@ def _bench(args) -> int:
 def _demo(args) -> int:
     from paddle_ext import demo  # noqa: PLC0415
 
-    return demo.main(task=args.task, steps=args.steps, seed=args.seed, out_dir=args.out)
+    return demo.main(task=args.task, steps=args.steps, seed=args.seed, out_dir=args.out, nproc=args.nproc)
 
 
 def main(argv=None) -> int:
@@ -76,6 +76,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=None, help="training steps per task (default: each task's own)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="demo-out", help="directory for results.json, models and plots")
+    p.add_argument("--nproc", type=int, default=1,
+                   help="train data-parallel on N local processes (paddle.distributed: gloo on CPU, NCCL on GPU)")
     p.set_defaults(func=_demo)
     args = parser.parse_args(argv)
     return args.func(args)

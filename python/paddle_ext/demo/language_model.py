@@ -23,6 +23,7 @@ import paddle
 import paddle_ext
 
 from . import DemoTask, TaskResult
+from ._parallel import Ranks
 from .export import export_and_compare
 
 MAX_TOKENS = 600_000  # corpus cap (the first stdlib files in sorted order), keeps the demo minutes-long
@@ -135,7 +136,9 @@ def _time_steps(model, data, steps) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def run(steps: int, seed: int, out_dir, log=print) -> TaskResult:
+def run(steps: int, seed: int, out_dir, log=print, ranks: Ranks = Ranks()) -> TaskResult:
+    """Every rank draws the same batches and trains on its shard of the sequences (the adaptive softmax
+    under DataParallel's default settings). Rank 0 alone times the full-softmax model and exports."""
     rng = np.random.default_rng(seed)
     paddle.seed(seed)
     ids, vocab, counts = build_corpus(stdlib_docstrings())
@@ -147,6 +150,7 @@ def run(steps: int, seed: int, out_dir, log=print) -> TaskResult:
         f"{', '.join(vocab[:6])}, …); cutoffs {cutoffs}: the head's {cutoffs[0]} words cover {head_share:.0%}")
     model = AdaptiveLM(len(vocab), cutoffs)
     opt = paddle.optimizer.Adam(learning_rate=3e-3, parameters=model.parameters())
+    trained = ranks.wrap(model)
     eval_rng = np.random.default_rng(seed + 1)
     test_tokens, test_targets = next(batches(test_ids, eval_rng, size=4 * BATCH))  # 4096 held-out tokens
     before = perplexity(model, test_tokens, test_targets)
@@ -154,17 +158,21 @@ def run(steps: int, seed: int, out_dir, log=print) -> TaskResult:
     data = batches(train_ids, rng)
     losses, start = [], time.perf_counter()
     for step in range(steps):
-        tokens, targets = next(data)
-        loss = -model(tokens, targets).mean()
+        tokens, targets = (ranks.shard(t) for t in next(data))
+        loss = -trained(tokens, targets).mean()
         loss.backward()
         opt.step()
         opt.clear_grad()
-        losses.append(float(loss))
+        losses.append(ranks.mean(float(loss)))
         if step % max(1, steps // 5) == 0 or step == steps - 1:
             log(f"   step {step:4d}  loss {losses[-1]:.4f}  ({(time.perf_counter() - start) / (step + 1) * 1e3:.0f} ms/step)")
     train_seconds = time.perf_counter() - start
+    spread = ranks.spread_extra(model)
     after = perplexity(model, test_tokens, test_targets)
     log(f"   held-out perplexity {before:.1f} -> {after:.1f}")
+    if not ranks.main:
+        return TaskResult("language_model", "held-out perplexity", before, after, train_seconds, True, 0.0, losses,
+                          spread)
     timing_steps = max(2, min(10, steps))
     adaptive_ms = _time_steps(model, batches(train_ids, np.random.default_rng(seed + 2)), timing_steps) * 1e3
     full_ms = _time_steps(FullSoftmaxLM(len(vocab)), batches(train_ids, np.random.default_rng(seed + 2)),
@@ -173,7 +181,7 @@ def run(steps: int, seed: int, out_dir, log=print) -> TaskResult:
         f"full softmax {full_ms:.0f} ms ({full_ms / adaptive_ms:.1f}x)")
     diff = export_and_compare(model, {"tokens": test_tokens.numpy(), "targets": test_targets.numpy()}, out_dir, log)
     extra = {"vocabulary": len(vocab), "tokens": int(len(ids)), "cutoffs": cutoffs,
-             "ms_per_step_adaptive": adaptive_ms, "ms_per_step_full_softmax": full_ms}
+             "ms_per_step_adaptive": adaptive_ms, "ms_per_step_full_softmax": full_ms, **spread}
     return TaskResult("language_model", "held-out perplexity", before, after, train_seconds, diff < 1e-3, diff, losses,
                       extra)
 

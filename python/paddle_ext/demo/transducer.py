@@ -19,6 +19,7 @@ import paddle
 import paddle_ext
 
 from . import DemoTask, TaskResult
+from ._parallel import Ranks
 from .export import export_and_compare
 
 VOCAB = 8  # symbol 0 is the blank; real symbols 1..7
@@ -79,6 +80,10 @@ class Transducer(paddle.nn.Layer):
 
     def joiner(self, enc, pred):
         return self.join_out(paddle.tanh(self.join_enc(enc) + self.join_pred(pred)))
+
+    def forward(self, x, symbols, boundary, pruned: bool):
+        """The training loss and the loss shown in the log: see train_step."""
+        return train_step(self, x, symbols, boundary, pruned)
 
 
 class Scorer(paddle.nn.Layer):
@@ -150,7 +155,9 @@ def train_step(model, x, symbols, boundary, pruned: bool):
     return 0.5 * simple + pruned_loss, pruned_loss
 
 
-def run(steps: int, seed: int, out_dir, log=print) -> TaskResult:
+def run(steps: int, seed: int, out_dir, log=print, ranks: Ranks = Ranks()) -> TaskResult:
+    """Every rank draws the same batches and trains on its shard of the utterances. The full joiner
+    first takes part after the warm-up, so DataParallel needs find_unused_parameters=True here."""
     rng = np.random.default_rng(seed)
     paddle.seed(seed)
     prototypes = rng.normal(size=(VOCAB, FEAT)).astype(np.float32)
@@ -158,30 +165,33 @@ def run(steps: int, seed: int, out_dir, log=print) -> TaskResult:
     x_test, s_test, b_test = make_batch(200, rng, prototypes)
     model = Transducer()
     opt = paddle.optimizer.Adam(learning_rate=3e-3, parameters=model.parameters())
+    trained = ranks.wrap(model, find_unused_parameters=True)
     before = symbol_error_rate(model, x_test, s_test, b_test)
     log(f"   {len(x_test)} held-out utterances, vocab {VOCAB - 1} + blank; greedy symbol error rate {before:.3f}")
     losses, start = [], time.perf_counter()
     warmup = steps // 2
     for step in range(steps):
-        x, symbols, boundary = (paddle.to_tensor(a) for a in make_batch(32, rng, prototypes))
-        loss, shown = train_step(model, x, symbols, boundary, pruned=step >= warmup)
+        x, symbols, boundary = (paddle.to_tensor(ranks.shard(a)) for a in make_batch(32, rng, prototypes))
+        loss, shown = trained(x, symbols, boundary, pruned=step >= warmup)
         loss.backward()
         opt.step()
         opt.clear_grad()
-        losses.append(float(loss))
+        losses.append(ranks.mean(float(loss)))
         if step % max(1, steps // 6) == 0 or step == steps - 1 or step == warmup:
             if step < warmup:
                 log(f"   step {step:4d}  rnnt_loss_simple {losses[-1]:.4f}")
             else:
-                log(f"   step {step:4d}  0.5 * simple + pruned {losses[-1]:.4f} (rnnt_loss_pruned {float(shown):.4f})")
+                log(f"   step {step:4d}  0.5 * simple + pruned {losses[-1]:.4f} "
+                    f"(rnnt_loss_pruned {ranks.mean(float(shown)):.4f})")
     train_seconds = time.perf_counter() - start
+    extra = {"s_range": S_RANGE, "warmup_steps": warmup, **ranks.spread_extra(model)}
     after = symbol_error_rate(model, x_test, s_test, b_test)
     log(f"   greedy symbol error rate {before:.3f} -> {after:.3f}")
     scorer = Scorer(model)
     diff = export_and_compare(scorer, {"x": x_test[:16], "symbols": s_test[:16], "boundary": b_test[:16]}, out_dir,
-                              log)
+                              log) if ranks.main else 0.0
     return TaskResult("transducer", "greedy symbol error rate", before, after, train_seconds, diff < 1e-4, diff,
-                      losses, extra={"s_range": S_RANGE, "warmup_steps": warmup})
+                      losses, extra)
 
 
 TASK = DemoTask("transducer", "tiny transducer: rnnt_loss_simple then rnnt_loss_pruned", 400, run)
