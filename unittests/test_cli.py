@@ -64,3 +64,16 @@ def test_rnnt_loss_bench_quick_rows_agree(tmp_path):
                 loss_diff = float(cell.split()[1].split("/")[0])
                 assert loss_diff < 1e-5, (r["name"], cell)
     assert "paddle" in rows[-1]["ratios"] and all("paddle" not in r["ratios"] for r in rows[:-1])
+
+
+def test_rnnt_loss_bench_names_a_wrong_fast_rnnt_path(monkeypatch, tmp_path):
+    from paddle_ext.benchmarks import rnnt_loss
+
+    pytest.importorskip("torch")
+    monkeypatch.setenv("PADDLE_EXT_FAST_RNNT_SRC", str(tmp_path))
+    rnnt_loss.fast_rnnt.cache_clear()
+    try:
+        with pytest.raises(FileNotFoundError, match="PADDLE_EXT_FAST_RNNT_SRC"):
+            rnnt_loss.fast_rnnt()
+    finally:
+        rnnt_loss.fast_rnnt.cache_clear()

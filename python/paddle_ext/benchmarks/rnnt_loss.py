@@ -46,6 +46,9 @@ def fast_rnnt():
     torch = torch_or_none()
     if not src or torch is None:
         return None
+    if not os.path.isfile(os.path.join(src, _SOURCES[0])):
+        raise FileNotFoundError(f"PADDLE_EXT_FAST_RNNT_SRC={src!r} holds no {_SOURCES[0]} (expected a checkout of "
+                                "k2-fsa/fast_rnnt's source)")
     from torch.utils import cpp_extension  # noqa: PLC0415
 
     cache = os.environ.get("PADDLE_EXT_FAST_RNNT_CACHE", os.path.expanduser("~/.cache/paddle_ext/fast_rnnt"))
