@@ -37,7 +37,13 @@ bench-gpu: $(DEPS)
 demo: build
 	$(VENV)/bin/paddle-ext demo $(ARGS)
 
-bench: build
+# Benchmark-only requirements (torch) on top of the build.
+BENCH_DEPS := $(VENV)/.bench-deps-installed
+$(BENCH_DEPS): requirements-bench.txt $(DEPS)
+	$(VPY) -m pip install --disable-pip-version-check -q -r requirements-bench.txt
+	touch $@
+
+bench: build $(BENCH_DEPS)
 	$(VENV)/bin/paddle-ext bench $(ARGS)
 
 info: build

@@ -42,3 +42,38 @@ def test_survival_demo_learns_and_exports(tmp_path):
     assert result.after > result.before and result.after > 0.7
     assert result.export_match and result.max_abs_diff < 1e-4
     assert (tmp_path / "model.json").exists() or (tmp_path / "model.pdmodel").exists()
+
+
+def test_rnnt_loss_bench_quick_rows_agree(tmp_path):
+    """`paddle-ext bench --op rnnt_loss --quick`: the five loss rows, Paddle's F.rnnt_loss on the full one,
+    the peak-RSS note, and every other candidate's per-item losses within 1e-5 of paddle_ext's (the same
+    numbers go in). fast_rnnt is a column only where it loads (PADDLE_EXT_FAST_RNNT_SRC and torch)."""
+    from paddle_ext.benchmarks import rnnt_loss
+
+    path = tmp_path / "bench.json"
+    assert cli.main(["bench", "--op", "rnnt_loss", "--quick", "--repeats", "1", "--json", str(path)]) == 0
+    rows = json.loads(path.read_text())
+    names = [r["name"].split(" fwd+bwd")[0] for r in rows]
+    assert names == ["rnnt_loss_simple", "rnnt_loss_smoothed", "rnnt_loss_pruned", "pruned recipe", "rnnt_loss"]
+    peer = rnnt_loss.fast_rnnt() is not None
+    for r in rows:
+        assert r["medians_ms"]["paddle_ext"] > 0 and "peak RSS growth MiB: paddle_ext" in r["note"]
+        assert ("fast_rnnt" in r["ratios"]) == peer
+        for diff in r["note"].split("vs paddle_ext: ")[1:]:
+            for cell in diff.split(", "):
+                loss_diff = float(cell.split()[1].split("/")[0])
+                assert loss_diff < 1e-5, (r["name"], cell)
+    assert "paddle" in rows[-1]["ratios"] and all("paddle" not in r["ratios"] for r in rows[:-1])
+
+
+def test_rnnt_loss_bench_names_a_wrong_fast_rnnt_path(monkeypatch, tmp_path):
+    from paddle_ext.benchmarks import rnnt_loss
+
+    pytest.importorskip("torch")
+    monkeypatch.setenv("PADDLE_EXT_FAST_RNNT_SRC", str(tmp_path))
+    rnnt_loss.fast_rnnt.cache_clear()
+    try:
+        with pytest.raises(FileNotFoundError, match="PADDLE_EXT_FAST_RNNT_SRC"):
+            rnnt_loss.fast_rnnt()
+    finally:
+        rnnt_loss.fast_rnnt.cache_clear()

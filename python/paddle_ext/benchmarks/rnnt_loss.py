@@ -1,0 +1,240 @@
+"""The RNN-T losses fwd+bwd (float32, grads of sum(loss) w.r.t. the float inputs) vs k2-fsa/fast_rnnt and
+Paddle's ``F.rnnt_loss`` (issue 15): rnnt_loss_simple and rnnt_loss_smoothed (B=16 S=100 T=500 C=500),
+rnnt_loss_pruned on given joiner logits (s_range=5), the whole pruned recipe (simple with return_grad +
+get_rnnt_prune_ranges + do_rnnt_pruning + a sum joiner + pruned) and the full rnnt_loss (B=8 T=200 S=50
+C=500; Paddle's ``F.rnnt_loss(log_softmax(x))`` next to it). Every candidate gets the same numbers.
+
+fast_rnnt is an optional candidate: set ``PADDLE_EXT_FAST_RNNT_SRC`` to a checkout of its source (the
+directory holding ``fast_rnnt/csrc``) and have torch installed (``requirements-bench.txt``); its CPU
+kernel is then built on first use with ``torch.utils.cpp_extension`` into
+``PADDLE_EXT_FAST_RNNT_CACHE`` (default ``~/.cache/paddle_ext/fast_rnnt``), never into the repository.
+
+Threads: everybody runs on the same count, OpenMP's (``OMP_NUM_THREADS`` when set, else one per core):
+paddle_ext's kernels take it from OpenMP, Paddle's matmuls get it via ``core.set_num_threads`` (restored
+to 1 after each call), torch via ``set_num_threads``. The note of each case gives each candidate's peak
+RSS growth during its first call (sampled every 2 ms) and the largest relative difference of its
+per-item losses and grads from paddle_ext's."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import sys
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+import paddle_ext
+
+from . import Case, torch_or_none
+from .adaptive_log_softmax import _PeakRss, math_threads, with_paddle_threads
+
+TERM = 0
+_SOURCES = ("fast_rnnt/csrc/mutual_information_cpu.cu", "fast_rnnt/python/csrc/mutual_information.cu",
+            "fast_rnnt/python/csrc/fast_rnnt.cu")
+
+
+@functools.lru_cache(maxsize=1)
+def fast_rnnt():
+    """fast_rnnt's Python package on its CPU kernel, or None (no PADDLE_EXT_FAST_RNNT_SRC or no torch).
+    Its .cu files are plain C++ on the CPU path: copied to .cc so that the C++ compiler builds them, as
+    the module ``_fast_rnnt`` its package imports."""
+    src = os.environ.get("PADDLE_EXT_FAST_RNNT_SRC")
+    torch = torch_or_none()
+    if not src or torch is None:
+        return None
+    if not os.path.isfile(os.path.join(src, _SOURCES[0])):
+        raise FileNotFoundError(f"PADDLE_EXT_FAST_RNNT_SRC={src!r} holds no {_SOURCES[0]} (expected a checkout of "
+                                "k2-fsa/fast_rnnt's source)")
+    from torch.utils import cpp_extension  # noqa: PLC0415
+
+    cache = os.environ.get("PADDLE_EXT_FAST_RNNT_CACHE", os.path.expanduser("~/.cache/paddle_ext/fast_rnnt"))
+    build = os.path.join(cache, "torch-" + torch.__version__.replace("+", "_"))  # one build per torch
+    os.makedirs(build, exist_ok=True)
+    sources = []
+    for rel in _SOURCES:
+        dst = os.path.join(build, rel.replace("/", "_")[:-3] + ".cc")
+        if not os.path.exists(dst) or os.path.getmtime(dst) < os.path.getmtime(os.path.join(src, rel)):
+            shutil.copyfile(os.path.join(src, rel), dst)
+        sources.append(dst)
+    sys.modules["_fast_rnnt"] = cpp_extension.load(name="_fast_rnnt", sources=sources, extra_include_paths=[src],
+                                                   extra_cflags=["-O3"], build_directory=build)
+    package_dir = os.path.join(src, "fast_rnnt", "python")
+    if package_dir not in sys.path:
+        sys.path.insert(0, package_dir)
+    import fast_rnnt as module  # noqa: PLC0415
+
+    return module
+
+
+def threads() -> int:
+    """The OpenMP thread count paddle_ext's kernels run on (OMP_NUM_THREADS as the process started; Paddle
+    rewrites the variable to 1 at import when it is unset, after OpenMP has read it), else torch's."""
+    try:
+        return ctypes.CDLL("libgomp.so.1").omp_get_max_threads()
+    except (OSError, AttributeError):
+        return math_threads()
+
+
+def _trim_heap():
+    """Give freed heap memory back to the OS first, so that a candidate's growth is not hidden by memory
+    an earlier one freed (Paddle's allocator may still keep its own blocks: the first row is the cleanest)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _max_rel(a, b) -> float:
+    a, b = (np.asarray(x.detach().numpy() if hasattr(x, "detach") else x.numpy(), np.float64) for x in (a, b))
+    return float(np.max(np.abs(a - b), initial=0.0) / max(np.max(np.abs(b), initial=0.0), 1e-30))
+
+
+class _Problem:
+    """The NumPy inputs of one case, as paddle tensors (`p`) and torch tensors (`t`, when torch is there)."""
+
+    def __init__(self, **arrays):
+        self.np = arrays
+        torch = torch_or_none()
+        self.p = {k: paddle.to_tensor(v, stop_gradient=v.dtype != np.float32) for k, v in arrays.items()}
+        self.t = {} if torch is None else {k: torch.from_numpy(v.copy()).requires_grad_(v.dtype == np.float32)
+                                           for k, v in arrays.items()}
+
+
+def _paddle_step(loss_fn, inputs, n_threads):
+    def step():
+        loss = loss_fn()
+        return loss, paddle.grad(loss.sum(), inputs)
+
+    return with_paddle_threads(step, n_threads)
+
+
+def _torch_step(loss_fn, inputs, n_threads):
+    import torch  # noqa: PLC0415
+
+    def step():
+        torch.set_num_threads(n_threads)
+        loss = loss_fn()
+        return loss, torch.autograd.grad(loss.sum(), inputs)
+
+    return step
+
+
+def _case(name, p_fn, p_inputs, f_fn=None, f_inputs=(), paddle_fn=None, quick=False):
+    """A Case with paddle_ext, fast_rnnt (where f_fn is given and fast_rnnt loads) and Paddle's op (where
+    paddle_fn is given), each measured (RSS, outputs) on its first call."""
+    n = threads()
+    candidates = {"paddle_ext": _paddle_step(p_fn, p_inputs, n)}
+    if f_fn is not None and fast_rnnt() is not None:
+        candidates["fast_rnnt"] = _torch_step(f_fn, f_inputs, n)
+    if paddle_fn is not None:
+        candidates["paddle"] = _paddle_step(paddle_fn, p_inputs, n)
+    case = Case("rnnt_loss", name, {}, repeats=3 if quick else 5)
+    peaks, outputs = {}, {}
+
+    def describe():
+        diffs = []
+        for k, (loss, grads) in outputs.items():
+            if k != "paddle_ext" and "paddle_ext" in outputs:
+                ref_loss, ref_grads = outputs["paddle_ext"]
+                grad = max(_max_rel(g, r) for g, r in zip(grads, ref_grads))
+                diffs.append(f"{k} {_max_rel(loss, ref_loss):.1e}/{grad:.1e}")
+        case.note = (f"threads {n}; peak RSS growth MiB: " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items())
+                     + ("; max rel diff loss/grad vs paddle_ext: " + ", ".join(diffs) if diffs else ""))
+
+    def measured(key, fn):
+        def run():
+            if key in peaks:
+                return fn()
+            _trim_heap()
+            with _PeakRss() as mem:
+                out = fn()
+            peaks[key], outputs[key] = mem.growth_mib, out
+            describe()
+            return out
+
+        return run
+
+    case.candidates = {k: measured(k, fn) for k, fn in candidates.items()}
+    return case
+
+
+def _lm_am(B, S, T, C, seed=0):
+    rng = np.random.default_rng(seed)
+    return _Problem(lm=rng.normal(size=(B, S + 1, C)).astype(np.float32),
+                    am=rng.normal(size=(B, T, C)).astype(np.float32),
+                    symbols=rng.integers(1, C, size=(B, S)).astype(np.int64),
+                    boundary=np.tile(np.array([0, 0, S, T], np.int64), (B, 1)))
+
+
+def _simple_cases(B, S, T, C, s_range, quick):
+    d = _lm_am(B, S, T, C)
+    p, t, fr = d.p, d.t, fast_rnnt()
+    shape = f"B={B} S={S} T={T} C={C}"
+    out = [
+        _case(f"rnnt_loss_simple fwd+bwd {shape}",
+              lambda: paddle_ext.rnnt_loss_simple(p["lm"], p["am"], p["symbols"], TERM, p["boundary"],
+                                                  reduction="none"), [p["lm"], p["am"]],
+              fr and (lambda: fr.rnnt_loss_simple(t["lm"], t["am"], t["symbols"], TERM, t["boundary"],
+                                                  reduction="none")), [t.get("lm"), t.get("am")], quick=quick),
+        _case(f"rnnt_loss_smoothed fwd+bwd {shape}",
+              lambda: paddle_ext.rnnt_loss_smoothed(p["lm"], p["am"], p["symbols"], TERM, 0.1, 0.1, p["boundary"],
+                                                    reduction="none"), [p["lm"], p["am"]],
+              fr and (lambda: fr.rnnt_loss_smoothed(t["lm"], t["am"], t["symbols"], TERM, 0.1, 0.1, t["boundary"],
+                                                    reduction="none")), [t.get("lm"), t.get("am")], quick=quick),
+    ]
+
+    # the pruned loss on given logits [B, T, s_range, C], with the ranges of paddle_ext's simple loss
+    _, (px_grad, py_grad) = paddle_ext.rnnt_loss_simple(p["lm"], p["am"], p["symbols"], TERM, p["boundary"],
+                                                        reduction="none", return_grad=True)
+    ranges = paddle_ext.get_rnnt_prune_ranges(px_grad, py_grad, p["boundary"], s_range).numpy()
+    R = ranges.shape[2]
+    g = _Problem(logits=np.random.default_rng(1).normal(size=(B, T, R, C)).astype(np.float32), ranges=ranges)
+    out.append(_case(
+        f"rnnt_loss_pruned fwd+bwd (given logits) {shape} s_range={R}",
+        lambda: paddle_ext.rnnt_loss_pruned(g.p["logits"], p["symbols"], g.p["ranges"], TERM, p["boundary"],
+                                            reduction="none"), [g.p["logits"]],
+        fr and (lambda: fr.rnnt_loss_pruned(g.t["logits"], t["symbols"], g.t["ranges"], TERM, t["boundary"],
+                                            reduction="none")), [g.t.get("logits")], quick=quick))
+
+    def recipe(lib, lm, am, symbols, boundary, joiner=lambda a, b: a + b):
+        simple, (px_grad, py_grad) = lib.rnnt_loss_simple(lm, am, symbols, TERM, boundary, reduction="none",
+                                                          return_grad=True)
+        ranges = lib.get_rnnt_prune_ranges(px_grad, py_grad, boundary, s_range)
+        am_pruned, lm_pruned = lib.do_rnnt_pruning(am, lm, ranges)
+        logits = joiner(am_pruned, lm_pruned)
+        return simple + lib.rnnt_loss_pruned(logits, symbols, ranges, TERM, boundary, reduction="none")
+
+    out.append(_case(
+        f"pruned recipe fwd+bwd {shape} s_range={R} (joiner: am+lm)",
+        lambda: recipe(paddle_ext, p["lm"], p["am"], p["symbols"], p["boundary"]), [p["lm"], p["am"]],
+        fr and (lambda: recipe(fr, t["lm"], t["am"], t["symbols"], t["boundary"])), [t.get("lm"), t.get("am")],
+        quick=quick))
+    return out
+
+
+def _full_case(B, S, T, C, quick):
+    rng = np.random.default_rng(2)
+    symbols = rng.integers(1, C, size=(B, S)).astype(np.int64)
+    d = _Problem(logits=rng.normal(size=(B, T, S + 1, C)).astype(np.float32), symbols=symbols,
+                 boundary=np.tile(np.array([0, 0, S, T], np.int64), (B, 1)), labels=symbols.astype(np.int32),
+                 t_len=np.full(B, T, np.int32), s_len=np.full(B, S, np.int32))
+    p, t, fr = d.p, d.t, fast_rnnt()
+    return _case(
+        f"rnnt_loss fwd+bwd B={B} S={S} T={T} C={C}",
+        lambda: paddle_ext.rnnt_loss(p["logits"], p["symbols"], TERM, p["boundary"], reduction="none"),
+        [p["logits"]],
+        fr and (lambda: fr.rnnt_loss(t["logits"], t["symbols"], TERM, t["boundary"], reduction="none")),
+        [t.get("logits")],
+        paddle_fn=lambda: F.rnnt_loss(F.log_softmax(p["logits"], -1), p["labels"], p["t_len"], p["s_len"],
+                                      blank=TERM, fastemit_lambda=0.0, reduction="none"),
+        quick=quick)
+
+
+def cases(quick: bool):
+    if quick:
+        return _simple_cases(2, 5, 12, 8, 3, quick) + [_full_case(2, 4, 6, 8, quick)]
+    return _simple_cases(16, 100, 500, 500, 5, quick) + [_full_case(8, 50, 200, 500, quick)]
