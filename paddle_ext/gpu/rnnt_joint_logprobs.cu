@@ -3,7 +3,8 @@
 // lane 0 writes the two log-probabilities; the backward writes the row's grad in one coalesced pass. The
 // per-element math and indexing are shared with cpu/ (rnnt_joint_logprobs.h, adaptive_log_softmax.h).
 // The pruning gather: one thread per output element; its grad adds with atomics (in float32 for the
-// half types, converted at the end). Contexts or indices out of range are skipped (no host sync).
+// half types, converted at the end). Contexts or indices out of range are skipped, a symbol out of range
+// gives a NaN px (no host sync).
 #include <limits>
 
 #include "paddle_ext/gpu/cuda_utils.cuh"
@@ -71,8 +72,10 @@ __global__ void joint_forward_kernel(const T* logits, const int64_t* symbols, co
     const int64_t s = joint_context(ranges, row, r);
     if (!joint_context_ok(s, d.S)) continue;
     py[joint_py_at(d, b, s, t)] = store<T>(static_cast<A>(joint_logprob<double>(load(x[d.termination]), l.max, l.log_sum)));
-    if (s < d.S) {
-      const A v = static_cast<A>(joint_logprob<double>(load(x[symbols[b * d.S + s]]), l.max, l.log_sum));
+    if (s < d.S) {  // a symbol out of [0, C) gives NaN (the CPU binding rejects it)
+      const int64_t sym = symbols[b * d.S + s];
+      const A v = als_target_ok(sym, d.C) ? static_cast<A>(joint_logprob<double>(load(x[sym]), l.max, l.log_sum))
+                                          : A(NAN);
       px[joint_px_at(d, b, s, t)] = store<T>(v);
     }
   }

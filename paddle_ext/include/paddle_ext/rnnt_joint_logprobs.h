@@ -11,7 +11,8 @@
 // parts in the accumulation type, lse = max + log_sum (the row maximum, exact in any dtype, and
 // log(sum(exp(x - max)))), so x - lse = (x - max) - log_sum keeps float32 exact at large |logits|.
 // A row of only -inf, or holding +inf or NaN, gives NaN (as log_softmax): its lse is in max, log_sum 0.
-// A context s outside [0, S]: the CPU binding rejects it; a GPU kernel skips the row (no host sync).
+// A context s outside [0, S] or a symbol outside [0, C): the CPU binding rejects it; a GPU kernel skips the
+// row (a NaN px for the symbol) instead of synchronising to check.
 //
 // Pruning gather: out[b, t, r, :] = x[b, index[b, t, r], :] (x [B, N, D], index [B, T, R] in [0, N));
 // its grad adds each out_grad row into x_grad[b, index[b, t, r], :].
