@@ -443,6 +443,30 @@ def rnnt_cases(n=None):
                    am_only_scale=float(rng.choice([0.0, 0.1, 0.3])))
 
 
+
+def rnnt_joint_cases(n=None):
+    """The fused joiner op (rnnt_joint_logprobs) on its own: full logits [B, T, S+1, C] or pruned [B, T, R, C]
+    with valid ranges, every value mixture and dtype, C across SIMD widths and remainders; px/py grads."""
+    name = "rnnt_joint"
+    n = count(48) if n is None else n
+    for seed in range(n):
+        rng = rng_for(name, seed)
+        pruned = seed % 2 == 1
+        dtype = FLOAT_DTYPES[(seed // 2) % 4]
+        mix = MIXES[(seed // 8) % len(MIXES)] if seed >= 8 else MIXES[seed % len(MIXES)]
+        B, T, S = int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(0, 4))
+        C = int(rng.choice([1, 2, 7, 8, 9, 16, 17, 33, 257]))
+        R = min(int(rng.integers(1, S + 2)), S + 1) if pruned else S + 1
+        ranges = None
+        if pruned:
+            starts = np.sort(rng.integers(0, S + 2 - R, size=(B, T)), axis=1)
+            ranges = (starts[..., None] + np.arange(R)).astype(np.int64)
+        yield dict(id=f"joint-{seed}-{'pruned' if pruned else 'full'}-{dtype}-{mix}-B{B}T{T}S{S}R{R}C{C}",
+                   logits=values(rng, (B, T, R, C), mix, dtype), symbols=rng.integers(0, C, size=(B, S)).astype(np.int64),
+                   ranges=ranges, termination_symbol=int(rng.integers(0, C)), dtype=dtype,
+                   px_grad=values(rng, (B, S, T), "normal", dtype), py_grad=values(rng, (B, S + 1, T), "normal", dtype),
+                   view="stride" if rng.random() < 0.2 else None)
+
 # ---------------------------------------------------------------------------------------- comparisons
 RTOL = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 

@@ -352,8 +352,32 @@ def test_rnnt_losses(case):
                                    err_msg=f"{c['loss']}: a row of the logits grad does not sum to 0")
 
 
+
+JOINT = _params(fc.rnnt_joint_cases())
+
+
+@pytest.mark.parametrize("case", JOINT)
+def test_rnnt_joint_logprobs(case):
+    """px/py of the fused joiner op and its logits grad against the float64 log-softmax reference."""
+    c, dtype = case, case["dtype"]
+    logits = _tensor(c["logits"], dtype, c["view"], grad=True)
+    ranges = None if c["ranges"] is None else paddle.to_tensor(c["ranges"])
+    px, py, _ = paddle_ext._library.ops().pe_rnnt_joint_logprobs(logits, paddle.to_tensor(c["symbols"]), ranges,
+                                                                 c["termination_symbol"])
+    ref_px, ref_py = refs.rnnt_joint_logprobs(c["logits"], c["symbols"], c["ranges"], c["termination_symbol"])
+    scale = fc.finite_scale(c["logits"])
+    fc.assert_matches(_np(px), ref_px, dtype, scale, "px")
+    fc.assert_matches(_np(py), ref_py, dtype, scale, "py")
+    (grad,) = paddle.grad([px, py], logits, [paddle.to_tensor(c["px_grad"]).astype(dtype),
+                                             paddle.to_tensor(c["py_grad"]).astype(dtype)])
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref_g = refs.rnnt_joint_logprobs_grad(c["logits"], c["symbols"], c["ranges"], c["termination_symbol"],
+                                              c["px_grad"], c["py_grad"])
+    fc.assert_matches(_np(grad), ref_g, dtype, fc.finite_scale(c["px_grad"], c["py_grad"]) * 2, "logits grad")
+
 # ------------------------------------------------------------------------ other SIMD widths and threads
-KERNEL_TESTS = "test_logcumsumexp or test_put_along_axis or test_mutual_information_bands or test_adaptive_log_softmax"
+KERNEL_TESTS = ("test_logcumsumexp or test_put_along_axis or test_mutual_information_bands or test_adaptive_log_softmax"
+                " or test_rnnt_joint_logprobs")
 
 
 @pytest.mark.skipif(SUBPROCESS, reason="already a subprocess")

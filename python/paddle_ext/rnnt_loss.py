@@ -25,7 +25,7 @@ import paddle
 
 from . import _amp, _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
-from .mutual_information import _recursion, check_boundary
+from .mutual_information import _FirstOrderOnly, _recursion, check_boundary
 
 RNNT_TYPES = ("regular", "modified", "constrained")
 UNIGRAM_FLOOR = 1e-20  # added to the smoothed loss's unigram LM (k2's constant)
@@ -301,8 +301,19 @@ def _check_penalty(op, delay_penalty):
 # the full-joiner loss
 
 
+def _joint_logprobs(logits, symbols, ranges, termination_symbol, op):
+    """px [B, S, T], py [B, S+1, T] from joiner logits [B, T, R, C] by the fused op (ops/rnnt_joint_logprobs.yaml):
+    the log-softmax over C of the symbol and termination columns only (never the [B, T, R, C] log-softmax);
+    row r of frame t is context r (ranges None, R = S+1) or ranges[b, t, r], other (s, t) cells -inf."""
+    px, py, _ = _library.ops().pe_rnnt_joint_logprobs(logits, symbols, ranges, int(termination_symbol))
+    if paddle.in_dynamic_mode() and not logits.stop_gradient:  # the registered grad op is first-order only
+        px, py = _FirstOrderOnly.apply(px, op), _FirstOrderOnly.apply(py, op)
+    return px, py
+
+
 def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
-    """(px, py) from joiner logits ``[B, T, S+1, C]`` (normalised here with logsumexp over C)."""
+    """(px, py) from joiner logits ``[B, T, S+1, C]``: their log-softmax over C at the symbol and termination
+    columns (one fused op; the normalised [B, T, S+1, C] tensor is never written)."""
     return _amp.float32_op(_get_rnnt_logprobs_joint, 1, logits, symbols, termination_symbol, boundary, rnnt_type)
 
 
@@ -310,19 +321,10 @@ def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None,
     op = "rnnt_loss"
     B, T, S1, C = _check_float(logits, "logits", op, 4)
     _check_common(op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
-    B, T, S1, C = _dims(logits)
-    S = S1 - 1
-    symbols = _symbols64(symbols)
-    normalizers = _logsumexp_last(logits).transpose([0, 2, 1])  # [B, S+1, T]
-    # one gather for both: [..., 0] the next symbol (the termination symbol past S), [..., 1] the blank
-    with_term = paddle.concat([symbols, paddle.full([B, 1], termination_symbol, dtype="int64")], axis=1)
-    idx = paddle.stack([with_term.unsqueeze(1).expand([B, T, S + 1]),
-                        paddle.full([B, T, S + 1], termination_symbol, dtype="int64")], axis=-1)
-    picked = paddle.take_along_axis(logits, idx, axis=3).transpose([0, 2, 1, 3])  # [B, S+1, T, 2]
-    px = picked[:, :-1, :, 0] - normalizers[:, :-1, :]  # [B, S, T]
+    B, S = _dims(symbols)
+    px, py = _joint_logprobs(logits, _symbols64(symbols), None, termination_symbol, op)
     if rnnt_type == "regular":
-        px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
-    py = picked[:, :, :, 1] - normalizers  # [B, S+1, T]
+        px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)  # no symbol on frame T
     return _finish_px(px, py, boundary, rnnt_type), py
 
 
@@ -459,29 +461,30 @@ def _check_pruning(am, lm, ranges):
     if len(r) != 3 or not (_agree(r[0], am.shape[0]) and _agree(r[0], lm.shape[0]) and _agree(r[1], am.shape[1])):
         raise ValueError(f"{op}: ranges must be [B, T, s_range] matching am {list(am.shape)} and lm "
                          f"{list(lm.shape)}; got {r}")
+    if ranges.dtype not in INTEGER_DTYPES:
+        raise TypeError(f"{op}: ranges must be an integer tensor, got {dtype_name(ranges.dtype)}")
+    if paddle.in_dynamic_mode() and ranges.numel() > 0 and _known(lm.shape[1]):
+        lo, hi = int(ranges.min()), int(ranges.max())
+        if lo < 0 or hi >= lm.shape[1]:
+            raise ValueError(f"{op}: ranges must lie in [0, S] = [0, {lm.shape[1] - 1}] (lm is [B, S+1, Dl]), "
+                             f"got values in [{lo}, {hi}]")
 
 
 def do_rnnt_pruning(am, lm, ranges):
     """Prune encoder (am ``[B, T, Da]``) and predictor (lm ``[B, S+1, Dl]``) outputs with ranges
-    ``[B, T, s_range]``: returns ``am_pruned [B, T, s_range, Da]`` and ``lm_pruned [B, T, s_range, Dl]``."""
+    ``[B, T, s_range]``: returns ``am_pruned [B, T, s_range, Da]`` and ``lm_pruned [B, T, s_range, Dl]``.
+    Both are row gathers by one fused op whose grad adds the rows back (no [B, T, s_range, D] index tensor)."""
     return _amp.moved_in_float32(_do_rnnt_pruning, 2, am, lm, ranges)  # 16-bit inputs: moved as float32 (exact)
 
 
 def _do_rnnt_pruning(am, lm, ranges):
     _check_pruning(am, lm, ranges)
     B, T, R = _dims(ranges)
-    Da, Dl = _dims(am)[2], _dims(lm)[2]
-    am_pruned = am.unsqueeze(2).expand([B, T, R, Da])
-    idx = _symbols64(ranges).reshape([B, T * R, 1]).expand([B, T * R, Dl])
-    lm_pruned = paddle.take_along_axis(lm, idx, axis=1).reshape([B, T, R, Dl])
+    ops = _library.ops()
+    frames = paddle.arange(T, dtype="int64").reshape([1, -1, 1]).expand([B, T, R])
+    am_pruned = ops.pe_rnnt_prune_gather(am, frames)  # am[b, t] on each of the frame's R rows
+    lm_pruned = ops.pe_rnnt_prune_gather(lm, _symbols64(ranges))  # lm[b, ranges[b, t, r]]
     return am_pruned, lm_pruned
-
-
-def _roll_by_shifts(src, shifts):
-    """out[b, t, i] = src[b, t, (i - shifts[b, t]) mod n]: each (b, t) row rolled by its own shift."""
-    n = _dims(src)[2]
-    index = (paddle.arange(n, dtype="int64").reshape([1, 1, -1]) - shifts.unsqueeze(-1)) % n
-    return paddle.take_along_axis(src, index, axis=2)
 
 
 @paddle.jit.not_to_static
@@ -548,23 +551,8 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
 
 def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
     _check_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
-    B, T, R, C = _dims(logits)
-    S = _dims(symbols)[1]
-    symbols, ranges = _symbols64(symbols), _symbols64(ranges)
-    normalizers = _logsumexp_last(logits)  # [B, T, R]
-    with_term = paddle.concat([symbols, paddle.full([B, 1], termination_symbol, dtype="int64")], axis=1)
-    pruned_symbols = paddle.take_along_axis(with_term.unsqueeze(1).expand([B, T, S + 1]), ranges, axis=2)
-    idx = paddle.stack([pruned_symbols, paddle.full([B, T, R], termination_symbol, dtype="int64")], axis=-1)
-    picked = paddle.take_along_axis(logits, idx, axis=3)  # [B, T, R, 2]: symbol, blank
-    px = picked[:, :, :, 0] - normalizers
-    py = picked[:, :, :, 1] - normalizers  # [B, T, R]
-    pad = S + 1 - R
-    if not isinstance(pad, int) or pad > 0:  # a dynamic pad (a tensor) may be 0 when the graph runs
-        px = paddle.concat([px, _neg_inf([B, T, pad], px.dtype)], axis=2)
-        py = paddle.concat([py, _neg_inf([B, T, pad], py.dtype)], axis=2)
-    shifts = ranges[:, :, 0]
-    px = _roll_by_shifts(px, shifts)[:, :, :S].transpose([0, 2, 1])  # [B, S, T]
-    py = _roll_by_shifts(py, shifts).transpose([0, 2, 1])  # [B, S+1, T]
+    B, S = _dims(symbols)
+    px, py = _joint_logprobs(logits, _symbols64(symbols), _symbols64(ranges), termination_symbol, "rnnt_loss_pruned")
     if rnnt_type == "regular":
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
     return _finish_px(px, py, boundary, rnnt_type), py
