@@ -47,6 +47,21 @@ def test_wide_logits_are_exact(dtype, scale):
                  atol=1e-9 if dtype == "float64" else 1e-5 * scale)
 
 
+@pytest.mark.parametrize("modified", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 1e3])
+def test_one_lm_row_shared_by_every_context(modified, scale):
+    """lm [B, 1, C] stands for the same row at every s (the smoothed loss's AM-only model): outputs and grads
+    equal those of the row repeated S+1 times (its grad summed over s)."""
+    inputs = make(2, 6, 7, 9, seed=23, scale=scale)
+    one_row = inputs["lm"][:, :1]
+    check_output(op, dict(inputs, lm=one_row),
+                 lambda lm, am, sy, **kw: refs.rnnt_simple_logprobs(np.repeat(lm, 7, axis=1), am, sy, **kw),
+                 {"termination_symbol": 2, "modified": modified}, rtol=1e-9 if scale > 1 else None,
+                 atol=1e-9 if scale > 1 else None)
+    check_grad(op, dict(inputs, lm=one_row), ["lm", "am"], {"termination_symbol": 2, "modified": modified},
+               delta=1e-5 if scale == 1 else 1e-3, max_relative_error=1e-6 if scale == 1 else 1e-5)
+
+
 def test_every_cell_in_the_fallback_and_none():
     """A row pair whose shifted exps all underflow (every product below C sqrt(tiny)) next to normal rows."""
     inputs = make(1, 2, 3, 4, seed=5)

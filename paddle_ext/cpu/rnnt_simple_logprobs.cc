@@ -172,29 +172,29 @@ void exp_shifted(const T* x, T* out, T* row_max, index_t rows, index_t C) {
                [&](index_t r0, index_t r1) { simd::dispatch(ExpShifted{}, x, out, row_max, r0, r1, C); });
 }
 
-// Forward unit (b, t block): approx tile by GEMM, then px / py of the tile.
+// Forward unit (b, t block): approx tile by GEMM (L lm rows), then px / py of the tile (lm row of s: s or 0).
 struct ForwardUnit {
   template <int W, typename T>
   PE_VINLINE void run(const T* lm, const T* am, const int64_t* symbols, const T* lp, const T* ap, const T* lm_max,
                       const T* am_max, T* px, T* py, T* approx, index_t b, index_t t0, index_t t1, index_t S,
-                      index_t T_, index_t C, int64_t term, bool modified, PackBuffers<T>* buf) const {
+                      index_t L, index_t T_, index_t C, int64_t term, bool modified, PackBuffers<T>* buf) const {
     const index_t S1 = S + 1, T1 = modified ? T_ : T_ + 1;
-    T* ap_tile = approx + b * S1 * T_ + t0;
-    Gemm<T, W>::run(S1, t1 - t0, C, lp + b * S1 * C, C, 1, ap + (b * T_ + t0) * C, 1, C, ap_tile, T_,
-                    buf->a.data(), buf->b.data());
+    T* ap_tile = approx + b * L * T_ + t0;
+    Gemm<T, W>::run(L, t1 - t0, C, lp + b * L * C, C, 1, ap + (b * T_ + t0) * C, 1, C, ap_tile, T_, buf->a.data(),
+                    buf->b.data());
     const T bound = rnnt_fallback_bound<T>(C);
     const T* am_b = am + b * T_ * C;
-    const T* lm_b = lm + b * S1 * C;
     for (index_t s = 0; s < S1; ++s) {
-      const T* lm_row = lm_b + s * C;
-      const double lmx = lm_max[b * S1 + s];
+      const index_t row = L == 1 ? 0 : s;
+      const T* lm_row = lm + (b * L + row) * C;
+      const double lmx = lm_max[b * L + row];
       const int64_t sym = s < S ? symbols[b * S + s] : term;
       const double lm_sym = lm_row[sym], lm_term = lm_row[term];
       T* px_row = px + (b * S + s) * T1;
       T* py_row = py + (b * S1 + s) * T_;
       for (index_t t = t0; t < t1; ++t) {
         const T* am_row = am_b + t * C;
-        const double n = rnnt_normalizer<T>(ap_tile[s * T_ + t - t0], lmx + am_max[b * T_ + t], bound, lm_row,
+        const double n = rnnt_normalizer<T>(ap_tile[row * T_ + t - t0], lmx + am_max[b * T_ + t], bound, lm_row,
                                             am_row, C);
         py_row[t] = static_cast<T>(static_cast<double>(am_row[term]) + lm_term - n);
         if (s < S) px_row[t] = static_cast<T>(static_cast<double>(am_row[sym]) + lm_sym - n);
@@ -226,16 +226,15 @@ struct GradUnit {
 
 template <typename T>
 void rnnt_simple_logprobs_forward(const T* lm, const T* am, const int64_t* symbols, T* px, T* py, T* approx,
-                                  index_t B, index_t S, index_t T_, index_t C, int64_t termination_symbol,
+                                  index_t B, index_t S, index_t L, index_t T_, index_t C, int64_t termination_symbol,
                                   bool modified) {
-  const index_t S1 = S + 1;
   if (B == 0 || T_ == 0) {  // only regular px's column T remains
     if (!modified)
       for (index_t i = 0; i < B * S; ++i) px[i * (T_ + 1) + T_] = neg_inf<T>();
     return;
   }
-  std::vector<T> lp(B * S1 * C), ap(B * T_ * C), lm_max(B * S1), am_max(B * T_);
-  exp_shifted(lm, lp.data(), lm_max.data(), B * S1, C);
+  std::vector<T> lp(B * L * C), ap(B * T_ * C), lm_max(B * L), am_max(B * T_);
+  exp_shifted(lm, lp.data(), lm_max.data(), B * L, C);
   exp_shifted(am, ap.data(), am_max.data(), B * T_, C);
   const index_t blocks = (T_ + kNC - 1) / kNC;
   parallel_for_dynamic(0, B * blocks, 1, [&](index_t u0, index_t u1) {
@@ -243,7 +242,7 @@ void rnnt_simple_logprobs_forward(const T* lm, const T* am, const int64_t* symbo
     for (index_t u = u0; u < u1; ++u) {
       const index_t b = u / blocks, t0 = (u % blocks) * kNC;
       simd::dispatch(ForwardUnit{}, lm, am, symbols, lp.data(), ap.data(), lm_max.data(), am_max.data(), px, py,
-                     approx, b, t0, std::min(T_, t0 + kNC), S, T_, C, termination_symbol, modified, &buf);
+                     approx, b, t0, std::min(T_, t0 + kNC), S, L, T_, C, termination_symbol, modified, &buf);
     }
   });
 }
@@ -251,28 +250,33 @@ void rnnt_simple_logprobs_forward(const T* lm, const T* am, const int64_t* symbo
 template <typename T>
 void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symbols, const T* approx,
                                    const T* px_grad, const T* py_grad, T* lm_grad, T* am_grad, index_t B, index_t S,
-                                   index_t T_, index_t C, int64_t termination_symbol, bool modified) {
+                                   index_t L, index_t T_, index_t C, int64_t termination_symbol, bool modified) {
   const index_t S1 = S + 1, T1 = modified ? T_ : T_ + 1;
   if (T_ == 0 || C == 0) {  // no cell: nothing reaches lm or am
-    std::fill(lm_grad, lm_grad + B * S1 * C, T(0));
+    std::fill(lm_grad, lm_grad + B * L * C, T(0));
     std::fill(am_grad, am_grad + B * T_ * C, T(0));
     return;
   }
-  std::vector<T> lp(B * S1 * C), ap(B * T_ * C), lm_max(B * S1), am_max(B * T_), w(B * S1 * T_);
-  exp_shifted(lm, lp.data(), lm_max.data(), B * S1, C);
+  std::vector<T> lp(B * L * C), ap(B * T_ * C), lm_max(B * L), am_max(B * T_), w(B * L * T_);
+  exp_shifted(lm, lp.data(), lm_max.data(), B * L, C);
   exp_shifted(am, ap.data(), am_max.data(), B * T_, C);
   const T bound = rnnt_fallback_bound<T>(C);
-  auto cell_grad = [&](index_t b, index_t s, index_t t) {  // G[s, t]
-    const T gy = py_grad[(b * S1 + s) * T_ + t];
-    return s < S ? gy + px_grad[(b * S + s) * T1 + t] : gy;
+  // G[row, t]: the grad of the normaliser of lm row `row` on frame t, summed over the s that use the row
+  auto cell_grad = [&](index_t b, index_t row, index_t t) {
+    T g = T(0);
+    for (index_t s = L == 1 ? 0 : row; s < (L == 1 ? S1 : row + 1); ++s) {
+      g += py_grad[(b * S1 + s) * T_ + t];
+      if (s < S) g += px_grad[(b * S + s) * T1 + t];
+    }
+    return g;
   };
   // the GEMM weights; fallback cells get 0 here and their exact share below
-  parallel_for(0, B * S1, std::max<index_t>(1, 4096 / T_), [&](index_t r0, index_t r1) {
+  parallel_for(0, B * L, std::max<index_t>(1, 4096 / (T_ * (L == 1 ? S1 : 1))), [&](index_t r0, index_t r1) {
     for (index_t r = r0; r < r1; ++r) {
-      const index_t b = r / S1, s = r % S1;
+      const index_t b = r / L, row = r % L;
       for (index_t t = 0; t < T_; ++t) {
         const T a = approx[r * T_ + t];
-        w[r * T_ + t] = a < bound ? T(0) : cell_grad(b, s, t) / a;
+        w[r * T_ + t] = a < bound ? T(0) : cell_grad(b, row, t) / a;
       }
     }
   });
@@ -283,11 +287,11 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
       const bool for_am = u >= B * blocks;
       const index_t v = u % (B * blocks), b = v / blocks, c0 = (v % blocks) * kNC, c1 = std::min(C, c0 + kNC);
       if (for_am) {
-        simd::dispatch(GradUnit{}, w.data() + b * S1 * T_, ap.data() + b * T_ * C, lp.data() + b * S1 * C,
-                       am_grad + b * T_ * C, T_, S1, c0, c1, C, true, &buf);
+        simd::dispatch(GradUnit{}, w.data() + b * L * T_, ap.data() + b * T_ * C, lp.data() + b * L * C,
+                       am_grad + b * T_ * C, T_, L, c0, c1, C, true, &buf);
       } else {
-        simd::dispatch(GradUnit{}, w.data() + b * S1 * T_, lp.data() + b * S1 * C, ap.data() + b * T_ * C,
-                       lm_grad + b * S1 * C, S1, T_, c0, c1, C, false, &buf);
+        simd::dispatch(GradUnit{}, w.data() + b * L * T_, lp.data() + b * L * C, ap.data() + b * T_ * C,
+                       lm_grad + b * L * C, L, T_, c0, c1, C, false, &buf);
       }
     }
   });
@@ -295,7 +299,7 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
   parallel_for(0, B, 1, [&](index_t b0, index_t b1) {
     for (index_t b = b0; b < b1; ++b) {
       const int64_t* sym = symbols + b * S;
-      T* lg = lm_grad + b * S1 * C;
+      T* lg = lm_grad + b * L * C;
       T* ag = am_grad + b * T_ * C;
       for (index_t s = 0; s < S1; ++s) {
         double sx = 0, sy = 0;
@@ -303,8 +307,9 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
           if (s < S) sx += px_grad[(b * S + s) * T1 + t];
           sy += py_grad[(b * S1 + s) * T_ + t];
         }
-        if (s < S) lg[s * C + sym[s]] += static_cast<T>(sx);
-        lg[s * C + termination_symbol] += static_cast<T>(sy);
+        T* lg_row = lg + (L == 1 ? 0 : s) * C;
+        if (s < S) lg_row[sym[s]] += static_cast<T>(sx);
+        lg_row[termination_symbol] += static_cast<T>(sy);
       }
       for (index_t t = 0; t < T_; ++t) {
         double sy = 0;
@@ -314,17 +319,17 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
         }
         ag[t * C + termination_symbol] += static_cast<T>(sy);
       }
-      for (index_t s = 0; s < S1; ++s) {
+      for (index_t row = 0; row < L; ++row) {
         for (index_t t = 0; t < T_; ++t) {
-          if (!(approx[(b * S1 + s) * T_ + t] < bound)) continue;
-          const T g = cell_grad(b, s, t);
-          const T* lm_row = lm + (b * S1 + s) * C;
+          if (!(approx[(b * L + row) * T_ + t] < bound)) continue;
+          const T g = cell_grad(b, row, t);
+          const T* lm_row = lm + (b * L + row) * C;
           const T* am_row = am + (b * T_ + t) * C;
           const double n = rnnt_exact_lse(lm_row, am_row, C);
           for (index_t c = 0; c < C; ++c) {
             const double p = std::exp(static_cast<double>(lm_row[c]) + static_cast<double>(am_row[c]) - n);
             const double share = p == p ? static_cast<double>(g) * p : 0.0;
-            lg[s * C + c] -= static_cast<T>(share);
+            lg[row * C + c] -= static_cast<T>(share);
             ag[t * C + c] -= static_cast<T>(share);
           }
         }
@@ -335,9 +340,9 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
 
 #define PE_INSTANTIATE(T)                                                                                          \
   template void rnnt_simple_logprobs_forward<T>(const T*, const T*, const int64_t*, T*, T*, T*, index_t, index_t, \
-                                                index_t, index_t, int64_t, bool);                                  \
+                                                index_t, index_t, index_t, int64_t, bool);                         \
   template void rnnt_simple_logprobs_backward<T>(const T*, const T*, const int64_t*, const T*, const T*, const T*, \
-                                                 T*, T*, index_t, index_t, index_t, index_t, int64_t, bool);
+                                                 T*, T*, index_t, index_t, index_t, index_t, index_t, int64_t, bool);
 PE_INSTANTIATE(float)
 PE_INSTANTIATE(double)
 #undef PE_INSTANTIATE

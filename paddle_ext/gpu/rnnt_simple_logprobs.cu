@@ -90,7 +90,7 @@ __device__ inline int64_t clamp_symbol(int64_t s, index_t C) { return s < 0 ? 0 
 template <typename T>
 __global__ void forward_cells_kernel(const T* lm, const T* am, const int64_t* symbols, const T* lm_max,
                                      const T* am_max, const T* approx, T* px, T* py, index_t B, index_t S,
-                                     index_t T_, index_t C, int64_t term, bool modified) {
+                                     index_t L, index_t T_, index_t C, int64_t term, bool modified) {
   const index_t S1 = S + 1, T1 = modified ? T_ : T_ + 1;
   const index_t n = B * S1 * (T_ + 1);
   for (index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; i < n; i += (index_t)gridDim.x * blockDim.x) {
@@ -99,11 +99,12 @@ __global__ void forward_cells_kernel(const T* lm, const T* am, const int64_t* sy
       if (!modified && s < S) px[(b * S + s) * T1 + T_] = neg_inf<T>();
       continue;
     }
-    const T* lm_row = lm + (b * S1 + s) * C;
+    const index_t row = L == 1 ? 0 : s;
+    const T* lm_row = lm + (b * L + row) * C;
     const T* am_row = am + (b * T_ + t) * C;
     const T bound = rnnt_fallback_bound<T>(C);
-    const double nrm = rnnt_normalizer<T>(approx[(b * S1 + s) * T_ + t],
-                                          static_cast<double>(lm_max[b * S1 + s]) + am_max[b * T_ + t], bound,
+    const double nrm = rnnt_normalizer<T>(approx[(b * L + row) * T_ + t],
+                                          static_cast<double>(lm_max[b * L + row]) + am_max[b * T_ + t], bound,
                                           lm_row, am_row, C);
     py[(b * S1 + s) * T_ + t] = static_cast<T>(static_cast<double>(am_row[term]) + lm_row[term] - nrm);
     if (s < S) {
@@ -113,23 +114,28 @@ __global__ void forward_cells_kernel(const T* lm, const T* am, const int64_t* sy
   }
 }
 
+// G[row, t]: the grad of the normaliser of lm row `row` on frame t, summed over the s that use the row.
 template <typename T>
-__device__ inline T cell_grad(const T* px_grad, const T* py_grad, index_t b, index_t s, index_t t, index_t S,
-                              index_t T_, index_t T1) {
-  const T gy = py_grad[(b * (S + 1) + s) * T_ + t];
-  return s < S ? gy + px_grad[(b * S + s) * T1 + t] : gy;
+__device__ inline T cell_grad(const T* px_grad, const T* py_grad, index_t b, index_t row, index_t t, index_t S,
+                              index_t L, index_t T_, index_t T1) {
+  T g = T(0);
+  for (index_t s = L == 1 ? 0 : row; s < (L == 1 ? S + 1 : row + 1); ++s) {
+    g += py_grad[(b * (S + 1) + s) * T_ + t];
+    if (s < S) g += px_grad[(b * S + s) * T1 + t];
+  }
+  return g;
 }
 
 // w = G / approx, 0 for the fallback cells.
 template <typename T>
 __global__ void weights_kernel(const T* approx, const T* px_grad, const T* py_grad, T* w, index_t B, index_t S,
-                               index_t T_, index_t C, bool modified) {
-  const index_t S1 = S + 1, T1 = modified ? T_ : T_ + 1, n = B * S1 * T_;
+                               index_t L, index_t T_, index_t C, bool modified) {
+  const index_t T1 = modified ? T_ : T_ + 1, n = B * L * T_;
   const T bound = rnnt_fallback_bound<T>(C);
   for (index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; i < n; i += (index_t)gridDim.x * blockDim.x) {
-    const index_t t = i % T_, s = (i / T_) % S1, b = i / (T_ * S1);
+    const index_t t = i % T_, row = (i / T_) % L, b = i / (T_ * L);
     const T a = approx[i];
-    w[i] = a < bound ? T(0) : cell_grad(px_grad, py_grad, b, s, t, S, T_, T1) / a;
+    w[i] = a < bound ? T(0) : cell_grad(px_grad, py_grad, b, row, t, S, L, T_, T1) / a;
   }
 }
 
@@ -140,10 +146,11 @@ __global__ void scale_kernel(T* out, const T* factor, index_t n) {
     out[i] = -factor[i] * out[i];
 }
 
-// One thread per row (b, s) of lm_grad: the gathered symbol and blank terms.
+// One thread per context (b, s): its gathered symbol and blank terms into lm_grad's row of s (atomics: with
+// L = 1 every s adds to the same row).
 template <typename T>
 __global__ void lm_terms_kernel(const int64_t* symbols, const T* px_grad, const T* py_grad, T* lm_grad, index_t B,
-                                index_t S, index_t T_, index_t C, int64_t term, bool modified) {
+                                index_t S, index_t L, index_t T_, index_t C, int64_t term, bool modified) {
   const index_t S1 = S + 1, T1 = modified ? T_ : T_ + 1;
   for (index_t r = blockIdx.x * (index_t)blockDim.x + threadIdx.x; r < B * S1; r += (index_t)gridDim.x * blockDim.x) {
     const index_t b = r / S1, s = r % S1;
@@ -152,8 +159,9 @@ __global__ void lm_terms_kernel(const int64_t* symbols, const T* px_grad, const 
       if (s < S) sx += px_grad[(b * S + s) * T1 + t];
       sy += py_grad[r * T_ + t];
     }
-    if (s < S) lm_grad[r * C + clamp_symbol(symbols[b * S + s], C)] += static_cast<T>(sx);
-    lm_grad[r * C + term] += static_cast<T>(sy);
+    T* lg_row = lm_grad + (b * L + (L == 1 ? 0 : s)) * C;
+    if (s < S) atomicAdd(lg_row + clamp_symbol(symbols[b * S + s], C), static_cast<T>(sx));
+    atomicAdd(lg_row + term, static_cast<T>(sy));
   }
 }
 
@@ -176,21 +184,21 @@ __global__ void am_terms_kernel(const int64_t* symbols, const T* px_grad, const 
 // One thread per cell: a fallback cell's exact share of G P.
 template <typename T>
 __global__ void fallback_grad_kernel(const T* lm, const T* am, const T* approx, const T* px_grad, const T* py_grad,
-                                     T* lm_grad, T* am_grad, index_t B, index_t S, index_t T_, index_t C,
-                                     bool modified) {
-  const index_t S1 = S + 1, T1 = modified ? T_ : T_ + 1, n = B * S1 * T_;
+                                     T* lm_grad, T* am_grad, index_t B, index_t S, index_t L, index_t T_,
+                                     index_t C, bool modified) {
+  const index_t T1 = modified ? T_ : T_ + 1, n = B * L * T_;
   const T bound = rnnt_fallback_bound<T>(C);
   for (index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; i < n; i += (index_t)gridDim.x * blockDim.x) {
     if (!(approx[i] < bound)) continue;
-    const index_t t = i % T_, s = (i / T_) % S1, b = i / (T_ * S1);
-    const T g = cell_grad(px_grad, py_grad, b, s, t, S, T_, T1);
-    const T* lm_row = lm + (b * S1 + s) * C;
+    const index_t t = i % T_, row = (i / T_) % L, b = i / (T_ * L);
+    const T g = cell_grad(px_grad, py_grad, b, row, t, S, L, T_, T1);
+    const T* lm_row = lm + (b * L + row) * C;
     const T* am_row = am + (b * T_ + t) * C;
     const double nrm = rnnt_exact_lse(lm_row, am_row, C);
     for (index_t c = 0; c < C; ++c) {
       const double p = exp(static_cast<double>(lm_row[c]) + static_cast<double>(am_row[c]) - nrm);
       const T share = static_cast<T>(p == p ? static_cast<double>(g) * p : 0.0);
-      atomicAdd(lm_grad + (b * S1 + s) * C + c, -share);
+      atomicAdd(lm_grad + (b * L + row) * C + c, -share);
       atomicAdd(am_grad + (b * T_ + t) * C + c, -share);
     }
   }
@@ -206,18 +214,17 @@ void exp_rows(const T* x, T* out, T* row_max, index_t rows, index_t C, cudaStrea
 
 template <typename T>
 void rnnt_simple_logprobs_forward(const T* lm, const T* am, const int64_t* symbols, T* px, T* py, T* approx,
-                                  index_t B, index_t S, index_t T_, index_t C, int64_t termination_symbol,
+                                  index_t B, index_t S, index_t L, index_t T_, index_t C, int64_t termination_symbol,
                                   bool modified, cudaStream_t stream) {
-  const index_t S1 = S + 1;
-  DeviceScratch<T> lp(B * S1 * C, stream), ap(B * T_ * C, stream), lm_max(B * S1, stream), am_max(B * T_, stream);
-  exp_rows(lm, lp.ptr, lm_max.ptr, B * S1, C, stream);
+  DeviceScratch<T> lp(B * L * C, stream), ap(B * T_ * C, stream), lm_max(B * L, stream), am_max(B * T_, stream);
+  exp_rows(lm, lp.ptr, lm_max.ptr, B * L, C, stream);
   exp_rows(am, ap.ptr, am_max.ptr, B * T_, C, stream);
-  // approx[b](s, t) = sum_c lp[b](s, c) ap[b](t, c)
-  gemm<T>(B, S1, T_, C, lp.ptr, S1 * C, C, 1, ap.ptr, T_ * C, 1, C, approx, S1 * T_, T_, stream);
-  const index_t cells = B * S1 * (T_ + 1);
+  // approx[b](row, t) = sum_c lp[b](row, c) ap[b](t, c)
+  gemm<T>(B, L, T_, C, lp.ptr, L * C, C, 1, ap.ptr, T_ * C, 1, C, approx, L * T_, T_, stream);
+  const index_t cells = B * (S + 1) * (T_ + 1);
   if (cells > 0) {
     forward_cells_kernel<T><<<grid_size(cells, 256), 256, 0, stream>>>(lm, am, symbols, lm_max.ptr, am_max.ptr,
-                                                                       approx, px, py, B, S, T_, C,
+                                                                       approx, px, py, B, S, L, T_, C,
                                                                        termination_symbol, modified);
   }
   check_launch("rnnt_simple_logprobs_forward");
@@ -226,31 +233,31 @@ void rnnt_simple_logprobs_forward(const T* lm, const T* am, const int64_t* symbo
 template <typename T>
 void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symbols, const T* approx,
                                    const T* px_grad, const T* py_grad, T* lm_grad, T* am_grad, index_t B, index_t S,
-                                   index_t T_, index_t C, int64_t termination_symbol, bool modified,
+                                   index_t L, index_t T_, index_t C, int64_t termination_symbol, bool modified,
                                    cudaStream_t stream) {
-  const index_t S1 = S + 1;
   if (T_ == 0 || C == 0) {
-    cudaMemsetAsync(lm_grad, 0, sizeof(T) * B * S1 * C, stream);
+    cudaMemsetAsync(lm_grad, 0, sizeof(T) * B * L * C, stream);
     cudaMemsetAsync(am_grad, 0, sizeof(T) * B * T_ * C, stream);
     check_launch("rnnt_simple_logprobs_backward");
     return;
   }
-  DeviceScratch<T> lp(B * S1 * C, stream), ap(B * T_ * C, stream), lm_max(B * S1, stream), am_max(B * T_, stream);
-  DeviceScratch<T> w(B * S1 * T_, stream);
-  exp_rows(lm, lp.ptr, lm_max.ptr, B * S1, C, stream);
+  DeviceScratch<T> lp(B * L * C, stream), ap(B * T_ * C, stream), lm_max(B * L, stream), am_max(B * T_, stream);
+  DeviceScratch<T> w(B * L * T_, stream);
+  exp_rows(lm, lp.ptr, lm_max.ptr, B * L, C, stream);
   exp_rows(am, ap.ptr, am_max.ptr, B * T_, C, stream);
-  const index_t cells = B * S1 * T_;
+  const index_t cells = B * L * T_;
   if (cells > 0) {
-    weights_kernel<T><<<grid_size(cells, 256), 256, 0, stream>>>(approx, px_grad, py_grad, w.ptr, B, S, T_, C,
+    weights_kernel<T><<<grid_size(cells, 256), 256, 0, stream>>>(approx, px_grad, py_grad, w.ptr, B, S, L, T_, C,
                                                                  modified);
   }
-  // lm_grad[b](s, c) = sum_t w(s, t) ap(t, c);  am_grad[b](t, c) = sum_s w(s, t) lp(s, c)
-  gemm<T>(B, S1, C, T_, w.ptr, S1 * T_, T_, 1, ap.ptr, T_ * C, C, 1, lm_grad, S1 * C, C, stream);
-  gemm<T>(B, T_, C, S1, w.ptr, S1 * T_, 1, T_, lp.ptr, S1 * C, C, 1, am_grad, T_ * C, C, stream);
-  if (B * S1 * C > 0) scale_kernel<T><<<grid_size(B * S1 * C, 256), 256, 0, stream>>>(lm_grad, lp.ptr, B * S1 * C);
+  // lm_grad[b](row, c) = sum_t w(row, t) ap(t, c);  am_grad[b](t, c) = sum_row w(row, t) lp(row, c)
+  gemm<T>(B, L, C, T_, w.ptr, L * T_, T_, 1, ap.ptr, T_ * C, C, 1, lm_grad, L * C, C, stream);
+  gemm<T>(B, T_, C, L, w.ptr, L * T_, 1, T_, lp.ptr, L * C, C, 1, am_grad, T_ * C, C, stream);
+  if (B * L * C > 0) scale_kernel<T><<<grid_size(B * L * C, 256), 256, 0, stream>>>(lm_grad, lp.ptr, B * L * C);
   if (B * T_ * C > 0) scale_kernel<T><<<grid_size(B * T_ * C, 256), 256, 0, stream>>>(am_grad, ap.ptr, B * T_ * C);
+  const index_t S1 = S + 1;
   if (B * S1 > 0) {
-    lm_terms_kernel<T><<<grid_size(B * S1, 128), 128, 0, stream>>>(symbols, px_grad, py_grad, lm_grad, B, S, T_, C,
+    lm_terms_kernel<T><<<grid_size(B * S1, 128), 128, 0, stream>>>(symbols, px_grad, py_grad, lm_grad, B, S, L, T_, C,
                                                                    termination_symbol, modified);
   }
   if (B * T_ > 0) {
@@ -259,16 +266,16 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
   }
   if (cells > 0) {
     fallback_grad_kernel<T><<<grid_size(cells, 256), 256, 0, stream>>>(lm, am, approx, px_grad, py_grad, lm_grad,
-                                                                       am_grad, B, S, T_, C, modified);
+                                                                       am_grad, B, S, L, T_, C, modified);
   }
   check_launch("rnnt_simple_logprobs_backward");
 }
 
 #define PE_INSTANTIATE(T)                                                                                          \
   template void rnnt_simple_logprobs_forward<T>(const T*, const T*, const int64_t*, T*, T*, T*, index_t, index_t, \
-                                                index_t, index_t, int64_t, bool, cudaStream_t);                    \
+                                                index_t, index_t, index_t, int64_t, bool, cudaStream_t);           \
   template void rnnt_simple_logprobs_backward<T>(const T*, const T*, const int64_t*, const T*, const T*, const T*, \
-                                                 T*, T*, index_t, index_t, index_t, index_t, int64_t, bool,        \
+                                                 T*, T*, index_t, index_t, index_t, index_t, index_t, int64_t, bool, \
                                                  cudaStream_t);
 PE_INSTANTIATE(float)
 PE_INSTANTIATE(double)

@@ -190,8 +190,9 @@ def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_t
 
 
 def _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type):
-    """The fused op pe_rnnt_simple_logprobs: px ``[B, S, T+1]`` (regular; column T is -inf) or ``[B, S, T]``,
-    and py ``[B, S+1, T]``, exact for any finite logits; 16-bit inputs are computed in float32."""
+    """The fused op pe_rnnt_simple_logprobs on lm ``[B, S+1, C]`` (or ``[B, 1, C]``: one row for every s): px
+    ``[B, S, T+1]`` (regular; column T is -inf) or ``[B, S, T]``, and py ``[B, S+1, T]``, exact for any finite
+    logits; 16-bit inputs are computed in float32."""
     dtype = am.dtype
     if dtype in (paddle.float16, paddle.bfloat16):
         lm, am = lm.astype("float32"), am.astype("float32")
@@ -531,10 +532,10 @@ def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scal
     # + 1e-20 as k2 does: a class the LM never predicts keeps a finite, dtype-independent AM-only score
     log_unigram = paddle.log(paddle.mean(lm_probs / lmonly_norm, axis=[0, 1], keepdim=True) + UNIGRAM_FLOOR)
     lmonly_norm = paddle.log(lmonly_norm) + lm_max  # [B, S+1, 1]
-    # the combined and the AM-only model are both additive joiners: the AM-only one is the fused op on an
-    # "lm" whose every row is log(unigram), i.e. log_softmax(am[t] + log(unigram)), exact like the other
+    # the combined and the AM-only model are both additive joiners: the AM-only one is the fused op with one
+    # lm row, log(unigram), shared by every s (a [B, T] normaliser), exact like the combined one
     px, py = _simple_logprobs(lm, am, symbols, termination_symbol, "modified")
-    px_amonly, py_amonly = _simple_logprobs(log_unigram.expand([B, S + 1, C]), am, symbols, termination_symbol,
+    px_amonly, py_amonly = _simple_logprobs(log_unigram.expand([B, 1, C]), am, symbols, termination_symbol,
                                             "modified")
     px_lmonly = paddle.take_along_axis(lm[:, :-1], symbols.unsqueeze(-1), axis=2) - lmonly_norm[:, :-1, :]
     py_lmonly = lm[:, :, termination_symbol].unsqueeze(2) - lmonly_norm  # [B, S+1, 1]
