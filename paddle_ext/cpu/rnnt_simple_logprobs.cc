@@ -127,9 +127,12 @@ struct Gemm {
   }
 };
 
+constexpr index_t kTC = 16;  // frames per chunk of the elementwise passes: their am / am_grad rows stay in L1
+
 template <typename T>
 struct PackBuffers {
   std::vector<T> a = std::vector<T>(kMC * kKC), b = std::vector<T>(kKC * kNC);
+  std::vector<T> gathered;  // the forward's am[t, symbols[s]] for a chunk of frames, [S, kTC]
 };
 
 // out[r, c] = exp(x[r, c] - max_c x[r, :]) and row_max[r], for `rows` rows of C. Rows with a NaN or a
@@ -172,35 +175,63 @@ void exp_shifted(const T* x, T* out, T* row_max, index_t rows, index_t C) {
                [&](index_t r0, index_t r1) { simd::dispatch(ExpShifted{}, x, out, row_max, r0, r1, C); });
 }
 
-// Forward unit (b, t block): approx tile by GEMM (L lm rows), then px / py of the tile (lm row of s: s or 0).
+// Forward unit (b, t block): approx tile by GEMM over lm's L rows, then, kTC frames at a time (their am
+// rows in L1): the gathered am[t, symbols[s]] and am[t, term], per lm row its normalisers N (vector logs; a
+// group of lanes with a fallback cell or a NaN takes rnnt_normalizer), and px / py of the contexts s that
+// use the row (s itself, or every s when L = 1).
 struct ForwardUnit {
   template <int W, typename T>
   PE_VINLINE void run(const T* lm, const T* am, const int64_t* symbols, const T* lp, const T* ap, const T* lm_max,
                       const T* am_max, T* px, T* py, T* approx, index_t b, index_t t0, index_t t1, index_t S,
                       index_t L, index_t T_, index_t C, int64_t term, bool modified, PackBuffers<T>* buf) const {
-    const index_t S1 = S + 1, T1 = modified ? T_ : T_ + 1;
+    constexpr bool kFull = std::is_same<T, double>::value;
+    const index_t S1 = S + 1, T1 = modified ? T_ : T_ + 1, nt = t1 - t0;
     T* ap_tile = approx + b * L * T_ + t0;
-    Gemm<T, W>::run(L, t1 - t0, C, lp + b * L * C, C, 1, ap + (b * T_ + t0) * C, 1, C, ap_tile, T_, buf->a.data(),
+    Gemm<T, W>::run(L, nt, C, lp + b * L * C, C, 1, ap + (b * T_ + t0) * C, 1, C, ap_tile, T_, buf->a.data(),
                     buf->b.data());
     const T bound = rnnt_fallback_bound<T>(C);
-    const T* am_b = am + b * T_ * C;
-    for (index_t s = 0; s < S1; ++s) {
-      const index_t row = L == 1 ? 0 : s;
-      const T* lm_row = lm + (b * L + row) * C;
-      const double lmx = lm_max[b * L + row];
-      const int64_t sym = s < S ? symbols[b * S + s] : term;
-      const double lm_sym = lm_row[sym], lm_term = lm_row[term];
-      T* px_row = px + (b * S + s) * T1;
-      T* py_row = py + (b * S1 + s) * T_;
-      for (index_t t = t0; t < t1; ++t) {
-        const T* am_row = am_b + t * C;
-        const double n = rnnt_normalizer<T>(ap_tile[row * T_ + t - t0], lmx + am_max[b * T_ + t], bound, lm_row,
-                                            am_row, C);
-        py_row[t] = static_cast<T>(static_cast<double>(am_row[term]) + lm_term - n);
-        if (s < S) px_row[t] = static_cast<T>(static_cast<double>(am_row[sym]) + lm_sym - n);
+    const int64_t* sym = symbols + b * S;
+    buf->gathered.resize(S * kTC);
+    T* g = buf->gathered.data();
+    T g_term[kTC];
+    double n[kTC];
+    for (index_t j0 = 0; j0 < nt; j0 += kTC) {
+      const index_t nj = std::min(kTC, nt - j0), t = t0 + j0;
+      const T* am_t = am + (b * T_ + t) * C;
+      for (index_t j = 0; j < nj; ++j) {
+        const T* am_row = am_t + j * C;
+        g_term[j] = am_row[term];
+        for (index_t s = 0; s < S; ++s) g[s * kTC + j] = am_row[sym[s]];
       }
-      if (s < S && !modified && t1 == T_) px_row[T_] = neg_inf<T>();
+      for (index_t row = 0; row < L; ++row) {
+        const T* lm_row = lm + (b * L + row) * C;
+        const T* a = ap_tile + row * T_ + j0;
+        const T* amx = am_max + b * T_ + t;
+        const double lmx = lm_max[b * L + row];
+        index_t i = 0;
+        for (; i + W <= nj; i += W) {
+          simd::vd<W> av, shift;
+          for (int k = 0; k < W; ++k) {
+            av[k] = a[i + k];
+            shift[k] = lmx + static_cast<double>(amx[i + k]);
+          }
+          if (simd::any<W>(!(av >= static_cast<double>(bound)))) break;  // fallback cell or NaN: scalar below
+          simd::storeu<W>(n + i, simd::vlog<W, kFull>(av) + shift);
+        }
+        for (; i < nj; ++i) n[i] = rnnt_normalizer<T>(a[i], lmx + amx[i], bound, lm_row, am_t + i * C, C);
+        for (index_t s = L == 1 ? 0 : row; s < (L == 1 ? S1 : row + 1); ++s) {
+          const double lm_term = lm_row[term];
+          T* py_row = py + (b * S1 + s) * T_ + t;
+          for (index_t j = 0; j < nj; ++j) py_row[j] = static_cast<T>(g_term[j] + lm_term - n[j]);
+          if (s == S) continue;
+          const double lm_sym = lm_row[sym[s]];
+          T* px_row = px + (b * S + s) * T1 + t;
+          for (index_t j = 0; j < nj; ++j) px_row[j] = static_cast<T>(g[s * kTC + j] + lm_sym - n[j]);
+        }
+      }
     }
+    if (!modified && t1 == T_)
+      for (index_t s = 0; s < S; ++s) px[(b * S + s) * T1 + T_] = neg_inf<T>();
   }
 };
 
@@ -270,14 +301,22 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
     }
     return g;
   };
-  // the GEMM weights; fallback cells get 0 here and their exact share below
+  // the GEMM weights G / approx (rows of G summed over their contexts s, in order along t); fallback cells
+  // get 0 here and their exact share below
   parallel_for(0, B * L, std::max<index_t>(1, 4096 / (T_ * (L == 1 ? S1 : 1))), [&](index_t r0, index_t r1) {
     for (index_t r = r0; r < r1; ++r) {
       const index_t b = r / L, row = r % L;
-      for (index_t t = 0; t < T_; ++t) {
-        const T a = approx[r * T_ + t];
-        w[r * T_ + t] = a < bound ? T(0) : cell_grad(b, row, t) / a;
+      T* w_row = w.data() + r * T_;
+      std::fill(w_row, w_row + T_, T(0));
+      for (index_t s = L == 1 ? 0 : row; s < (L == 1 ? S1 : row + 1); ++s) {
+        const T* gy = py_grad + (b * S1 + s) * T_;
+        for (index_t t = 0; t < T_; ++t) w_row[t] += gy[t];
+        if (s == S) continue;
+        const T* gx = px_grad + (b * S + s) * T1;
+        for (index_t t = 0; t < T_; ++t) w_row[t] += gx[t];
       }
+      const T* a = approx + r * T_;
+      for (index_t t = 0; t < T_; ++t) w_row[t] = a[t] < bound ? T(0) : w_row[t] / a[t];
     }
   });
   const index_t blocks = (C + kNC - 1) / kNC;
@@ -311,13 +350,18 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
         if (s < S) lg_row[sym[s]] += static_cast<T>(sx);
         lg_row[termination_symbol] += static_cast<T>(sy);
       }
-      for (index_t t = 0; t < T_; ++t) {
-        double sy = 0;
+      for (index_t t0 = 0; t0 < T_; t0 += kTC) {  // kTC rows of am_grad at a time, in L1
+        const index_t nj = std::min(kTC, T_ - t0);
+        double sy[kTC] = {};
         for (index_t s = 0; s < S1; ++s) {
-          if (s < S) ag[t * C + sym[s]] += px_grad[(b * S + s) * T1 + t];
-          sy += py_grad[(b * S1 + s) * T_ + t];
+          const T* gy = py_grad + (b * S1 + s) * T_ + t0;
+          for (index_t j = 0; j < nj; ++j) sy[j] += gy[j];
+          if (s == S) continue;
+          const T* gx = px_grad + (b * S + s) * T1 + t0;
+          T* col = ag + t0 * C + sym[s];
+          for (index_t j = 0; j < nj; ++j) col[j * C] += gx[j];
         }
-        ag[t * C + termination_symbol] += static_cast<T>(sy);
+        for (index_t j = 0; j < nj; ++j) ag[(t0 + j) * C + termination_symbol] += static_cast<T>(sy[j]);
       }
       for (index_t row = 0; row < L; ++row) {
         for (index_t t = 0; t < T_; ++t) {

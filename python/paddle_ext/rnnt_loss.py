@@ -528,17 +528,20 @@ def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scal
     S = _dims(symbols)[1]
     symbols = _symbols64(symbols)
     lm_probs, lm_max = _exp_shifted(lm)
-    lmonly_norm = paddle.sum(lm_probs, axis=2, keepdim=True)  # [B, S+1, 1]
+    lm_sum = paddle.sum(lm_probs, axis=2, keepdim=True)  # [B, S+1, 1]
     # + 1e-20 as k2 does: a class the LM never predicts keeps a finite, dtype-independent AM-only score
-    log_unigram = paddle.log(paddle.mean(lm_probs / lmonly_norm, axis=[0, 1], keepdim=True) + UNIGRAM_FLOOR)
-    lmonly_norm = paddle.log(lmonly_norm) + lm_max  # [B, S+1, 1]
+    log_unigram = paddle.log(paddle.mean(lm_probs / lm_sum, axis=[0, 1], keepdim=True) + UNIGRAM_FLOOR)
+    # the LM-only model: lm[s, symbols[s]] and lm[s, term] minus logsumexp(lm[s]), one gather for both (slices
+    # of lm itself would cost a zero-filled lm-sized grad each)
+    with_term = paddle.concat([symbols, paddle.full([B, 1], termination_symbol, dtype="int64")], axis=1)
+    idx = paddle.stack([with_term, paddle.full_like(with_term, termination_symbol)], axis=-1)  # [B, S+1, 2]
+    lmonly = paddle.take_along_axis(lm, idx, axis=2) - (paddle.log(lm_sum) + lm_max)  # [B, S+1, 2]
     # the combined and the AM-only model are both additive joiners: the AM-only one is the fused op with one
     # lm row, log(unigram), shared by every s (a [B, T] normaliser), exact like the combined one
     px, py = _simple_logprobs(lm, am, symbols, termination_symbol, "modified")
     px_amonly, py_amonly = _simple_logprobs(log_unigram.expand([B, 1, C]), am, symbols, termination_symbol,
                                             "modified")
-    px_lmonly = paddle.take_along_axis(lm[:, :-1], symbols.unsqueeze(-1), axis=2) - lmonly_norm[:, :-1, :]
-    py_lmonly = lm[:, :, termination_symbol].unsqueeze(2) - lmonly_norm  # [B, S+1, 1]
+    px_lmonly, py_lmonly = lmonly[:, :-1, :1], lmonly[:, :, 1:]  # [B, S, 1], [B, S+1, 1]
 
     combined = 1.0 - lm_only_scale - am_only_scale
     # a zero scale would turn -inf terms into NaN (0 * -inf): k2 uses 1e-20 instead
