@@ -524,7 +524,7 @@ def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scal
     if lm_only_scale + am_only_scale > 1.0:
         raise ValueError(f"{op}: lm_only_scale + am_only_scale must be <= 1, got {lm_only_scale + am_only_scale}")
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
-    B, T, C = _dims(am)  # the graph's dims: tensors where dynamic
+    B, _, C = _dims(am)  # the graph's dims: tensors where dynamic
     S = _dims(symbols)[1]
     symbols = _symbols64(symbols)
     lm_probs, lm_max = _exp_shifted(lm)
