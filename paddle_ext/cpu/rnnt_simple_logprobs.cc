@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -104,6 +105,26 @@ struct Gemm {
       for (index_t j = 0; j < nr; ++j) c[i * ldc + j] = (accumulate ? c[i * ldc + j] : T(0)) + tile[i][j];
   }
 
+  // sum_k a[k] b[k] with V-lane partial sums (the GEMM's rounding class: T accumulation).
+  PE_VINLINE static T dot(const T* a, const T* b, index_t K) {
+    vec acc0{}, acc1{};
+    index_t k = 0;
+    for (; k + 2 * V <= K; k += 2 * V) {
+      vec a0, a1, b0, b1;
+      std::memcpy(&a0, a + k, sizeof(vec));
+      std::memcpy(&a1, a + k + V, sizeof(vec));
+      std::memcpy(&b0, b + k, sizeof(vec));
+      std::memcpy(&b1, b + k + V, sizeof(vec));
+      acc0 += a0 * b0;
+      acc1 += a1 * b1;
+    }
+    acc0 += acc1;
+    T sum = T(0);
+    for (int i = 0; i < V; ++i) sum += acc0[i];
+    for (; k < K; ++k) sum += a[k] * b[k];
+    return sum;
+  }
+
   PE_VINLINE static void run(index_t M, index_t N, index_t K, const T* A, index_t rsa, index_t csa, const T* B,
                              index_t rsb, index_t csb, T* C, index_t ldc, T* pack_a_buf, T* pack_b_buf) {
     if (K == 0) {
@@ -128,6 +149,13 @@ struct Gemm {
 };
 
 constexpr index_t kTC = 16;  // frames per chunk of the elementwise passes: their am / am_grad rows stay in L1
+
+// Scratch arrays every element of which is written before it is read: no zero fill (std::vector would
+// clear tens of MB per call).
+template <typename T>
+std::unique_ptr<T[]> scratch(index_t n) {
+  return std::unique_ptr<T[]>(new T[std::max<index_t>(n, 1)]);
+}
 
 template <typename T>
 struct PackBuffers {
@@ -187,8 +215,12 @@ struct ForwardUnit {
     constexpr bool kFull = std::is_same<T, double>::value;
     const index_t S1 = S + 1, T1 = modified ? T_ : T_ + 1, nt = t1 - t0;
     T* ap_tile = approx + b * L * T_ + t0;
-    Gemm<T, W>::run(L, nt, C, lp + b * L * C, C, 1, ap + (b * T_ + t0) * C, 1, C, ap_tile, T_, buf->a.data(),
-                    buf->b.data());
+    if (L == 1) {  // one lm row: dot products of contiguous rows, no packing
+      for (index_t j = 0; j < nt; ++j) ap_tile[j] = Gemm<T, W>::dot(lp + b * C, ap + (b * T_ + t0 + j) * C, C);
+    } else {
+      Gemm<T, W>::run(L, nt, C, lp + b * L * C, C, 1, ap + (b * T_ + t0) * C, 1, C, ap_tile, T_, buf->a.data(),
+                      buf->b.data());
+    }
     const T bound = rnnt_fallback_bound<T>(C);
     const int64_t* sym = symbols + b * S;
     buf->gathered.resize(S * kTC);
@@ -242,9 +274,24 @@ struct GradUnit {
   template <int W, typename T>
   PE_VINLINE void run(const T* w, const T* factor, const T* other, T* out, index_t M, index_t K, index_t c0,
                       index_t c1, index_t C, bool transposed, PackBuffers<T>* buf) const {
-    // A(i, k) = w[i, k] (rows s) or w[k, i] (rows t); B(k, j) = other[k, c0 + j]
-    Gemm<T, W>::run(M, c1 - c0, K, w, transposed ? 1 : K, transposed ? M : 1, other + c0, C, 1, out + c0, C,
-                    buf->a.data(), buf->b.data());
+    if (transposed && K == 1) {  // one lm row: am_grad[t, c] = -ap[t, c] w[t] lp[c], elementwise
+      for (index_t i = 0; i < M; ++i) {
+        T* o = out + i * C;
+        const T* f = factor + i * C;
+        for (index_t c = c0; c < c1; ++c) o[c] = -f[c] * (w[i] * other[c]);
+      }
+      return;
+    }
+    if (!transposed && M == 1) {  // one lm row: lm_grad[c] = -lp[c] sum_t w[t] ap[t, c], row by row
+      std::fill(out + c0, out + c1, T(0));
+      for (index_t k = 0; k < K; ++k) {
+        const T* row = other + k * C;
+        for (index_t c = c0; c < c1; ++c) out[c] += w[k] * row[c];
+      }
+    } else {  // A(i, k) = w[i, k] (rows s) or w[k, i] (rows t); B(k, j) = other[k, c0 + j]
+      Gemm<T, W>::run(M, c1 - c0, K, w, transposed ? 1 : K, transposed ? M : 1, other + c0, C, 1, out + c0, C,
+                      buf->a.data(), buf->b.data());
+    }
     for (index_t i = 0; i < M; ++i) {
       T* o = out + i * C;
       const T* f = factor + i * C;
@@ -264,15 +311,16 @@ void rnnt_simple_logprobs_forward(const T* lm, const T* am, const int64_t* symbo
       for (index_t i = 0; i < B * S; ++i) px[i * (T_ + 1) + T_] = neg_inf<T>();
     return;
   }
-  std::vector<T> lp(B * L * C), ap(B * T_ * C), lm_max(B * L), am_max(B * T_);
-  exp_shifted(lm, lp.data(), lm_max.data(), B * L, C);
-  exp_shifted(am, ap.data(), am_max.data(), B * T_, C);
+  auto lp = scratch<T>(B * L * C), ap = scratch<T>(B * T_ * C), lm_max = scratch<T>(B * L),
+       am_max = scratch<T>(B * T_);
+  exp_shifted(lm, lp.get(), lm_max.get(), B * L, C);
+  exp_shifted(am, ap.get(), am_max.get(), B * T_, C);
   const index_t blocks = (T_ + kNC - 1) / kNC;
   parallel_for_dynamic(0, B * blocks, 1, [&](index_t u0, index_t u1) {
     PackBuffers<T> buf;
     for (index_t u = u0; u < u1; ++u) {
       const index_t b = u / blocks, t0 = (u % blocks) * kNC;
-      simd::dispatch(ForwardUnit{}, lm, am, symbols, lp.data(), ap.data(), lm_max.data(), am_max.data(), px, py,
+      simd::dispatch(ForwardUnit{}, lm, am, symbols, lp.get(), ap.get(), lm_max.get(), am_max.get(), px, py,
                      approx, b, t0, std::min(T_, t0 + kNC), S, L, T_, C, termination_symbol, modified, &buf);
     }
   });
@@ -288,9 +336,10 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
     std::fill(am_grad, am_grad + B * T_ * C, T(0));
     return;
   }
-  std::vector<T> lp(B * L * C), ap(B * T_ * C), lm_max(B * L), am_max(B * T_), w(B * L * T_);
-  exp_shifted(lm, lp.data(), lm_max.data(), B * L, C);
-  exp_shifted(am, ap.data(), am_max.data(), B * T_, C);
+  auto lp = scratch<T>(B * L * C), ap = scratch<T>(B * T_ * C), lm_max = scratch<T>(B * L),
+       am_max = scratch<T>(B * T_), w = scratch<T>(B * L * T_);
+  exp_shifted(lm, lp.get(), lm_max.get(), B * L, C);
+  exp_shifted(am, ap.get(), am_max.get(), B * T_, C);
   const T bound = rnnt_fallback_bound<T>(C);
   // G[row, t]: the grad of the normaliser of lm row `row` on frame t, summed over the s that use the row
   auto cell_grad = [&](index_t b, index_t row, index_t t) {
@@ -306,7 +355,7 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
   parallel_for(0, B * L, std::max<index_t>(1, 4096 / (T_ * (L == 1 ? S1 : 1))), [&](index_t r0, index_t r1) {
     for (index_t r = r0; r < r1; ++r) {
       const index_t b = r / L, row = r % L;
-      T* w_row = w.data() + r * T_;
+      T* w_row = w.get() + r * T_;
       std::fill(w_row, w_row + T_, T(0));
       for (index_t s = L == 1 ? 0 : row; s < (L == 1 ? S1 : row + 1); ++s) {
         const T* gy = py_grad + (b * S1 + s) * T_;
@@ -326,10 +375,10 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
       const bool for_am = u >= B * blocks;
       const index_t v = u % (B * blocks), b = v / blocks, c0 = (v % blocks) * kNC, c1 = std::min(C, c0 + kNC);
       if (for_am) {
-        simd::dispatch(GradUnit{}, w.data() + b * L * T_, ap.data() + b * T_ * C, lp.data() + b * L * C,
+        simd::dispatch(GradUnit{}, w.get() + b * L * T_, ap.get() + b * T_ * C, lp.get() + b * L * C,
                        am_grad + b * T_ * C, T_, L, c0, c1, C, true, &buf);
       } else {
-        simd::dispatch(GradUnit{}, w.data() + b * L * T_, lp.data() + b * L * C, ap.data() + b * T_ * C,
+        simd::dispatch(GradUnit{}, w.get() + b * L * T_, lp.get() + b * L * C, ap.get() + b * T_ * C,
                        lm_grad + b * L * C, L, T_, c0, c1, C, false, &buf);
       }
     }
