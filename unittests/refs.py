@@ -321,6 +321,33 @@ def rnnt_logprobs(logits, symbols, termination_symbol, boundary=None, rnnt_type=
     return _rnnt_finish(*_rnnt_edges(logp, symbols, termination_symbol), boundary, rnnt_type)
 
 
+def rnnt_simple_logprobs(lm, am, symbols, termination_symbol, modified=False):
+    """The fused op pe_rnnt_simple_logprobs: px [B, S, T+1] (regular: column T is -inf) or [B, S, T] and
+    py [B, S+1, T] of log_softmax(lm[s] + am[t]) (float64, the [B, T, S+1, C] tensor materialised)."""
+    lm, am = np.asarray(lm, np.float64), np.asarray(am, np.float64)
+    px, py = _rnnt_edges(_log_softmax_last(lm[:, None] + am[:, :, None]), symbols, termination_symbol)
+    if not modified:
+        px = np.concatenate([px, np.full(px.shape[:2] + (1,), -np.inf)], axis=2)
+    return px, py
+
+
+def rnnt_simple_logprobs_grad(lm, am, symbols, termination_symbol, px_grad, py_grad, modified=False):
+    """(lm_grad, am_grad) of sum(px * px_grad) + sum(py * py_grad) for rnnt_simple_logprobs (the finite
+    part of px: regular px's column T is a constant), from the materialised softmax, float64."""
+    lm, am = np.asarray(lm, np.float64), np.asarray(am, np.float64)
+    logp = _log_softmax_last(lm[:, None] + am[:, :, None])  # [B, T, S+1, C]
+    B, T, S1, C = logp.shape
+    g = np.asarray(py_grad, np.float64).transpose(0, 2, 1).copy()  # [B, T, S+1]: the grad of each cell's normaliser
+    gx = np.asarray(px_grad, np.float64)[:, :, :T].transpose(0, 2, 1)  # [B, T, S]
+    g[:, :, :S1 - 1] += gx
+    d = -np.exp(logp) * g[..., None]
+    for b in range(B):
+        for s in range(S1 - 1):
+            d[b, :, s, symbols[b][s]] += gx[b, :, s]
+    d[..., termination_symbol] += np.asarray(py_grad, np.float64).transpose(0, 2, 1)
+    return d.sum(1), d.sum(2)
+
+
 def rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale, boundary=None,
                            rnnt_type="regular", tiny=1e-20):
     """k2's smoothed (px, py): the log-softmax of am[t] + lm[s], of lm[s] alone and of am[t] + log(u)

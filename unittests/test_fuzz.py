@@ -375,9 +375,33 @@ def test_rnnt_joint_logprobs(case):
                                               c["px_grad"], c["py_grad"])
     fc.assert_matches(_np(grad), ref_g, dtype, fc.finite_scale(c["px_grad"], c["py_grad"]) * 2, "logits grad")
 
+
+RNNT_SIMPLE = _params(c for c in fc.rnnt_cases() if c["loss"] in ("simple", "smoothed"))
+
+
+@pytest.mark.parametrize("case", RNNT_SIMPLE)
+@pytest.mark.parametrize("shared_row", [False, True])
+def test_rnnt_simple_logprobs_float32(case, shared_row):
+    """The fused op behind the simple / smoothed losses in float32 (lm [B, S+1, C], or one row [B, 1, C] as
+    the smoothed AM-only model uses it): px / py within float32 tolerance of the float64 log-softmax of the
+    same float32 inputs, at logit scales 1, 30 and 1e3 (exp-space sums that underflow take the exact path)."""
+    c = case
+    lm = c["lm"].astype(np.float32)[:, :1] if shared_row else c["lm"].astype(np.float32)
+    am = c["am"].astype(np.float32)
+    modified = c["rnnt_type"] != "regular"
+    px, py, _ = paddle_ext._library.ops().pe_rnnt_simple_logprobs(paddle.to_tensor(lm), paddle.to_tensor(am),
+                                                                  paddle.to_tensor(c["symbols"]), 0, modified)
+    S = c["symbols"].shape[1]
+    lm64 = np.repeat(lm, S + 1, axis=1) if shared_row else lm
+    ref_px, ref_py = refs.rnnt_simple_logprobs(lm64, am, c["symbols"], 0, modified)
+    scale = fc.finite_scale(lm, am)
+    fc.assert_matches(px.numpy(), ref_px, "float32", scale, "px")
+    fc.assert_matches(py.numpy(), ref_py, "float32", scale, "py")
+
+
 # ------------------------------------------------------------------------ other SIMD widths and threads
 KERNEL_TESTS = ("test_logcumsumexp or test_put_along_axis or test_mutual_information_bands or test_adaptive_log_softmax"
-                " or test_rnnt_joint_logprobs")
+                " or test_rnnt_joint_logprobs or test_rnnt_simple_logprobs")
 
 
 @pytest.mark.skipif(SUBPROCESS, reason="already a subprocess")

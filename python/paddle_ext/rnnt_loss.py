@@ -180,46 +180,6 @@ def _exp_shifted(x):
     return paddle.exp(x - x_max), x_max
 
 
-def _log_with_fallback(approx, shift, C, exact_terms, *args):
-    """log(approx) + shift, where approx is an exp-space sum of C products of factors <= 1, standing for
-    logsumexp over C terms; exact_terms(idx, *args) gives those terms [K, C] for the cells idx [K, ndim]
-    (a module-level function, not a closure: SOT's to_static fails on closures over tensors).
-
-    approx is exact to rounding unless its largest term lost digits to underflow. approx >= C * e^-X
-    means the largest term is >= e^-X, so its factors are >= e^-X (normal numbers) and every term
-    lost to underflow is below tiny, a relative C * tiny * e^X of the sum; X = -log(tiny) / 2 leaves
-    that far below rounding (e^-354 in float64, e^-43 in float32). Only the cells below the bound
-    (products that underflow, e.g. logits of a few hundred or more) are recomputed, by logsumexp."""
-    bound = C * float(np.sqrt(paddle.finfo(approx.dtype).tiny))
-    if paddle.in_dynamic_mode() and (approx.numel() == 0 or float(approx.min()) >= bound):
-        return paddle.log(approx) + shift  # the normal range: nothing to recompute
-    bad = approx < bound
-    out = paddle.log(paddle.where(bad, paddle.ones_like(approx), approx)) + shift
-    # the cells to recompute [K, ndim], plus a dummy row (cell 0, flagged in an extra column, its value
-    # zeroed): paddle.inference's kernels fail on the empty selection of a normal-range static graph
-    sel = paddle.nonzero(bad)
-    sel = paddle.concat([paddle.concat([sel, paddle.zeros_like(sel[:, :1])], 1),
-                         paddle.concat([paddle.zeros([1, sel.shape[1]], "int64"), paddle.ones([1, 1], "int64")], 1)])
-    idx, dummy = sel[:, :-1], sel[:, -1] == 1
-    exact = _logsumexp_last(exact_terms(idx, *args))
-    exact = paddle.scatter_nd_add(paddle.zeros_like(approx), idx, paddle.where(dummy, paddle.zeros_like(exact), exact))
-    return paddle.where(bad, exact, out)
-
-
-def _joint_normalizers(lm, am, lm_probs, am_probs, lm_max, am_max):
-    """[B, S+1, T] logsumexp_c(lm[b, s, c] + am[b, t, c]): a matmul in exp space, exact for any finite
-    logits (the cells whose products underflow are recomputed directly)."""
-    approx = paddle.matmul(lm_probs, am_probs, transpose_y=True)
-    shift = lm_max + am_max.transpose([0, 2, 1])
-
-    return _log_with_fallback(approx, shift, am.shape[2], _joint_terms, lm, am)
-
-
-def _joint_terms(idx, lm, am):
-    """lm[b, s] + am[b, t] [K, C] for the rows (b, s, t) of idx."""
-    return paddle.gather_nd(lm, idx[:, :2]) + paddle.gather_nd(am, paddle.stack([idx[:, 0], idx[:, 2]], 1))
-
-
 def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) for an additive joiner: ``log_softmax(lm[b, s] + am[b, t])`` without the [B, S+1, T, C] tensor.
 
@@ -233,20 +193,25 @@ def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_
     op = "get_rnnt_logprobs"
     B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
-    B, T, C = _dims(am)  # the graph's dims: tensors where dynamic
-    S = _dims(symbols)[1]
-    symbols = _symbols64(symbols)
-    am_probs, am_max = _exp_shifted(am)  # [B, T, C], [B, T, 1]
-    lm_probs, lm_max = _exp_shifted(lm)  # [B, S+1, C], [B, S+1, 1]
-    normalizers = _joint_normalizers(lm, am, lm_probs, am_probs, lm_max, am_max)
-
-    px_am = paddle.take_along_axis(am, symbols.unsqueeze(1).expand([B, T, S]), axis=2).transpose([0, 2, 1])  # [B,S,T]
-    px_lm = paddle.take_along_axis(lm[:, :-1], symbols.unsqueeze(-1), axis=2)  # [B, S, 1]
-    px = px_am + px_lm - normalizers[:, :-1, :]
-    if rnnt_type == "regular":
-        px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)  # no symbol on frame T
-    py = am[:, :, termination_symbol].unsqueeze(1) + lm[:, :, termination_symbol].unsqueeze(2) - normalizers
+    px, py = _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type)
     return _finish_px(px, py, boundary, rnnt_type), py
+
+
+def _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type):
+    """The fused op pe_rnnt_simple_logprobs on lm ``[B, S+1, C]`` (or ``[B, 1, C]``: one row for every s): px
+    ``[B, S, T+1]`` (regular; column T is -inf) or ``[B, S, T]``, and py ``[B, S+1, T]``, exact for any finite
+    logits; 16-bit inputs are computed in float32."""
+    dtype = am.dtype
+    if dtype in (paddle.float16, paddle.bfloat16):
+        lm, am = lm.astype("float32"), am.astype("float32")
+    if paddle.in_dynamic_mode() and not paddle.is_grad_enabled():
+        # under no_grad Paddle still gives a custom op's outputs a grad node (whose backward would crash)
+        lm, am = lm.detach(), am.detach()
+    px, py, _ = _library.ops().pe_rnnt_simple_logprobs(lm, am, _symbols64(symbols), int(termination_symbol),
+                                                       rnnt_type != "regular")
+    if px.dtype != dtype:
+        px, py = px.astype(dtype), py.astype(dtype)
+    return px, py
 
 
 def rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
@@ -578,11 +543,6 @@ def _rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None
 # the smoothed simple loss
 
 
-def _unigram_terms(idx, am, log_unigram):
-    """am[b, t] + log_unigram [K, C] for the rows (b, t) of idx."""
-    return paddle.gather_nd(am, idx) + log_unigram[0]
-
-
 def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1,
                                boundary=None, rnnt_type="regular"):
     """(px, py) of the simple loss interpolated with an LM-only and an AM-only (unigram-LM) model:
@@ -601,33 +561,24 @@ def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_sca
     if lm_only_scale + am_only_scale > 1.0:
         raise ValueError(f"{op}: lm_only_scale + am_only_scale must be <= 1, got {lm_only_scale + am_only_scale}")
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
-    B, T, C = _dims(am)  # the graph's dims: tensors where dynamic
+    B, _, C = _dims(am)  # the graph's dims: tensors where dynamic
     S = _dims(symbols)[1]
     symbols = _symbols64(symbols)
-    am_probs, am_max = _exp_shifted(am)
     lm_probs, lm_max = _exp_shifted(lm)
-    normalizers = _joint_normalizers(lm, am, lm_probs, am_probs, lm_max, am_max)  # [B, S+1, T]
-    lmonly_norm = paddle.sum(lm_probs, axis=2, keepdim=True)  # [B, S+1, 1]
+    lm_sum = paddle.sum(lm_probs, axis=2, keepdim=True)  # [B, S+1, 1]
     # + 1e-20 as k2 does: a class the LM never predicts keeps a finite, dtype-independent AM-only score
-    unigram_lm = paddle.mean(lm_probs / lmonly_norm, axis=[0, 1], keepdim=True) + UNIGRAM_FLOOR  # [1, 1, C]
-    # logsumexp(am[b, t] + log(unigram)), the exp-space product with exact fallback as for normalizers
-    approx = paddle.matmul(am_probs.reshape([-1, C]), unigram_lm.reshape([C, 1])).reshape([B, T])
-    unigram_lm = paddle.log(unigram_lm)
-    amonly_norm = _log_with_fallback(approx, am_max.squeeze(-1), C, _unigram_terms, am, unigram_lm)
-    amonly_norm = amonly_norm.unsqueeze(1)  # [B, 1, T]
-    lmonly_norm = paddle.log(lmonly_norm) + lm_max  # [B, S+1, 1]
-
-    px_am = paddle.take_along_axis(am, symbols.unsqueeze(1).expand([B, T, S]), axis=2).transpose([0, 2, 1])
-    px_lm = paddle.take_along_axis(lm[:, :-1], symbols.unsqueeze(-1), axis=2)  # [B, S, 1]
-    px_lm_unigram = paddle.take_along_axis(unigram_lm.expand([B, S, C]), symbols.unsqueeze(-1), axis=2)
-    px = px_am + px_lm - normalizers[:, :-1, :]
-    px_amonly = px_am + px_lm_unigram - amonly_norm
-    px_lmonly = px_lm - lmonly_norm[:, :-1, :]
-    py_am = am[:, :, termination_symbol].unsqueeze(1)  # [B, 1, T]
-    py_lm = lm[:, :, termination_symbol].unsqueeze(2)  # [B, S+1, 1]
-    py = py_am + py_lm - normalizers
-    py_amonly = py_am + unigram_lm[0, 0, termination_symbol] - amonly_norm
-    py_lmonly = py_lm - lmonly_norm
+    log_unigram = paddle.log(paddle.mean(lm_probs / lm_sum, axis=[0, 1], keepdim=True) + UNIGRAM_FLOOR)
+    # the LM-only model: lm[s, symbols[s]] and lm[s, term] minus logsumexp(lm[s]), one gather for both (slices
+    # of lm itself would cost a zero-filled lm-sized grad each)
+    with_term = paddle.concat([symbols, paddle.full([B, 1], termination_symbol, dtype="int64")], axis=1)
+    idx = paddle.stack([with_term, paddle.full_like(with_term, termination_symbol)], axis=-1)  # [B, S+1, 2]
+    lmonly = paddle.take_along_axis(lm, idx, axis=2) - (paddle.log(lm_sum) + lm_max)  # [B, S+1, 2]
+    # the combined and the AM-only model are both additive joiners: the AM-only one is the fused op with one
+    # lm row, log(unigram), shared by every s (a [B, T] normaliser), exact like the combined one
+    px, py = _simple_logprobs(lm, am, symbols, termination_symbol, "modified")
+    px_amonly, py_amonly = _simple_logprobs(log_unigram.expand([B, 1, C]), am, symbols, termination_symbol,
+                                            "modified")
+    px_lmonly, py_lmonly = lmonly[:, :-1, :1], lmonly[:, :, 1:]  # [B, S, 1], [B, S+1, 1]
 
     combined = 1.0 - lm_only_scale - am_only_scale
     # a zero scale would turn -inf terms into NaN (0 * -inf): k2 uses 1e-20 instead
