@@ -28,6 +28,7 @@ import textwrap
 import zipfile
 
 import numpy as np
+import paddle
 import pytest
 
 import paddle_ext
@@ -296,3 +297,52 @@ def test_isolated_wheel_build_installs_and_runs_in_a_fresh_venv(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert used.returncode == 0, used.stderr[-3000:]
     assert abs(float(used.stdout.strip()) - np.log(2.0)) < 1e-6
+
+
+# --------------------------------------------------------------------------- paddle.no_grad()
+
+def _no_grad_calls():
+    """One call per op family on inputs that want grads: (name, fn(*inputs), inputs as NumPy)."""
+    rng = np.random.default_rng(0)
+    f32 = lambda *shape: rng.standard_normal(shape).astype("float32")  # noqa: E731
+    B, S, T, C = 2, 3, 4, 5
+    symbols = lambda: paddle.to_tensor(rng.integers(1, C, (B, S)))  # noqa: E731
+    idx = lambda: paddle.to_tensor(np.array([[0, 1], [1, 0]]))  # noqa: E731
+    layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(8, 20, cutoffs=[5, 10])
+    return [
+        ("logcumsumexp", lambda x: paddle_ext.logcumsumexp(x, axis=1), [f32(3, 4)]),
+        ("put_along_axis", lambda a, v: paddle_ext.put_along_axis(a, idx(), v, 1, reduce="add"), [f32(2, 2), f32(2, 2)]),
+        ("mutual_information", lambda px, py: paddle_ext.mutual_information_recursion(px, py),
+         [f32(B, S, T + 1), f32(B, S + 1, T)]),
+        ("rnnt_loss_simple", lambda lm, am: paddle_ext.rnnt_loss_simple(lm, am, symbols(), 0, reduction="sum"),
+         [f32(B, S + 1, C), f32(B, T, C)]),
+        ("rnnt_loss", lambda x: paddle_ext.rnnt_loss(x, symbols(), 0, reduction="sum"), [f32(B, T, S + 1, C)]),
+        ("adaptive_log_softmax", lambda x: layer(x, paddle.to_tensor(np.array([1, 7, 15])))[1], [f32(3, 8)]),
+    ]
+
+
+@pytest.mark.parametrize("name,fn,arrays", _no_grad_calls(), ids=lambda v: v if isinstance(v, str) else "")
+def test_under_no_grad_outputs_want_no_grad_and_inputs_get_none(name, fn, arrays):
+    """As with Paddle's own ops: under paddle.no_grad() nothing is recorded, even for inputs that want grads
+    (Paddle 3.3.1 records custom ops there unless told otherwise)."""
+    inputs = [paddle.to_tensor(a, stop_gradient=False) for a in arrays]
+    with paddle.no_grad():
+        out = fn(*inputs)
+    assert out.stop_gradient, name
+    scale = paddle.to_tensor(1.0, stop_gradient=False)
+    (scale * out.sum()).backward()  # a later backward through the output reaches no input
+    assert all(x.grad is None for x in inputs), name
+    assert all(not x.stop_gradient for x in inputs), f"{name}: the inputs' stop_gradient must be restored"
+
+
+def test_inplace_put_along_axis_on_a_parameter_under_no_grad():
+    """The usual in-place parameter update: Paddle's own put_along_axis_ allows it under no_grad and returns
+    the parameter itself; ours did raise "Leaf Var ... can't use inplace strategy"."""
+    w = paddle.create_parameter([2, 3], "float32", default_initializer=paddle.nn.initializer.Constant(1.0))
+    values = paddle.to_tensor(np.full((2, 1), 5.0, "float32"), stop_gradient=False)
+    with paddle.no_grad():
+        result = paddle_ext.put_along_axis_(w, paddle.to_tensor(np.array([[2], [0]])), values, 1, reduce="add")
+    assert result is w and not w.stop_gradient
+    np.testing.assert_array_equal(w.numpy(), [[1, 1, 6], [6, 1, 1]])
+    (w * 2).sum().backward()  # still a parameter that trains
+    np.testing.assert_array_equal(w.grad.numpy(), np.full((2, 3), 2.0))

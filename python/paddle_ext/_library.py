@@ -37,7 +37,45 @@ def ops():
     missing = [op["name"] for op in manifest() if not op["forward"] and not hasattr(paddle_ext_lib, op["name"])]
     if missing:
         raise ImportError(f"paddle_ext: the op library is stale, it lacks {missing}; {BUILD_HINT}")
-    return paddle_ext_lib
+    return _OpModule(paddle_ext_lib)
+
+
+class _OpModule:
+    """The generated module with each op function run by ``_respecting_no_grad``; other attributes as is."""
+
+    def __init__(self, module):
+        self._module = module
+        self.__file__ = module.__file__
+
+    def __getattr__(self, name):
+        attr = getattr(self._module, name)
+        if callable(attr) and not name.startswith("_"):
+            attr = _respecting_no_grad(attr)
+        setattr(self, name, attr)  # looked up once
+        return attr
+
+
+def _respecting_no_grad(op):
+    """Under ``paddle.no_grad()`` in dygraph, Paddle 3.3.1 still records a grad node for a custom op whose
+    inputs want grads, unlike for its own ops: the outputs want grads, a later backward through them
+    writes grads into the inputs, and an inplace op on a parameter is refused ("Leaf Var ... can't use
+    inplace strategy"). So there the call runs with its inputs' stop_gradient set, restored afterwards."""
+
+    @functools.wraps(op)
+    def call(*args):
+        if paddle.is_grad_enabled() or not paddle.in_dynamic_mode():
+            return op(*args)
+        wanting = [t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,))
+                   if isinstance(t, paddle.Tensor) and not t.stop_gradient]
+        for t in wanting:
+            t.stop_gradient = True
+        try:
+            return op(*args)
+        finally:
+            for t in wanting:
+                t.stop_gradient = False
+
+    return call
 
 
 def load():

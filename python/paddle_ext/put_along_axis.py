@@ -305,7 +305,8 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
         out = _call(_library.ops().pe_put_along_axis, paddle.assign(arr), indices, values, *attrs)
         paddle.assign(out, output=arr)
         return out
-    return _call(_library.ops().pe_put_along_axis_, arr, indices, values, *attrs)
+    out = _call(_library.ops().pe_put_along_axis_, arr, indices, values, *attrs)
+    return arr if dygraph else out  # dygraph: arr itself, as Paddle's inplace ops return
 
 
 # The grads of these modes with include_self need arr's value before the write.

@@ -204,9 +204,6 @@ def _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type):
     dtype = am.dtype
     if dtype in (paddle.float16, paddle.bfloat16):
         lm, am = lm.astype("float32"), am.astype("float32")
-    if paddle.in_dynamic_mode() and not paddle.is_grad_enabled():
-        # under no_grad Paddle still gives a custom op's outputs a grad node (whose backward would crash)
-        lm, am = lm.detach(), am.detach()
     px, py, _ = _library.ops().pe_rnnt_simple_logprobs(lm, am, _symbols64(symbols), int(termination_symbol),
                                                        rnnt_type != "regular")
     if px.dtype != dtype:
