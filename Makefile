@@ -37,7 +37,9 @@ bench-gpu: $(DEPS)
 demo: build
 	$(VENV)/bin/paddle-ext demo $(ARGS)
 
+# torch (requirements-bench.txt) only for the bench's comparison columns; the bench runs without it.
 bench: build
+	$(VPY) -m pip install --disable-pip-version-check -q -r requirements-bench.txt || echo "bench: torch not installed, its columns are left out"
 	$(VENV)/bin/paddle-ext bench $(ARGS)
 
 info: build
