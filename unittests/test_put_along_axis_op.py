@@ -900,3 +900,51 @@ def test_no_broadcast_scalar_value_with_narrower_indices(reduce):
                                     broadcast=False)
     np.testing.assert_allclose(out.numpy(), refs.put_along_axis(arr, idx, np.full(idx.shape, 2.5), 0, reduce,
                                                                 broadcast=False))
+
+
+# ------------------------------------------------- independent indices into a large destination
+def _scattered_case(arr_shape, idx_shape, dtype, index_dtype, seed, mixed=False):
+    """Independent indices (negative ones too, duplicates) into a destination well beyond L2, which the
+    kernel partitions by destination block; values with ±inf, NaN, zeros and ties (a few distinct values)."""
+    rng = np.random.default_rng(seed)
+    n = arr_shape[0]
+    idx = rng.integers(-n, n, size=idx_shape)
+    if mixed:  # a third of the rows one destination each (the row pattern), the rest independent
+        rows = rng.random(idx_shape[0]) < 1 / 3
+        idx[rows] = rng.integers(-n, n, size=(int(rows.sum()), 1))
+    pool = np.array([0.5, -1.0, 2.0, 0.0, np.inf, -np.inf, np.nan, 1.5])
+    arr = rng.normal(size=arr_shape)
+    vals = np.where(rng.random(idx_shape) < 0.5, pool[rng.integers(0, len(pool), idx_shape)], rng.normal(size=idx_shape))
+    return arr.astype(dtype), idx.astype(index_dtype), vals.astype(dtype)
+
+
+@pytest.mark.parametrize("arr_shape,idx_shape,dtype,index_dtype", [
+    ((12000, 64), (18000, 64), "float64", "int32"),    # one thread, 6 MB destination
+    ((20000, 64), (40000, 64), "float32", "int64"),    # two threads (> 2**21 positions), a column block each
+])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_independent_indices_into_a_large_table_match_the_last_axis_kernel(arr_shape, idx_shape, dtype, index_dtype,
+                                                                          reduce, include_self):
+    # Along axis 0 with 64 features these updates are partitioned by destination block; along the last
+    # axis (the transposed problem) they go through the row kernels. A slot receives the same values in
+    # the same order either way, so outputs and grads must agree bit for bit.
+    arr, idx, vals = _scattered_case(arr_shape, idx_shape, dtype, index_dtype, seed=len(reduce) + include_self,
+                                     mixed=reduce in ("add", "amax"))
+    g = np.random.default_rng(5).normal(size=arr_shape).astype(dtype)
+    results = []
+    for transpose in (False, True):
+        t = (lambda x: np.ascontiguousarray(x.T)) if transpose else (lambda x: x)
+        a, v = (paddle.to_tensor(t(x), stop_gradient=False) for x in (arr, vals))
+        out = put(a, paddle.to_tensor(t(idx)), v, 1 if transpose else 0, reduce=reduce, include_self=include_self)
+        grads = paddle.grad(out, [a, v], paddle.to_tensor(t(g)))
+        results.append([t(x.numpy()) for x in (out, *grads)])
+    for got, want, what in zip(*results, ("out", "arr grad", "values grad")):
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=what)
+
+
+def test_independent_indices_into_a_large_table_out_of_range_is_an_index_error():
+    arr, idx, vals = _scattered_case((12000, 64), (18000, 64), "float32", "int64", seed=9)
+    idx[17000, 40] = 12000
+    with pytest.raises(IndexError, match=r"index 12000 at indices\[17000, 40\]"):
+        put(paddle.to_tensor(arr), paddle.to_tensor(idx), paddle.to_tensor(vals), 0, reduce="add")

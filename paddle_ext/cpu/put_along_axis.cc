@@ -51,6 +51,62 @@ constexpr index_t kGrain = PE_PUT_ALONG_AXIS_GRAIN;
 // Index rows looked ahead to prefetch a destination row (a few hundred ns of memory latency over
 // ~20-50 ns of work per row).
 constexpr index_t kHintsAhead = 8;
+// Index rows looked ahead to prefetch the slots of a row whose indices disagree (its elements' slots).
+constexpr index_t kEachAhead = 2;
+
+// Zeroed scratch; from 4 MiB on, its own mapping on transparent huge pages where the kernel offers
+// them (madvise mode): a fresh 4 KiB-page buffer of hundreds of MiB costs more in page faults than a
+// pass over it, and random accesses into it miss the TLB.
+class HugeScratch {
+ public:
+  explicit HugeScratch(size_t bytes) : bytes_(std::max<size_t>(bytes, 1)) {
+#ifdef __linux__
+    mapped_ = bytes_ >= (size_t(4) << 20);
+    if (mapped_) {
+      ptr_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (ptr_ == MAP_FAILED) throw std::bad_alloc();
+      madvise(ptr_, bytes_, MADV_HUGEPAGE);
+      return;
+    }
+#endif
+    ptr_ = std::calloc(bytes_, 1);
+    if (!ptr_) throw std::bad_alloc();
+  }
+  ~HugeScratch() {
+#ifdef __linux__
+    if (mapped_) {
+      munmap(ptr_, bytes_);
+      return;
+    }
+#endif
+    std::free(ptr_);
+  }
+  HugeScratch(const HugeScratch&) = delete;
+  HugeScratch& operator=(const HugeScratch&) = delete;
+  template <typename U>
+  U* as() const { return static_cast<U*>(ptr_); }
+
+ private:
+  size_t bytes_;
+  bool mapped_ = false;
+  void* ptr_;
+};
+
+// Transparent huge pages for a large output about to be faulted in (THP in madvise mode): random
+// updates into hundreds of MiB otherwise miss the TLB on nearly every access, and the faults are
+// 512x fewer.
+inline void advise_huge(void* data, size_t bytes) {
+#ifdef __linux__
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  if (bytes < 16 * kHuge) return;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHuge - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
 
 struct Geometry {
   index_t outer, n, m, inner;
@@ -145,13 +201,21 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
   const bool report = k0 == 0;
   const uint8_t* only = pf.only;
   const bool skip_fast = only && (Unit || pf.all_uniform);
-  bool bad = false, scattered = false;
+  const bool prefetch_each = !Unit && (pf.a || pf.b);
+  bool bad = false, scattered = false, last_scattered = false;
   for (index_t o = o0; o < o1; ++o) {
     const Idx* ib = idx + o * m * inner + i0;
     const index_t pbase = o * m * inner + i0, sbase = o * n * inner + i0, rrow = rbase + o * n;
     for (index_t jj = 0; jj < m; ++jj) {
       const index_t j = Reverse ? m - 1 - jj : jj;
-      if (do_prefetch && jj + kHintsAhead < m) {
+      if (last_scattered && prefetch_each && jj + kEachAhead < m) {
+        // rows that disagree: each element's slot, a row or two ahead (a few dozen lines in flight)
+        const Idx* ahead = ib + (Reverse ? j - kEachAhead : j + kEachAhead) * inner;
+        for (index_t t = 0; t < len; ++t) {
+          const index_t kp = static_cast<index_t>(ahead[t]);
+          if (index_in_range(kp, n)) prefetch_row(pf, sbase + wrap_index(kp, n) * inner + t, 1);
+        }
+      } else if (do_prefetch && jj + kHintsAhead < m) {
         const index_t jp = Reverse ? j - kHintsAhead : j + kHintsAhead;
         const index_t kp = static_cast<index_t>(ib[jp * inner]);
         if (index_in_range(kp, n)) prefetch_row(pf, sbase + wrap_index(kp, n) * inner, len);
@@ -168,6 +232,7 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
         Idx diff = 0;
         for (index_t t = 1; t < len; ++t) diff |= row[t] ^ first;
         uniform = diff == 0;
+        last_scattered = !uniform;
       }
       if (uniform) {
         const index_t k = static_cast<index_t>(first);
@@ -267,15 +332,15 @@ void convert(const Src* in, Dst* out, index_t count) {
 // rest. count(s) = row[stat_row(s)] + slot[s].
 struct Counter {
   std::unique_ptr<int32_t[]> row;
+  std::unique_ptr<HugeScratch> slot_mem;  // zero pages, faulted in where touched
   int32_t* slot = nullptr;
   std::atomic<bool> slot_used{false};
   Counter(const Geometry& g, const Plan& plan) : row(new int32_t[plan.nblocks * g.outer * g.n]()) {
     if (g.inner > 1 && g.slots() > 0) {
-      slot = static_cast<int32_t*>(std::calloc(g.slots(), sizeof(int32_t)));
-      if (!slot) throw std::bad_alloc();
+      slot_mem.reset(new HugeScratch(g.slots() * sizeof(int32_t)));
+      slot = slot_mem->as<int32_t>();
     }
   }
-  ~Counter() { std::free(slot); }
   Counter(const Counter&) = delete;
   Counter& operator=(const Counter&) = delete;
   // Slot-level counts exist: read them. (Relaxed: a thread's own writes are visible to itself, and
@@ -302,6 +367,151 @@ void count_contributions(const Idx* idx, const Geometry& g, const Plan& plan, Co
   visit(idx, g, plan, Hints{}, [&cnt](index_t s, index_t, index_t, index_t r, auto u) { cnt.add(s, r, u); });
 }
 
+// ---- Destination-bucketed scatter (independent indices into a large destination) --------------
+// Where the indices of a row disagree, every update is a cache miss into the destination (a random
+// line of a table far larger than the caches: ~3x the time of a row-pattern update). Instead a part
+// partitions its updates by destination block (one pass over indices and values, appending
+// (offset, value) entries to per-block lists: sequential writes), then applies block by block while
+// the block sits in L2. The partition is stable: a slot's contributions keep their increasing
+// position order, so every combine happens in the same order as in visit() (bit-identical).
+
+// Destination bytes per block (L2 holds it with the entries streaming through), the most blocks a
+// part has (write streams of the partition), entries per list chunk, and entries per round (the
+// updates partitioned before they are applied: bounds the scratch per thread to ~256 MiB).
+constexpr index_t kBlockBytes = 256 << 10;
+constexpr index_t kMaxBlocks = 1024;
+constexpr index_t kChunkEntries = 512;
+constexpr index_t kRoundEntries = index_t(1) << 24;
+
+template <typename T>
+struct Entry {
+  uint32_t off;  // (row in block) << lshift | column in part
+  T v;
+};
+
+inline int ceil_log2(index_t x) {
+  int s = 0;
+  while ((index_t(1) << s) < x) ++s;
+  return s;
+}
+
+// Whether most sampled index rows disagree over the first column block (then the partition pays).
+template <typename Idx>
+bool mostly_scattered(const Idx* idx, const Geometry& g, const Plan& plan) {
+  const index_t rows = g.outer * g.m, len = std::min(plan.block, g.inner);
+  if (rows == 0 || len < 2) return false;
+  const index_t samples = std::min<index_t>(rows, 64);
+  index_t scattered = 0;
+  for (index_t q = 0; q < samples; ++q) {
+    const Idx* row = idx + (q * rows / samples) * g.inner;
+    Idx diff = 0;
+    for (index_t t = 1; t < len; ++t) diff |= row[t] ^ row[0];
+    scattered += diff != 0;
+  }
+  return 2 * scattered > samples;
+}
+
+// Destination bytes of one part of the plan (the slots one thread owns at a time).
+inline index_t part_bytes(const Geometry& g, const Plan& plan, index_t elem) {
+  switch (plan.kind) {
+    case Plan::Single: return g.slots() * elem;
+    case Plan::Outer: return plan.chunk * g.n * g.inner * elem;
+    case Plan::Columns: return g.outer * g.n * plan.block * elem;
+    default: return 0;
+  }
+}
+
+// fn(slot, value) for every in-range position of part (outer rows [o0, o1), columns [i0, i1)), in
+// destination-block order, each slot's in increasing position. Returns false on an out-of-range index.
+template <typename T, typename Idx, typename Fn>
+bool bucket_part(const Idx* idx, const T* values, const Geometry& g, index_t o0, index_t o1, index_t i0, index_t i1,
+                 index_t elem, const Fn& fn) {
+  const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0, rows = (o1 - o0) * n;
+  if (rows == 0 || m == 0 || len == 0) return true;
+  const int lshift = ceil_log2(len);
+  int shift = std::max(0, ceil_log2(std::max<index_t>(1, kBlockBytes / (len * elem) + 1)) - 1);  // rows per block
+  while ((rows >> shift) >= kMaxBlocks) ++shift;
+  const index_t blocks = ((rows - 1) >> shift) + 1;
+  const index_t round_rows = std::max<index_t>(1, kRoundEntries / len);  // index rows per round
+  const index_t total_rows = (o1 - o0) * m;
+  const index_t cap = std::min(total_rows, round_rows) * len + blocks * kChunkEntries;
+  static_assert(std::is_trivially_copyable<Entry<T>>::value, "entries live in raw scratch");
+  HugeScratch scratch(cap * sizeof(Entry<T>));
+  Entry<T>* const pool = scratch.as<Entry<T>>();
+  std::vector<std::vector<uint32_t>> chunks(blocks);  // chunk numbers in the pool, per block
+  std::vector<Entry<T>*> cur(blocks), end(blocks);
+  bool bad = false;
+  for (index_t q0 = 0; q0 < total_rows; q0 += round_rows) {
+    const index_t q1 = std::min(total_rows, q0 + round_rows);
+    index_t next = 0;  // next free chunk
+    for (index_t b = 0; b < blocks; ++b) {
+      chunks[b].clear();
+      cur[b] = end[b] = nullptr;
+    }
+    for (index_t q = q0; q < q1; ++q) {  // partition: q = (o - o0) * m + j
+      const index_t o = o0 + q / m, j = q % m;
+      const index_t p = (o * m + j) * inner + i0;
+      const Idx* row = idx + p;
+      const T* vrow = values + p;
+      const index_t rbase = (o - o0) * n;
+      for (index_t t = 0; t < len; ++t) {
+        const index_t k = static_cast<index_t>(row[t]);
+        if (!index_in_range(k, n)) {
+          bad = true;
+          continue;
+        }
+        const index_t r = rbase + wrap_index(k, n), b = r >> shift;
+        if (cur[b] == end[b]) {
+          chunks[b].push_back(static_cast<uint32_t>(next));
+          cur[b] = pool + next * kChunkEntries;
+          end[b] = cur[b] + kChunkEntries;
+          ++next;
+        }
+        *cur[b]++ = Entry<T>{static_cast<uint32_t>(((r & ((index_t(1) << shift) - 1)) << lshift) | t), vrow[t]};
+      }
+    }
+    const index_t lmask = (index_t(1) << lshift) - 1;
+    for (index_t b = 0; b < blocks; ++b) {  // apply, block by block
+      const index_t base = (o0 * n + (b << shift)) * inner + i0;
+      for (const uint32_t c : chunks[b]) {
+        const Entry<T>* e = pool + c * kChunkEntries;
+        const Entry<T>* stop = e + kChunkEntries == end[b] ? cur[b] : e + kChunkEntries;
+        for (; e < stop; ++e) fn(base + index_t(e->off >> lshift) * inner + index_t(e->off & lmask), e->v);
+      }
+    }
+  }
+  return !bad;
+}
+
+// The partitioned scatter over the whole plan (same parts as visit(); not for Plan::Narrow).
+template <typename T, typename Idx, typename Fn>
+bool bucket_scatter(const Idx* idx, const T* values, const Geometry& g, const Plan& plan, index_t elem, const Fn& fn) {
+  std::atomic<bool> ok{true};
+  auto part = [&](index_t o0, index_t o1, index_t i0, index_t i1) {
+    if (!bucket_part(idx, values, g, o0, o1, i0, i1, elem, fn)) ok.store(false, std::memory_order_relaxed);
+  };
+  switch (plan.kind) {
+    case Plan::Outer:
+      dynamic_chunks((g.outer + plan.chunk - 1) / plan.chunk, plan.threads,
+                     [&](index_t c) { part(c * plan.chunk, std::min(g.outer, (c + 1) * plan.chunk), 0, g.inner); });
+      break;
+    case Plan::Columns:
+      dynamic_chunks(plan.nblocks, plan.threads,
+                     [&](index_t c) { part(0, g.outer, c * plan.block, std::min(g.inner, (c + 1) * plan.block)); });
+      break;
+    default:
+      part(0, g.outer, 0, g.inner);
+      break;
+  }
+  return ok.load();
+}
+
+// Partition when most index rows disagree and a part's destination is well beyond L2.
+template <typename Idx>
+bool use_buckets(const Idx* idx, const Geometry& g, const Plan& plan, index_t elem) {
+  return plan.kind != Plan::Narrow && part_bytes(g, plan, elem) >= 8 * kBlockBytes && mostly_scattered(idx, g, plan);
+}
+
 // The hot lambdas capture pointers by value: by-reference captures are reloaded on every element.
 template <Reduce R, typename T, typename Idx>
 bool forward_impl(reduce_acc_t<R, T>* acc, const T* values, const Idx* idx, const Geometry& g, bool include_self) {
@@ -321,15 +531,26 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const T* values, const Idx* idx, cons
     for (index_t t = 0; t < len; ++t)
       acc[s + t] = ReduceOp<R>::combine(acc[s + t], static_cast<A>(load(values[p + t])));
   };
-  if (R != Reduce::Mean)
+  const bool buckets = use_buckets(idx, g, plan, sizeof(A));
+  if (R != Reduce::Mean) {
+    if (buckets)
+      return bucket_scatter(idx, values, g, plan, sizeof(A), [acc](index_t s, T v) {
+        acc[s] = ReduceOp<R>::combine(acc[s], static_cast<A>(load(v)));
+      });
     return visit(idx, g, plan, pf, [combine](index_t s, index_t p, index_t len, index_t, auto) { combine(s, p, len); }).ok;
+  }
 
   Counter cnt(g, plan);
   Counter* c = &cnt;
-  const bool ok = visit(idx, g, plan, pf, [combine, c](index_t s, index_t p, index_t len, index_t r, auto u) {
-    combine(s, p, len);
-    c->add(s, r, u);
-  }).ok;
+  const bool ok =
+      buckets ? bucket_scatter(idx, values, g, plan, sizeof(A) + sizeof(int32_t), [acc, c](index_t s, T v) {
+        acc[s] = ReduceOp<R>::combine(acc[s], static_cast<A>(load(v)));
+        c->add(s, 0, Scattered{});
+      })
+              : visit(idx, g, plan, pf, [combine, c](index_t s, index_t p, index_t len, index_t r, auto u) {
+                  combine(s, p, len);
+                  c->add(s, r, u);
+                }).ok;
   const int32_t self = include_self ? 1 : 0;
   const bool scattered = cnt.scattered();
   for_slots(g, plan, [acc, c, self, scattered](index_t s, index_t len, index_t r) {
@@ -956,6 +1177,7 @@ template <typename T, typename Idx>
 bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values, const Idx* indices, index_t outer,
                             index_t n, index_t m, index_t inner, bool include_self) {
   bool ok = true;
+  advise_huge(out, outer * n * inner * sizeof(T));
   populate_for_write(out, outer * n * inner * sizeof(T));  // [1024, 1024]: 666 fresh pages after a torch call
   dispatch_reduce(reduce, [&](auto r) {
     ok = forward_of<decltype(r)::value, T, Idx>(arr, out, values, indices, Geometry{outer, n, m, inner}, include_self);
@@ -970,8 +1192,14 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
   // Fresh grads, written in full: faulted in up front, in bulk and on every thread (-15% of the graph
   // case's forward + backward; the forward's out needs no such help: its first pass, the copy of arr,
   // already runs on every thread).
-  if (arr_grad) populate_for_write(arr_grad, outer * n * inner * sizeof(T));
-  if (values_grad) populate_for_write(values_grad, outer * m * inner * sizeof(T));
+  if (arr_grad) {
+    advise_huge(arr_grad, outer * n * inner * sizeof(T));
+    populate_for_write(arr_grad, outer * n * inner * sizeof(T));
+  }
+  if (values_grad) {
+    advise_huge(values_grad, outer * m * inner * sizeof(T));
+    populate_for_write(values_grad, outer * m * inner * sizeof(T));
+  }
   dispatch_reduce(reduce, [&](auto r) {
     backward_impl<decltype(r)::value, T, Idx>(arr, indices, values, out, out_grad, arr_grad, values_grad,
                                               Geometry{outer, n, m, inner}, include_self);

@@ -1,8 +1,11 @@
 """put_along_axis vs paddle.put_along_axis and torch.scatter_reduce / scatter (when torch is installed).
 
-The GNN-style case of issue 3: rows of a [N, 64] float32 feature table scattered along axis 0 by
-[2N, 64] indices (a row drawn uniformly per index row), every reduce mode, forward and forward +
-backward; and a [1024, 1024] table scattered along axis 1. `--quick` shrinks N from 1e6 to 1e5.
+A [N, 64] float32 feature table scattered along axis 0 by [2N, 64] indices, every reduce mode,
+forward and forward + backward, with two index patterns: `rows` (issue 3's GNN case: one destination
+row drawn per index row) and `independent` (issue 16: every element drawn on its own); the GNN call
+with indices of shape [2N, 1] broadcast against values [2N, 64] next to the same indices materialised
+(time, and peak memory in a fresh process); and a [1024, 1024] table scattered along axis 1. `--quick`
+shrinks N from 1e6 to 1e5. "torch" runs on its default threads, "torch 1 thread" on one.
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ TORCH_REDUCE = {"add": "sum", "mul": "prod", "mean": "mean", "amin": "amin", "am
 
 
 @functools.lru_cache(maxsize=1)
-def _data(arr_shape, idx_shape, axis, seed=0):
+def _data(arr_shape, idx_shape, axis, pattern="rows", seed=0):
     """One data set alive at a time (the full graph case is ~2 GB), made on a case's first (warm-up) call
     and shared by the cases of that shape: NumPy arrays (shared with torch) and paddle tensors."""
     rng = np.random.default_rng(seed)
     arr = rng.standard_normal(size=arr_shape, dtype=np.float32)
-    if axis == 0:  # graph style: one destination row per index row
+    if axis == 0 and pattern == "rows":  # graph style: one destination row per index row
         rows = rng.integers(0, arr_shape[0], size=(idx_shape[0], 1))
         idx = np.ascontiguousarray(np.broadcast_to(rows, idx_shape))
     else:
@@ -57,8 +60,8 @@ def _single_threaded(torch, fn):
     return run
 
 
-def _forward_case(arr_shape, idx_shape, axis, reduce, repeats):
-    key = (tuple(arr_shape), tuple(idx_shape), axis)
+def _forward_case(arr_shape, idx_shape, axis, reduce, repeats, pattern="rows"):
+    key = (tuple(arr_shape), tuple(idx_shape), axis, pattern)
 
     def ours():
         arr, idx, vals = _data(*key)[1]
@@ -77,12 +80,12 @@ def _forward_case(arr_shape, idx_shape, axis, reduce, repeats):
 
         candidates["torch"] = torch_fwd
         candidates["torch 1 thread"] = _single_threaded(torch, torch_fwd)
-    label = f"fwd {reduce} {list(arr_shape)}<-{list(idx_shape)} axis={axis}"
+    label = f"fwd {reduce} {list(arr_shape)}<-{list(idx_shape)} axis={axis}{_tag(axis, pattern)}"
     return Case("put_along_axis", label, candidates, repeats=repeats)
 
 
-def _backward_case(arr_shape, idx_shape, axis, reduce, repeats):
-    key = (tuple(arr_shape), tuple(idx_shape), axis)
+def _backward_case(arr_shape, idx_shape, axis, reduce, repeats, pattern="rows"):
+    key = (tuple(arr_shape), tuple(idx_shape), axis, pattern)
 
     def run(fn):
         def step():
@@ -105,8 +108,57 @@ def _backward_case(arr_shape, idx_shape, axis, reduce, repeats):
 
         candidates["torch"] = torch_step
         candidates["torch 1 thread"] = _single_threaded(torch, torch_step)
-    label = f"fwd+bwd {reduce} {list(arr_shape)}<-{list(idx_shape)} axis={axis}"
+    label = f"fwd+bwd {reduce} {list(arr_shape)}<-{list(idx_shape)} axis={axis}{_tag(axis, pattern)}"
     return Case("put_along_axis", label, candidates, repeats=repeats)
+
+
+def _tag(axis, pattern):
+    return f" {pattern}" if axis == 0 else ""
+
+
+_PEAK_SCRIPT = """
+import resource, sys, numpy as np, paddle, paddle_ext
+n, broadcast = int(sys.argv[1]), sys.argv[2] == "1"
+rng = np.random.default_rng(0)
+arr = paddle.to_tensor(rng.standard_normal((n, 64), dtype=np.float32))
+rows = paddle.to_tensor(rng.integers(0, n, size=(2 * n, 1)))
+vals = paddle.to_tensor(rng.random((2 * n, 64), dtype=np.float32))
+idx = rows if broadcast else paddle.broadcast_to(rows, [2 * n, 64]).clone()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+paddle_ext.put_along_axis(arr, idx, vals, 0, reduce="add")
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+"""
+
+
+def _peak_mib(n, broadcast):
+    """Peak RSS growth (MiB) of one call in a fresh process: what the call itself allocates."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    try:
+        out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(n), "1" if broadcast else "0"],
+                             capture_output=True, text=True, check=True, timeout=600)
+        return float(out.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return float("nan")
+
+
+def _broadcast_case(n, repeats):
+    """indices [2n, 1] against values [2n, 64] (the usual GNN call) vs the same indices materialised."""
+    key = ((n, 64), (2 * n, 64), 0, "rows")
+
+    def call(broadcast):
+        def run():
+            if not case.note:  # measured on the first (warm-up) call, not when the cases are listed
+                case.note = f"peak MiB of one call: [2N,1] {_peak_mib(n, True):.0f}, [2N,64] {_peak_mib(n, False):.0f}"
+            arr, idx, vals = _data(*key)[1]
+            return paddle_ext.put_along_axis(arr, idx[:, :1] if broadcast else idx, vals, 0, reduce="add")
+
+        return run
+
+    case = Case("put_along_axis", f"fwd add {[n, 64]}<-indices {[2 * n, 1]} broadcast vs materialised",
+                {"paddle_ext": call(True), "materialised": call(False)}, repeats=repeats)
+    return case
 
 
 def cases(quick: bool):
@@ -116,6 +168,9 @@ def cases(quick: bool):
     repeats = 3 if quick else 2
     out = [_forward_case(*graph, r, repeats) for r in REDUCES]
     out += [_backward_case(*graph, r, repeats) for r in REDUCES]
+    out += [_forward_case(*graph, r, repeats, "independent") for r in REDUCES]
+    out += [_backward_case(*graph, r, repeats, "independent") for r in REDUCES]
+    out.append(_broadcast_case(n, repeats))
     out += [_forward_case(*square, r, 5) for r in REDUCES]
     out += [_backward_case(*square, r, 5) for r in ("add", "mean", "amax")]
     return out
