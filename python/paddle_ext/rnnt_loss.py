@@ -108,12 +108,22 @@ def _reduce(negated_loss, reduction):
 
 def fix_for_boundary(px, boundary=None):
     """Regular px: no symbol may be emitted on the one-past-the-last frame ``t_end`` of each item."""
-    if boundary is None:
-        return px  # px[:, :, T] is already -inf
+    if boundary is None or _ends_on_last_frame(boundary, px.shape[2]):
+        return px  # px[:, :, T] is already -inf (every caller's px)
     B, S, T1 = _dims(px)
     t = paddle.arange(T1, dtype="int64").reshape([1, 1, -1])
     mask = (t == boundary[:, 3].reshape([-1, 1, 1])).expand([B, S, T1])
     return paddle.where(mask, paddle.full_like(px, float("-inf")), px)
+
+
+@paddle.jit.not_to_static
+def _ends_on_last_frame(boundary, T1):
+    """True when (dygraph, boundary on the CPU) every item's t_end is T = T1 - 1: then the masking
+    below would change nothing, and its where + full (forward and backward) are skipped. A device
+    boundary is not read back (no host sync); a static graph always masks."""
+    if not paddle.in_dynamic_mode() or not _known(T1) or not boundary.place.is_cpu_place():
+        return False
+    return bool((boundary.numpy()[:, 3] == T1 - 1).all())
 
 
 def _finish_px(px, py, boundary, rnnt_type):
@@ -475,13 +485,18 @@ def _check_ranges(op, ranges, S, boundary, rnnt_type):
         b, t = np.argwhere(down)[0]
         raise ValueError(f"{op}: ranges must be non-decreasing along T, but ranges[{b}, {t + 1}, 0] = "
                          f"{begin[b, t + 1]} < ranges[{b}, {t}, 0] = {begin[b, t]}")
-    # a path exists iff the recursion over 0 / -inf masks of the windows is finite
+    # a path exists iff the recursion over 0 / -inf masks of the windows is finite; the masks are built
+    # (with _finish_px's rules) in NumPy: Paddle's strided slices and where would cost more than the recursion
     inside = (np.arange(S + 1) >= begin[:, :, None]) & (np.arange(S + 1) < begin[:, :, None] + R)  # [B, T, S+1]
-    mask = paddle.to_tensor(np.where(inside, 0.0, -np.inf).transpose(0, 2, 1).astype(np.float32))  # [B, S+1, T]
+    mask = np.where(inside, np.float32(0), np.float32(-np.inf)).transpose(0, 2, 1)  # [B, S+1, T]
     px = mask[:, :S, :]
-    if rnnt_type == "regular":
-        px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
-    px = _finish_px(px, mask, boundary, rnnt_type)
+    if rnnt_type == "regular":  # no symbol on frame T nor on each item's t_end
+        px = np.concatenate([px, np.full((B, S, 1), -np.inf, np.float32)], axis=2)
+        if boundary is not None:
+            px = np.where(np.arange(T + 1) == boundary.numpy()[:, 3, None, None], np.float32(-np.inf), px)
+    elif rnnt_type == "constrained":
+        px = px + mask[:, 1:, :]
+    px, mask = paddle.to_tensor(np.ascontiguousarray(px)), paddle.to_tensor(np.ascontiguousarray(mask))
     ans = _library.ops().pe_mutual_information(px, mask, boundary)[0].numpy()
     if np.isneginf(ans).any():
         b = int(np.argmax(np.isneginf(ans)))
