@@ -108,22 +108,12 @@ def _reduce(negated_loss, reduction):
 
 def fix_for_boundary(px, boundary=None):
     """Regular px: no symbol may be emitted on the one-past-the-last frame ``t_end`` of each item."""
-    if boundary is None or _ends_on_last_frame(boundary, px.shape[2]):
-        return px  # px[:, :, T] is already -inf (every caller's px)
+    if boundary is None:
+        return px  # px[:, :, T] is already -inf
     B, S, T1 = _dims(px)
     t = paddle.arange(T1, dtype="int64").reshape([1, 1, -1])
     mask = (t == boundary[:, 3].reshape([-1, 1, 1])).expand([B, S, T1])
     return paddle.where(mask, paddle.full_like(px, float("-inf")), px)
-
-
-@paddle.jit.not_to_static
-def _ends_on_last_frame(boundary, T1):
-    """True when (dygraph, boundary on the CPU) every item's t_end is T = T1 - 1: then the masking
-    below would change nothing, and its where + full (forward and backward) are skipped. A device
-    boundary is not read back (no host sync); a static graph always masks."""
-    if not paddle.in_dynamic_mode() or not _known(T1) or not boundary.place.is_cpu_place():
-        return False
-    return bool((boundary.numpy()[:, 3] == T1 - 1).all())
 
 
 def _finish_px(px, py, boundary, rnnt_type):
@@ -587,18 +577,20 @@ def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_sca
     lmonly = paddle.take_along_axis(lm, idx, axis=2) - (paddle.log(lm_sum) + lm_max)  # [B, S+1, 2]
     # the combined and the AM-only model are both additive joiners: the AM-only one is the fused op with one
     # lm row, log(unigram), shared by every s (a [B, T] normaliser), exact like the combined one
-    px, py = _simple_logprobs(lm, am, symbols, termination_symbol, "modified")
-    px_amonly, py_amonly = _simple_logprobs(log_unigram.expand([B, 1, C]), am, symbols, termination_symbol,
-                                            "modified")
+    combined = 1.0 - lm_only_scale - am_only_scale
+    # with combined > 0 the ops' regular px already ends in the -inf column T, which the mix keeps (-inf times
+    # positive scales plus a finite LM-only term), so no concat; combined = 0 would give 0 * -inf there
+    layout = "regular" if rnnt_type == "regular" and combined > 0 else "modified"
+    px, py = _simple_logprobs(lm, am, symbols, termination_symbol, layout)
+    px_amonly, py_amonly = _simple_logprobs(log_unigram.expand([B, 1, C]), am, symbols, termination_symbol, layout)
     px_lmonly, py_lmonly = lmonly[:, :-1, :1], lmonly[:, :, 1:]  # [B, S, 1], [B, S+1, 1]
 
-    combined = 1.0 - lm_only_scale - am_only_scale
     # a zero scale would turn -inf terms into NaN (0 * -inf): k2 uses 1e-20 instead
     lm_only_scale = lm_only_scale or 1.0e-20
     am_only_scale = am_only_scale or 1.0e-20
     px = px * combined + px_lmonly * lm_only_scale + px_amonly * am_only_scale
     py = py * combined + py_lmonly * lm_only_scale + py_amonly * am_only_scale
-    if rnnt_type == "regular":
+    if rnnt_type == "regular" and layout == "modified":
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
     return _finish_px(px, py, boundary, rnnt_type), py
 
