@@ -388,7 +388,7 @@ def test_simple_logprobs_are_the_exact_log_softmax(name, rnnt_type):
 
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 @pytest.mark.parametrize("rnnt_type", TYPES)
-@pytest.mark.parametrize("scales", [(0.1, 0.2), (0.0, 0.5)])
+@pytest.mark.parametrize("scales", [(0.1, 0.2), (0.0, 0.5), (0.5, 0.5), (0.6, 0.4)])
 def test_smoothed_logprobs_are_exact(name, rnnt_type, scales):
     lm, am, symbols, boundary = PROBLEMS[name]
     bd = None if boundary is None else t(boundary)
