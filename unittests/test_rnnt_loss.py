@@ -388,7 +388,7 @@ def test_simple_logprobs_are_the_exact_log_softmax(name, rnnt_type):
 
 @pytest.mark.parametrize("name", sorted(PROBLEMS))
 @pytest.mark.parametrize("rnnt_type", TYPES)
-@pytest.mark.parametrize("scales", [(0.1, 0.2), (0.0, 0.5)])
+@pytest.mark.parametrize("scales", [(0.1, 0.2), (0.0, 0.5), (0.5, 0.5), (0.6, 0.4)])
 def test_smoothed_logprobs_are_exact(name, rnnt_type, scales):
     lm, am, symbols, boundary = PROBLEMS[name]
     bd = None if boundary is None else t(boundary)
@@ -496,6 +496,39 @@ def test_pruned_loss_ranges_must_be_integers():
     with pytest.raises(TypeError, match="ranges must be an integer tensor, got float32"):
         paddle_ext.rnnt_loss_pruned(t(np.zeros((1, 2, 2, 3))), t(np.zeros((1, 1), np.int64)),
                                     t(np.zeros((1, 2, 2), np.float32)), 0)
+
+
+@pytest.mark.parametrize("rnnt_type", ["regular", "modified", "constrained"])
+def test_pruned_loss_refuses_ranges_exactly_when_the_loss_would_be_inf(rnnt_type, monkeypatch):
+    """The path check follows each item's boundary (t_end < T, s_end < S) and the rnnt_type: it raises
+    iff the unchecked loss on those ranges is inf, for every window start sequence of a small lattice."""
+    import sys
+
+    import paddle_ext.rnnt_loss  # noqa: F401
+
+    mod = sys.modules["paddle_ext.rnnt_loss"]
+    B, T, S, R, C = 3, 6, 4, 2, 5
+    _, _, symbols, _ = problem(B=B, T=T, S=S, C=C, seed=23)
+    boundary = t(np.array([[0, 0, S, T], [0, 0, S - 1, T - 1], [0, 0, 2, T - 2]], np.int64))
+    logits = t(np.random.default_rng(24).normal(size=(B, T, R, C)))
+    rng = np.random.default_rng(25)
+    starts = [np.minimum(np.sort(rng.integers(0, S, size=T)), S + 1 - R) for _ in range(12)]
+    starts += [np.minimum(np.arange(T) * k // 2, S + 1 - R) for k in (1, 2)]
+    unchecked, refused = [], []
+    for start in starts:
+        ranges = t(_with_start(np.broadcast_to(start, (B, T)), R))
+        try:
+            paddle_ext.rnnt_loss_pruned(logits, t(symbols), ranges, 0, boundary, rnnt_type, reduction="none")
+            refused.append(False)
+        except ValueError as e:
+            assert "no path through the lattice" in str(e)
+            refused.append(True)
+        with monkeypatch.context() as m:
+            m.setattr(mod, "_check_ranges", lambda *a: None)
+            loss = paddle_ext.rnnt_loss_pruned(logits, t(symbols), ranges, 0, boundary, rnnt_type, reduction="none")
+        unchecked.append(bool(np.isinf(loss.numpy()).any()))
+    assert refused == unchecked
+    assert any(refused) and not all(refused)
 
 
 # ---------------------------------------------------------------------------------------------

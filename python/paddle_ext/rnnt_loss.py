@@ -475,13 +475,18 @@ def _check_ranges(op, ranges, S, boundary, rnnt_type):
         b, t = np.argwhere(down)[0]
         raise ValueError(f"{op}: ranges must be non-decreasing along T, but ranges[{b}, {t + 1}, 0] = "
                          f"{begin[b, t + 1]} < ranges[{b}, {t}, 0] = {begin[b, t]}")
-    # a path exists iff the recursion over 0 / -inf masks of the windows is finite
+    # a path exists iff the recursion over 0 / -inf masks of the windows is finite; the masks are built
+    # (with _finish_px's rules) in NumPy: Paddle's strided slices and where would cost more than the recursion
     inside = (np.arange(S + 1) >= begin[:, :, None]) & (np.arange(S + 1) < begin[:, :, None] + R)  # [B, T, S+1]
-    mask = paddle.to_tensor(np.where(inside, 0.0, -np.inf).transpose(0, 2, 1).astype(np.float32))  # [B, S+1, T]
+    mask = np.where(inside, np.float32(0), np.float32(-np.inf)).transpose(0, 2, 1)  # [B, S+1, T]
     px = mask[:, :S, :]
-    if rnnt_type == "regular":
-        px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
-    px = _finish_px(px, mask, boundary, rnnt_type)
+    if rnnt_type == "regular":  # no symbol on frame T nor on each item's t_end
+        px = np.concatenate([px, np.full((B, S, 1), -np.inf, np.float32)], axis=2)
+        if boundary is not None:
+            px = np.where(np.arange(T + 1) == boundary.numpy()[:, 3, None, None], np.float32(-np.inf), px)
+    elif rnnt_type == "constrained":
+        px = px + mask[:, 1:, :]
+    px, mask = paddle.to_tensor(np.ascontiguousarray(px)), paddle.to_tensor(np.ascontiguousarray(mask))
     ans = _library.ops().pe_mutual_information(px, mask, boundary)[0].numpy()
     if np.isneginf(ans).any():
         b = int(np.argmax(np.isneginf(ans)))
@@ -572,18 +577,20 @@ def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_sca
     lmonly = paddle.take_along_axis(lm, idx, axis=2) - (paddle.log(lm_sum) + lm_max)  # [B, S+1, 2]
     # the combined and the AM-only model are both additive joiners: the AM-only one is the fused op with one
     # lm row, log(unigram), shared by every s (a [B, T] normaliser), exact like the combined one
-    px, py = _simple_logprobs(lm, am, symbols, termination_symbol, "modified")
-    px_amonly, py_amonly = _simple_logprobs(log_unigram.expand([B, 1, C]), am, symbols, termination_symbol,
-                                            "modified")
+    combined = 1.0 - lm_only_scale - am_only_scale
+    # with combined > 0 the ops' regular px already ends in the -inf column T, which the mix keeps (-inf times
+    # positive scales plus a finite LM-only term), so no concat; combined = 0 would give 0 * -inf there
+    layout = "regular" if rnnt_type == "regular" and combined > 0 else "modified"
+    px, py = _simple_logprobs(lm, am, symbols, termination_symbol, layout)
+    px_amonly, py_amonly = _simple_logprobs(log_unigram.expand([B, 1, C]), am, symbols, termination_symbol, layout)
     px_lmonly, py_lmonly = lmonly[:, :-1, :1], lmonly[:, :, 1:]  # [B, S, 1], [B, S+1, 1]
 
-    combined = 1.0 - lm_only_scale - am_only_scale
     # a zero scale would turn -inf terms into NaN (0 * -inf): k2 uses 1e-20 instead
     lm_only_scale = lm_only_scale or 1.0e-20
     am_only_scale = am_only_scale or 1.0e-20
     px = px * combined + px_lmonly * lm_only_scale + px_amonly * am_only_scale
     py = py * combined + py_lmonly * lm_only_scale + py_amonly * am_only_scale
-    if rnnt_type == "regular":
+    if rnnt_type == "regular" and layout == "modified":
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
     return _finish_px(px, py, boundary, rnnt_type), py
 
