@@ -49,6 +49,18 @@ void dispatch_floating(paddle::DataType dtype, const char* op, Fn&& fn) {
   }
 }
 
+// float32/float64 only: ops whose Python API computes float16/bfloat16 in float32 (the lattice ops).
+template <typename Fn>
+void dispatch_float_double(paddle::DataType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case paddle::DataType::FLOAT32: return fn(TypeTag<float>{});
+    case paddle::DataType::FLOAT64: return fn(TypeTag<double>{});
+    default:
+      PE_THROW(op, ": unsupported dtype ", phi::DataTypeToString(dtype),
+               "; expected float32 or float64 (the Python API computes 16-bit types in float32)");
+  }
+}
+
 // Floating types plus the integer types the scatter-style ops take.
 template <typename Fn>
 void dispatch_floating_and_integral(paddle::DataType dtype, const char* op, Fn&& fn) {

@@ -45,17 +45,6 @@ const int64_t* boundary_ptr(const paddle::optional<paddle::Tensor>& boundary, pa
   return ptr;
 }
 
-template <typename Fn>
-void dispatch_float_double(paddle::DataType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case paddle::DataType::FLOAT32: return fn(TypeTag<float>{});
-    case paddle::DataType::FLOAT64: return fn(TypeTag<double>{});
-    default:
-      PE_THROW(op, ": unsupported dtype ", phi::DataTypeToString(dtype),
-               "; expected float32 or float64 (the Python API computes 16-bit types in float32)");
-  }
-}
-
 std::vector<paddle::Tensor> run_backward(const paddle::Tensor& px_in, const paddle::Tensor& py_in,
                                          const paddle::optional<paddle::Tensor>& boundary, const paddle::Tensor& p_in,
                                          const paddle::Tensor* ans_grad_in, const char* op) {

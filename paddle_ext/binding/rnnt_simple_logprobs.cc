@@ -35,17 +35,6 @@ SimpleShape simple_shape(const paddle::Tensor& lm, const paddle::Tensor& am, con
   return {B, S, L, T, C};
 }
 
-template <typename Fn>
-void dispatch_float_double(paddle::DataType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case paddle::DataType::FLOAT32: return fn(TypeTag<float>{});
-    case paddle::DataType::FLOAT64: return fn(TypeTag<double>{});
-    default:
-      PE_THROW(op, ": unsupported dtype ", phi::DataTypeToString(dtype),
-               "; expected float32 or float64 (the Python API computes 16-bit types in float32)");
-  }
-}
-
 }  // namespace
 
 std::vector<std::vector<int64_t>> RnntSimpleLogprobsInferShape(const std::vector<int64_t>& lm_shape,

@@ -200,14 +200,9 @@ def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_
 def _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type):
     """The fused op pe_rnnt_simple_logprobs on lm ``[B, S+1, C]`` (or ``[B, 1, C]``: one row for every s): px
     ``[B, S, T+1]`` (regular; column T is -inf) or ``[B, S, T]``, and py ``[B, S+1, T]``, exact for any finite
-    logits; 16-bit inputs are computed in float32."""
-    dtype = am.dtype
-    if dtype in (paddle.float16, paddle.bfloat16):
-        lm, am = lm.astype("float32"), am.astype("float32")
+    logits (float32/float64: the public functions' _amp gate has cast 16-bit inputs)."""
     px, py, _ = _library.ops().pe_rnnt_simple_logprobs(lm, am, _symbols64(symbols), int(termination_symbol),
                                                        rnnt_type != "regular")
-    if px.dtype != dtype:
-        px, py = px.astype(dtype), py.astype(dtype)
     return px, py
 
 
