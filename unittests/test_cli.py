@@ -24,6 +24,16 @@ def test_bench_quick_reports_medians_and_ratios(tmp_path, capsys):
     assert "| case | paddle_ext ms |" in capsys.readouterr().out
 
 
+def test_bench_case_filter_runs_only_matching_rows(tmp_path):
+    """`--case broadcast`: only the put_along_axis rows with indices [2N, 1], each with its materialised twin."""
+    path = tmp_path / "bench.json"
+    assert cli.main(["bench", "--op", "put_along_axis", "--quick", "--repeats", "1", "--case", "broadcast",
+                     "--json", str(path)]) == 0
+    rows = json.loads(path.read_text())
+    assert [r["name"].split()[0] for r in rows] == ["fwd", "fwd+bwd"]
+    assert all("broadcast" in r["name"] and "materialised" in r["ratios"] and "paddle" in r["ratios"] for r in rows)
+
+
 def test_every_benchmark_module_defines_cases():
     for name, module in benchmarks.modules():
         assert callable(module.cases), name

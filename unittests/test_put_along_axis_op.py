@@ -948,3 +948,139 @@ def test_independent_indices_into_a_large_table_out_of_range_is_an_index_error()
     idx[17000, 40] = 12000
     with pytest.raises(IndexError, match=r"index 12000 at indices\[17000, 40\]"):
         put(paddle.to_tensor(arr), paddle.to_tensor(idx), paddle.to_tensor(vals), 0, reduce="add")
+
+
+# ------------------------------------------------------- indices broadcast along every dim after the axis
+# The usual graph call passes indices [E, 1] against values [E, C] (issue 16): with broadcast=True such
+# indices (size 1 in every dimension after the axis, the target's size before it) go to the op as they are,
+# and the CPU kernels read one index per row of positions instead of an [E, C] int64 copy.
+# (arr shape, indices shape, axis); values have the broadcast target's shape.
+ROW_INDEX_CASES = [((6, 5), (9, 1), 0), ((2, 4, 3, 5), (2, 7, 1, 1), 1), ((2, 4, 3, 5), (2, 7, 1, 1), -3),
+                   ((3, 4, 6), (3, 5, 1), 1), ((4, 1, 6), (7, 1, 1), 0)]
+
+
+def _row_index_inputs(arr_shape, idx_shape, axis, seed=0):
+    axis = axis % len(arr_shape)
+    values_shape = [idx_shape[d] if d == axis else arr_shape[d] for d in range(len(arr_shape))]
+    return {"arr": rand(arr_shape, seed), "indices": rand_indices(arr_shape, idx_shape, axis, seed + 1),
+            "values": rand(values_shape, seed + 2)}
+
+
+def _spy_on_indices(monkeypatch):
+    """Records the shape of the indices every put_along_axis op call receives."""
+    seen, real = [], paddle_ext._library.ops
+
+    class Spy:
+        def __getattr__(self, name):
+            fn = getattr(real(), name)
+
+            def call(*args):
+                if name.startswith("pe_put_along_axis"):
+                    seen.append(list(args[1].shape))
+                return fn(*args)
+            return call
+
+    monkeypatch.setattr(paddle_ext._library, "ops", lambda: Spy())
+    return seen
+
+
+@pytest.mark.parametrize("arr_shape,idx_shape,axis", ROW_INDEX_CASES)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_row_indices_match_the_reference(arr_shape, idx_shape, axis, reduce, include_self):
+    check_output(put, _row_index_inputs(arr_shape, idx_shape, axis, seed=31), refs.put_along_axis,
+                 dict(axis=axis, reduce=reduce, include_self=include_self))
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("arr_shape,idx_shape,axis", ROW_INDEX_CASES[:2])
+def test_row_indices_grads_match_numeric(arr_shape, idx_shape, axis, reduce, include_self):
+    check_grad(put, _row_index_inputs(arr_shape, idx_shape, axis, seed=37), ["arr", "values"],
+               dict(axis=axis, reduce=reduce, include_self=include_self))
+
+
+def _outputs_and_grads(arr, idx, vals, axis, reduce, include_self, inplace=False):
+    """Output, and for floating dtypes (arr_grad, values_grad), as NumPy arrays; arr/vals are tensors."""
+    floating = arr.dtype in (paddle.float16, paddle.bfloat16, paddle.float32, paddle.float64)
+    a, v = arr.detach(), vals.detach()
+    a.stop_gradient = v.stop_gradient = not floating
+    idx = paddle.to_tensor(idx)
+    if inplace:
+        out = put_inplace(a * 1 if floating else a.clone(), idx, v, axis, reduce, include_self)
+    else:
+        out = put(a, idx, v, axis, reduce, include_self)
+    results = [out]
+    if floating:
+        g = paddle.to_tensor(np.random.default_rng(3).normal(size=arr.shape)).astype(arr.dtype)
+        results += paddle.grad(out, [a, v], g)
+    return [t.astype("float32").numpy() if t.dtype == paddle.bfloat16 else t.numpy() for t in results]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_row_indices_are_bit_identical_to_materialised_ones(dtype, reduce, include_self, inplace):
+    """Outputs and grads equal, bit for bit, those of the same indices broadcast in advance: every dtype,
+    negative indices and ties (a few destinations, many values each)."""
+    idx = np.random.default_rng(41).integers(-3, 3, size=(5, 8, 1))
+    if dtype in FLOAT_DTYPES:
+        arr, vals = (paddle.to_tensor(rand(s, seed)).astype(dtype) for s, seed in (((5, 3, 4), 43), ((5, 8, 4), 44)))
+    else:
+        arr, vals = (paddle.to_tensor(_int_values(dtype, s, seed)) for s, seed in (((5, 3, 4), 43), ((5, 8, 4), 44)))
+    full = np.broadcast_to(idx, vals.shape).copy()
+    for got, want in zip(_outputs_and_grads(arr, idx, vals, 1, reduce, include_self, inplace),
+                         _outputs_and_grads(arr, full, vals, 1, reduce, include_self, inplace)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("arr_shape,idx_shape,axis", [((500, 64), (33000, 1), 0), ((4, 2000, 64), (4, 9000, 1), 1)])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_row_indices_large_cases_are_bit_identical(arr_shape, idx_shape, axis, reduce):
+    """Over two threads' grain: the column-block and outer-block plans read the broadcast indices too."""
+    x = _row_index_inputs(arr_shape, idx_shape, axis, seed=47)
+    arr, vals = paddle.to_tensor(x["arr"]), paddle.to_tensor(x["values"])
+    full = np.broadcast_to(x["indices"], x["values"].shape).copy()
+    for got, want in zip(_outputs_and_grads(arr, x["indices"], vals, axis, reduce, False),
+                         _outputs_and_grads(arr, full, vals, axis, reduce, False)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_row_indices_reach_the_op_unbroadcast(monkeypatch):
+    """No [E, C] index is built: the op receives [E, 1] (dygraph, and a static program with a dynamic E);
+    indices that need broadcasting before the axis are still broadcast."""
+    seen = _spy_on_indices(monkeypatch)
+    x = _row_index_inputs((6, 5), (9, 1), 0, seed=53)
+    put(*(paddle.to_tensor(x[k]) for k in ("arr", "indices", "values")), 0, "add")
+    with static_mode():
+        with paddle.static.program_guard(paddle.static.Program(), paddle.static.Program()):
+            put(paddle.static.data("a", [6, 5], "float64"), paddle.static.data("i", [-1, 1], "int64"),
+                paddle.static.data("v", [-1, 5], "float64"), 0, "mean")
+    put(paddle.to_tensor(rand((3, 4, 5))), paddle.to_tensor(np.array([[[0], [2]]])), 2.5, 1)
+    assert seen == [[9, 1], [-1, 1], [3, 2, 5]]
+
+
+def test_row_indices_out_of_range_name_their_position():
+    arr, vals = paddle.to_tensor(rand((4, 3))), paddle.to_tensor(rand((5, 3)))
+    idx = paddle.to_tensor(np.array([[0], [1], [-4], [4], [2]]))
+    message = r"index 4 at indices\[3, 0\] is out of range for axis 0 of size 4 \(expected -4 <= index < 4\)"
+    with pytest.raises(IndexError, match=message):
+        put(arr, idx, vals, 0, "add")
+    before = arr.numpy().copy()
+    with pytest.raises(IndexError, match=message):
+        put_inplace(arr, idx, vals, 0, "add")
+    np.testing.assert_array_equal(arr.numpy(), before)
+
+
+def test_row_indices_with_an_empty_inner_dim_are_not_checked():
+    """indices [E, 1] broadcast against [E, 0]: no position, so nothing to check or write (as when broadcast)."""
+    arr = paddle.zeros([4, 0])
+    idx = paddle.to_tensor(np.array([[9], [1]]))
+    assert put(arr, idx, paddle.zeros([2, 0]), 0, "add").shape == [4, 0]
+    assert put_inplace(arr, idx, paddle.zeros([2, 0]), 0, "add").shape == [4, 0]
+
+
+@pytest.mark.parametrize("reduce", ["add", "amax"])
+def test_row_indices_export_round_trip(reduce):
+    check_export(lambda a, i, v: put(a, i, v, 0, reduce=reduce), _row_index_inputs((6, 5), (9, 1), 0, seed=59))

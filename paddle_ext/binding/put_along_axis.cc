@@ -1,6 +1,7 @@
 // put_along_axis / put_along_axis_: validation and CPU/GPU dispatch. Registered by
 // build/generated/put_along_axis.ops.cc (generated from ops/put_along_axis.yaml), which includes this file.
-// The Python API has broadcast indices and values already; these checks are the last line of defence.
+// The Python API has broadcast values (and indices, except size-1 dimensions after the axis, read in place by
+// the CPU kernels) already; these checks are the last line of defence.
 #include "paddle_ext/put_along_axis.h"
 
 #include <sstream>
@@ -23,25 +24,36 @@ Reduce parse_reduce(const std::string& reduce) {
 
 struct ScatterView {
   int64_t outer = 1, n = 1, m = 1, inner = 1, axis = 0;
+  // indices have size 1 in every dimension after the axis (broadcast=True with indices [E, 1] against
+  // values [E, C]): the CPU kernels read them as [outer, m, 1]; the GPU gets them expanded.
+  bool idx_broadcast = false;
 };
 
 ScatterView scatter_view(const paddle::Tensor& arr, const paddle::Tensor& indices, const paddle::Tensor& values,
                          int axis, const char* op) {
   const auto& a = arr.shape();
   const auto& ix = indices.shape();
+  const auto& vs = values.shape();
   PE_CHECK(ix.size() == a.size(), op, ": indices must have arr's rank ", a.size(), ", got ", ix.size());
-  PE_CHECK(values.shape() == ix, op, ": values must have the (broadcast) shape of indices");
+  PE_CHECK(vs.size() == a.size(), op, ": values must have arr's rank ", a.size(), ", got ", vs.size());
   PE_CHECK(indices.dtype() == paddle::DataType::INT32 || indices.dtype() == paddle::DataType::INT64, op,
            ": indices must be int32 or int64");
   PE_CHECK(values.dtype() == arr.dtype(), op, ": values must have arr's dtype");
   ScatterView v;
   v.axis = normalize_axis(axis, (int64_t)a.size(), op);
   if (a.empty()) return v;  // 0-d: one slot, one position
+  bool ones_after_axis = true;
+  for (int64_t d = v.axis + 1; d < (int64_t)a.size(); ++d) ones_after_axis = ones_after_axis && ix[d] == 1;
   for (int64_t d = 0; d < (int64_t)a.size(); ++d) {
     if (d == v.axis) continue;
-    PE_CHECK(ix[d] == a[d], op, ": indices.shape[", d, "] = ", ix[d], " must equal arr.shape[", d, "] = ", a[d]);
+    PE_CHECK(vs[d] == a[d], op, ": values.shape[", d, "] = ", vs[d], " must equal arr.shape[", d, "] = ", a[d]);
+    PE_CHECK(ix[d] == a[d] || (d > v.axis && ones_after_axis), op, ": indices.shape[", d, "] = ", ix[d],
+             " must equal arr.shape[", d, "] = ", a[d], " (or 1 in every dimension after the axis)");
     (d < v.axis ? v.outer : v.inner) *= a[d];
   }
+  PE_CHECK(vs[v.axis] == ix[v.axis], op, ": values.shape[", v.axis, "] = ", vs[v.axis], " must equal indices.shape[",
+           v.axis, "] = ", ix[v.axis]);
+  v.idx_broadcast = ones_after_axis && v.inner > 1;
   v.n = a[v.axis];
   v.m = ix[v.axis];
   return v;
@@ -88,16 +100,21 @@ void run_cpu(const paddle::Tensor& arr, paddle::Tensor& out, const paddle::Tenso
     using T = typename decltype(tag)::type;
     dispatch_index(indices, [&](auto itag) {
       using Idx = typename decltype(itag)::type;
-      if (inplace) check_cpu_indices<Idx>(indices, v, op);
+      if (inplace && v.outer * v.m * v.inner > 0) check_cpu_indices<Idx>(indices, v, op);
       const bool ok = cpu::put_along_axis_forward<T, Idx>(reduce, ptr<T>(arr), mutable_ptr<T>(out), ptr<T>(values),
                                                           ptr<Idx>(indices), v.outer, v.n, v.m, v.inner,
-                                                          include_self);
+                                                          include_self, v.idx_broadcast);
       if (!ok) check_cpu_indices<Idx>(indices, v, op);  // a fresh buffer: report it, it is discarded
     });
   });
 }
 
 #ifdef PADDLE_EXT_WITH_CUDA
+// The CUDA kernels take indices of the positions' shape: broadcast ones are expanded on the device.
+paddle::Tensor gpu_indices(const paddle::Tensor& indices, const paddle::Tensor& values, const ScatterView& v) {
+  return v.idx_broadcast ? paddle::experimental::expand(indices, values.shape()) : indices;
+}
+
 // The dtype a GPU reduction accumulates in (reduce_acc_t): float32 for the half types, int64 for the
 // sum of an int32 mean (int16 and uint8 are CPU-only), else arr's own.
 paddle::DataType gpu_acc_dtype(paddle::DataType dtype, Reduce reduce) {
@@ -178,7 +195,13 @@ std::vector<paddle::Tensor> PutAlongAxisKernel(const paddle::Tensor& arr_in, con
   const ScatterView v = scatter_view(arr, indices, values, axis, op);
   const Reduce r = parse_reduce(reduce);
   // The CPU kernels are deterministic in every mode; `deterministic` only changes the GPU path.
-  if (!arr.is_cpu()) return {gpu_forward(arr, indices, values, v, r, include_self, deterministic, op)};
+  if (!arr.is_cpu()) {
+#ifdef PADDLE_EXT_WITH_CUDA
+    return {gpu_forward(arr, gpu_indices(indices, values, v), values, v, r, include_self, deterministic, op)};
+#else
+    throw_no_cuda(op);
+#endif
+  }
   paddle::Tensor out = paddle::empty(arr.shape(), arr.dtype(), arr.place());
   run_cpu(arr, out, indices, values, v, r, include_self, false, op);
   return {out};
@@ -198,11 +221,12 @@ void PutAlongAxisInplaceKernel(paddle::Tensor& arr, const paddle::Tensor& indice
     return;
   }
 #ifdef PADDLE_EXT_WITH_CUDA
+  const paddle::Tensor full = gpu_indices(indices, values, v);
   if (gpu_acc_dtype(arr.dtype(), r) == arr.dtype()) {
-    run_gpu(arr, indices, values, arr.dtype(), v, r, include_self, deterministic, op);
+    run_gpu(arr, full, values, arr.dtype(), v, r, include_self, deterministic, op);
     return;
   }
-  paddle::Tensor result = gpu_forward(arr, indices, values, v, r, include_self, deterministic, op);
+  paddle::Tensor result = gpu_forward(arr, full, values, v, r, include_self, deterministic, op);
   arr.copy_(result, arr.place(), false);
 #else
   throw_no_cuda(op);
@@ -226,11 +250,12 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
       if (arr.is_cpu()) {
         cpu::put_along_axis_backward<T, Idx>(r, ptr<T>(arr), ptr<Idx>(indices), ptr<T>(values), ptr<T>(out),
                                              ptr<T>(out_grad), mutable_ptr<T>(arr_grad), mutable_ptr<T>(values_grad),
-                                             v.outer, v.n, v.m, v.inner, include_self);
+                                             v.outer, v.n, v.m, v.inner, include_self, v.idx_broadcast);
       } else {
 #ifdef PADDLE_EXT_WITH_CUDA
         const int64_t slots = v.outer * v.n * v.inner, positions = v.outer * v.m * v.inner;
         const auto place = arr.place();
+        const paddle::Tensor full = gpu_indices(indices, values, v);
         paddle::Tensor winner, count, aux, workspace;
         size_t workspace_bytes = 0;
         if (r == Reduce::Assign) {
@@ -243,7 +268,7 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
         }
         if (r == Reduce::Min || r == Reduce::Max) aux = int_scratch(slots, paddle::DataType::INT32, 0, place);
         gpu::put_along_axis_backward<T, Idx>(
-            r, ptr<T>(arr), ptr<Idx>(indices), ptr<T>(values), ptr<T>(out), ptr<T>(out_grad),
+            r, ptr<T>(arr), ptr<Idx>(full), ptr<T>(values), ptr<T>(out), ptr<T>(out_grad),
             mutable_ptr<T>(arr_grad), mutable_ptr<T>(values_grad),
             winner.initialized() ? mutable_ptr<int64_t>(winner) : nullptr,
             count.initialized() ? mutable_ptr<int32_t>(count) : nullptr,

@@ -110,6 +110,9 @@ inline void advise_huge(void* data, size_t bytes) {
 
 struct Geometry {
   index_t outer, n, m, inner;
+  // indices [outer, m, 1] read as broadcast along inner (broadcast=True with indices [E, 1] against
+  // values [E, C]): every index row agrees, one entry per (o, j); never materialised as [outer, m, inner].
+  bool idx_broadcast = false;
   index_t slots() const { return outer * n * inner; }
   index_t positions() const { return outer * m * inner; }
 };
@@ -196,6 +199,8 @@ template <bool Reverse, bool Unit, typename Idx, typename Fn, typename Bad>
 Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, index_t i0, index_t i1, index_t b,
                 index_t k0, index_t k1, const Hints& pf, const Fn& fn, const Bad& bad_fn) {
   const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0;
+  const bool bcast = g.idx_broadcast;
+  const index_t istride = bcast ? 1 : inner;  // between index rows
   const index_t rbase = b * g.outer * n;
   const bool do_prefetch = !Unit && (pf.a || pf.b) && len * pf.elem_size >= 64;
   const bool report = k0 == 0;
@@ -204,23 +209,23 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
   const bool prefetch_each = !Unit && (pf.a || pf.b);
   bool bad = false, scattered = false, last_scattered = false;
   for (index_t o = o0; o < o1; ++o) {
-    const Idx* ib = idx + o * m * inner + i0;
+    const Idx* ib = idx + o * m * istride + (bcast ? 0 : i0);
     const index_t pbase = o * m * inner + i0, sbase = o * n * inner + i0, rrow = rbase + o * n;
     for (index_t jj = 0; jj < m; ++jj) {
       const index_t j = Reverse ? m - 1 - jj : jj;
       if (last_scattered && prefetch_each && jj + kEachAhead < m) {
         // rows that disagree: each element's slot, a row or two ahead (a few dozen lines in flight)
-        const Idx* ahead = ib + (Reverse ? j - kEachAhead : j + kEachAhead) * inner;
+        const Idx* ahead = ib + (Reverse ? j - kEachAhead : j + kEachAhead) * istride;
         for (index_t t = 0; t < len; ++t) {
           const index_t kp = static_cast<index_t>(ahead[t]);
           if (index_in_range(kp, n)) prefetch_row(pf, sbase + wrap_index(kp, n) * inner + t, 1);
         }
       } else if (do_prefetch && jj + kHintsAhead < m) {
         const index_t jp = Reverse ? j - kHintsAhead : j + kHintsAhead;
-        const index_t kp = static_cast<index_t>(ib[jp * inner]);
+        const index_t kp = static_cast<index_t>(ib[jp * istride]);
         if (index_in_range(kp, n)) prefetch_row(pf, sbase + wrap_index(kp, n) * inner, len);
       }
-      const Idx* row = ib + j * inner;
+      const Idx* row = ib + j * istride;
       const index_t p = pbase + j * inner;
       const Idx first = row[0];
       if (skip_fast) {
@@ -228,7 +233,7 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
         if (!index_in_range(k, n) || !only[rrow + wrap_index(k, n)]) continue;
       }
       bool uniform = true;
-      if (!Unit) {
+      if (!Unit && !bcast) {
         Idx diff = 0;
         for (index_t t = 1; t < len; ++t) diff |= row[t] ^ first;
         uniform = diff == 0;
@@ -399,7 +404,7 @@ inline int ceil_log2(index_t x) {
 template <typename Idx>
 bool mostly_scattered(const Idx* idx, const Geometry& g, const Plan& plan) {
   const index_t rows = g.outer * g.m, len = std::min(plan.block, g.inner);
-  if (rows == 0 || len < 2) return false;
+  if (rows == 0 || len < 2 || g.idx_broadcast) return false;
   const index_t samples = std::min<index_t>(rows, 64);
   index_t scattered = 0;
   for (index_t q = 0; q < samples; ++q) {
@@ -1175,12 +1180,13 @@ BadIndex check_indices(const Idx* indices, index_t count, index_t n) {
 
 template <typename T, typename Idx>
 bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values, const Idx* indices, index_t outer,
-                            index_t n, index_t m, index_t inner, bool include_self) {
+                            index_t n, index_t m, index_t inner, bool include_self, bool idx_broadcast) {
   bool ok = true;
   advise_huge(out, outer * n * inner * sizeof(T));
   populate_for_write(out, outer * n * inner * sizeof(T));  // [1024, 1024]: 666 fresh pages after a torch call
   dispatch_reduce(reduce, [&](auto r) {
-    ok = forward_of<decltype(r)::value, T, Idx>(arr, out, values, indices, Geometry{outer, n, m, inner}, include_self);
+    ok = forward_of<decltype(r)::value, T, Idx>(arr, out, values, indices, Geometry{outer, n, m, inner, idx_broadcast && inner > 1},
+                                                  include_self);
   });
   return ok;
 }
@@ -1188,7 +1194,7 @@ bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values
 template <typename T, typename Idx>
 void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, const T* values, const T* out,
                              const T* out_grad, T* arr_grad, T* values_grad, index_t outer, index_t n,
-                             index_t m, index_t inner, bool include_self) {
+                             index_t m, index_t inner, bool include_self, bool idx_broadcast) {
   // Fresh grads, written in full: faulted in up front, in bulk and on every thread (-15% of the graph
   // case's forward + backward; the forward's out needs no such help: its first pass, the copy of arr,
   // already runs on every thread).
@@ -1202,16 +1208,16 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
   }
   dispatch_reduce(reduce, [&](auto r) {
     backward_impl<decltype(r)::value, T, Idx>(arr, indices, values, out, out_grad, arr_grad, values_grad,
-                                              Geometry{outer, n, m, inner}, include_self);
+                                              Geometry{outer, n, m, inner, idx_broadcast && inner > 1}, include_self);
   });
 }
 
 #define PE_INSTANTIATE_FWD(T, Idx)                                                                    \
   template bool put_along_axis_forward<T, Idx>(Reduce, const T*, T*, const T*, const Idx*, index_t, index_t, \
-                                               index_t, index_t, bool);
+                                               index_t, index_t, bool, bool);
 #define PE_INSTANTIATE_BWD(T, Idx)                                                                           \
   template void put_along_axis_backward<T, Idx>(Reduce, const T*, const Idx*, const T*, const T*, const T*, \
-                                                T*, T*, index_t, index_t, index_t, index_t, bool);
+                                                T*, T*, index_t, index_t, index_t, index_t, bool, bool);
 #define PE_INSTANTIATE_ALL(T) \
   PE_INSTANTIATE_FWD(T, int32_t) PE_INSTANTIATE_FWD(T, int64_t)
 #define PE_INSTANTIATE_FLOAT(T) \

@@ -42,7 +42,7 @@ def _bench(args) -> int:
 
     print(f"paddle-ext bench on {platform.machine()}, {os.cpu_count()} cores, paddle {paddle.__version__}; "
           "ratios = other / paddle_ext (higher means paddle_ext is faster)")
-    results = benchmarks.run(selected=args.op, quick=args.quick, repeats=args.repeats)
+    results = benchmarks.run(selected=args.op, quick=args.quick, repeats=args.repeats, matching=args.case)
     print()
     print(benchmarks.format_markdown(results))
     if args.json:
@@ -68,6 +68,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("bench", help="benchmark the ops against Paddle, NumPy (and PyTorch)")
     p.add_argument("--op", action="append", help="only this op family (repeatable)")
     p.add_argument("--quick", action="store_true", help="small shapes, for a smoke run")
+    p.add_argument("--case", action="append", metavar="TEXT",
+                   help="only the cases whose name contains TEXT (repeatable), e.g. --case independent")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.set_defaults(func=_bench)

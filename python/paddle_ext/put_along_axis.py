@@ -67,6 +67,15 @@ def _broadcast(x, target, sizes):
     return paddle.broadcast_to(x, [d if _known(d) else sizes[i] for i, d in enumerate(target)])
 
 
+def _reads_broadcast(i_shape, target, axis) -> bool:
+    """Whether the kernels take `indices` as they are: size 1 in every dimension after the axis (the
+    usual graph call, indices [E, 1] against values [E, C]) and already the target's before it. The CPU
+    kernels read one index per row of positions (never an [E, C] int64 copy); the GPU binding expands them."""
+    after = range(axis + 1, len(target))
+    return (all(i_shape[d] == 1 for d in after) and any(target[d] != 1 for d in after)
+            and all(i_shape[d] == target[d] for d in range(axis)))
+
+
 @paddle.jit.not_to_static  # plain Python on the static shapes (-1 where a dimension is dynamic)
 def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
     """Checks and normalises the arguments; returns (indices, values, axis, reduce, include_self, block).
@@ -114,7 +123,8 @@ def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
         # sizes unknown at trace time: the axis's from indices, the others' from arr
         sizes = paddle.concat([paddle.shape(arr)[:axis], paddle.shape(indices)[axis:axis + 1],
                               paddle.shape(arr)[axis + 1:]]) if not all(_known(d) for d in target) else None
-        indices = _broadcast(indices, target, sizes)
+        if not _reads_broadcast(i_shape, target, axis):
+            indices = _broadcast(indices, target, sizes)
         _broadcast_values_shape(v_shape, target, op)
         values = _broadcast(values, target, sizes)
     else:

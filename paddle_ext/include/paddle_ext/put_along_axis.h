@@ -3,6 +3,7 @@
 // Shapes, as the binding hands them over (the Python API has already broadcast or sliced):
 //   arr, out        [outer, n, inner]
 //   indices, values [outer, m, inner]          position p = (o, j, i)
+//                   (on the CPU indices may be [outer, m, 1], broadcast along inner: idx_broadcast)
 //   slot(p)         = (o, wrap(indices[p]), i), wrap(k) = k < 0 ? k + n : k, valid for -n <= k < n.
 // Contributions to one slot are applied in increasing j (the flat order of `indices`), so `assign`
 // is "largest position wins" and every mode is deterministic on the CPU.
@@ -205,16 +206,19 @@ BadIndex check_indices(const Idx* indices, index_t count, index_t n);
 // than T (half types, integer means) they accumulate in a buffer of it and are rounded once. Out-of-range indices are skipped (never written); returns
 // false if there was one, so a caller writing a fresh buffer needs no separate check pass (inplace
 // callers run check_indices first).
+// idx_broadcast: `indices` is [outer, m, 1], one index for the whole inner row of position (o, j, :)
+// (broadcast=True with indices [E, 1] against values [E, C], read without materialising it).
 template <typename T, typename Idx>
 bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values, const Idx* indices,
-                            index_t outer, index_t n, index_t m, index_t inner, bool include_self);
+                            index_t outer, index_t n, index_t m, index_t inner, bool include_self,
+                            bool idx_broadcast = false);
 
 // Grads for every mode. out_grad/arr/out: [outer, n, inner]; values/values_grad: [outer, m, inner].
 // Either grad pointer may be null (not requested). Scratch buffers are allocated inside.
 template <typename T, typename Idx>
 void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, const T* values, const T* out,
                              const T* out_grad, T* arr_grad, T* values_grad, index_t outer, index_t n,
-                             index_t m, index_t inner, bool include_self);
+                             index_t m, index_t inner, bool include_self, bool idx_broadcast = false);
 }  // namespace cpu
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)

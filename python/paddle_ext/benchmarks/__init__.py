@@ -67,12 +67,15 @@ def warm_up(fn: Callable[[], object], calls: int = 3, seconds: float = 0.2) -> N
             break
 
 
-def run(selected=None, quick=False, repeats=7, log=print) -> list[Result]:
+def run(selected=None, quick=False, repeats=7, log=print, matching=None) -> list[Result]:
+    """`matching`: substrings; when given, only the cases whose name contains one of them run."""
     results = []
     for name, module in modules():
         if selected and name not in selected:
             continue
         for case in module.cases(quick):
+            if matching and not any(m in case.name for m in matching):
+                continue
             # Warm every candidate before timing any: library loads, caches, and the allocators' pools
             # (otherwise whichever candidate runs first in a process pays fresh-page faults).
             for fn in case.candidates.values():

@@ -123,9 +123,8 @@ rng = np.random.default_rng(0)
 arr = paddle.to_tensor(rng.standard_normal((n, 64), dtype=np.float32))
 rows = paddle.to_tensor(rng.integers(0, n, size=(2 * n, 1)))
 vals = paddle.to_tensor(rng.random((2 * n, 64), dtype=np.float32))
-idx = rows if broadcast else paddle.broadcast_to(rows, [2 * n, 64]).clone()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-paddle_ext.put_along_axis(arr, idx, vals, 0, reduce="add")
+paddle_ext.put_along_axis(arr, rows if broadcast else paddle.broadcast_to(rows, [2 * n, 64]), vals, 0, reduce="add")
 print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
 """
 
@@ -143,21 +142,53 @@ def _peak_mib(n, broadcast):
         return float("nan")
 
 
-def _broadcast_case(n, repeats):
-    """indices [2n, 1] against values [2n, 64] (the usual GNN call) vs the same indices materialised."""
+@functools.lru_cache(maxsize=1)
+def _rows(n):
+    """The graph case's indices as the GNN call passes them: [2n, 1] (paddle and torch)."""
+    _, idx, _ = _data((n, 64), (2 * n, 64), 0, "rows")[0]
+    rows = np.ascontiguousarray(idx[:, :1])
+    return rows, paddle.to_tensor(rows)
+
+
+def _broadcast_case(n, repeats, backward=False):
+    """indices [2n, 1] against values [2n, 64] (the usual GNN call), `add`: ours reads them in place;
+    "materialised" is the same call with the indices broadcast to [2n, 64] first (what the API did before
+    issue 16); Paddle 3.3.1's own broadcast rejects [2n, 1] against [2n, 64] values, so it gets them
+    materialised too; torch takes an `expand` view."""
     key = ((n, 64), (2 * n, 64), 0, "rows")
 
-    def call(broadcast):
+    def step(fn, materialise=False):
         def run():
             if not case.note:  # measured on the first (warm-up) call, not when the cases are listed
                 case.note = f"peak MiB of one call: [2N,1] {_peak_mib(n, True):.0f}, [2N,64] {_peak_mib(n, False):.0f}"
-            arr, idx, vals = _data(*key)[1]
-            return paddle_ext.put_along_axis(arr, idx[:, :1] if broadcast else idx, vals, 0, reduce="add")
+            arr, _, vals = _data(*key)[1]
+            rows = _rows(n)[1]
+            idx = paddle.broadcast_to(rows, [2 * n, 64]) if materialise else rows
+            if not backward:
+                return fn(arr, idx, vals, 0, reduce="add")
+            arr, vals = arr.detach(), vals.detach()
+            arr.stop_gradient = vals.stop_gradient = False
+            return paddle.grad(fn(arr, idx, vals, 0, reduce="add"), [arr, vals])
 
         return run
 
-    case = Case("put_along_axis", f"fwd add {[n, 64]}<-indices {[2 * n, 1]} broadcast vs materialised",
-                {"paddle_ext": call(True), "materialised": call(False)}, repeats=repeats)
+    candidates = {"paddle_ext": step(paddle_ext.put_along_axis), "materialised": step(paddle_ext.put_along_axis, True),
+                  "paddle": step(paddle.put_along_axis, True)}
+    torch = torch_or_none()
+    if torch is not None:
+        def torch_step():
+            arr, _, vals = (torch.from_numpy(a) for a in _data(*key)[0])
+            idx = torch.from_numpy(_rows(n)[0]).expand(-1, 64)
+            if not backward:
+                return torch.scatter_reduce(arr, 0, idx, vals, "sum")
+            arr, vals = arr.detach().requires_grad_(), vals.detach().requires_grad_()
+            out = torch.scatter_reduce(arr, 0, idx, vals, "sum")
+            return torch.autograd.grad(out, [arr, vals], grad_outputs=torch.ones_like(out))
+
+        candidates["torch"] = torch_step
+        candidates["torch 1 thread"] = _single_threaded(torch, torch_step)
+    label = f"{'fwd+bwd' if backward else 'fwd'} add {[n, 64]}<-indices {[2 * n, 1]} broadcast"
+    case = Case("put_along_axis", label, candidates, repeats=repeats)
     return case
 
 
@@ -170,7 +201,7 @@ def cases(quick: bool):
     out += [_backward_case(*graph, r, repeats) for r in REDUCES]
     out += [_forward_case(*graph, r, repeats, "independent") for r in REDUCES]
     out += [_backward_case(*graph, r, repeats, "independent") for r in REDUCES]
-    out.append(_broadcast_case(n, repeats))
+    out += [_broadcast_case(n, repeats), _broadcast_case(n, repeats, backward=True)]
     out += [_forward_case(*square, r, 5) for r in REDUCES]
     out += [_backward_case(*square, r, 5) for r in ("add", "mean", "amax")]
     return out
