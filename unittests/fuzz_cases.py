@@ -467,6 +467,25 @@ def rnnt_joint_cases(n=None):
                    px_grad=values(rng, (B, S, T), "normal", dtype), py_grad=values(rng, (B, S + 1, T), "normal", dtype),
                    view="stride" if rng.random() < 0.2 else None)
 
+
+def rnnt_prune_gather_cases(n=None):
+    """do_rnnt_pruning's gather x[b, index[b, t, r]] for x [B, N, D] and its scatter-add grad: few rows N
+    (each grad row sums many of the T*R out rows), D across the grad's column blocks of 64, every dtype,
+    value mixtures in x and finite ones in the grads."""
+    name = "rnnt_prune_gather"
+    n = count(24) if n is None else n
+    for seed in range(n):
+        rng = rng_for(name, seed)
+        dtype = FLOAT_DTYPES[seed % 4]
+        mix = MIXES[seed % len(MIXES)]
+        B, N, T, R = int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 9)), int(rng.integers(1, 7))
+        D = int(rng.choice([1, 2, 7, 63, 64, 65, 130, 257]))
+        yield dict(id=f"gather-{seed}-{dtype}-{mix}-B{B}N{N}T{T}R{R}D{D}", dtype=dtype,
+                   x=values(rng, (B, N, D), mix, dtype), index=rng.integers(0, N, size=(B, T, R)).astype(np.int64),
+                   out_grad=values(rng, (B, T, R, D), FINITE_MIXES[seed % len(FINITE_MIXES)], dtype),
+                   view="stride" if rng.random() < 0.25 else None)
+
+
 # ---------------------------------------------------------------------------------------- comparisons
 RTOL = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
@@ -477,9 +496,10 @@ def finite_scale(*arrays) -> float:
     return float(max([1.0] + vals))
 
 
-def assert_matches(got, ref, dtype, scale=1.0, what="out", rtol=None):
+def assert_matches(got, ref, dtype, scale=1.0, what="out", rtol=None, abs_scale=None):
     """NaN, +inf and -inf exactly where the reference (rounded to dtype) has them; finite values within
-    rtol * |ref| + rtol * scale (rtol: RTOL[dtype] unless given; integers: exact)."""
+    rtol * |ref| + rtol * scale (+ rtol * abs_scale, an array of ref's shape: e.g. the sum of the magnitudes
+    of a sum's terms) (rtol: RTOL[dtype] unless given; integers: exact)."""
     got = np.asarray(got, dtype=np.float64)
     ref = round_to(np.asarray(ref, dtype=np.float64), dtype) if dtype in FLOAT_DTYPES else np.asarray(ref)
     assert got.shape == ref.shape, (what, got.shape, ref.shape)
@@ -491,6 +511,8 @@ def assert_matches(got, ref, dtype, scale=1.0, what="out", rtol=None):
     rtol = RTOL.get(dtype, 0.0) if rtol is None else rtol
     err = np.abs(got[finite] - ref[finite])
     bound = rtol * np.abs(ref[finite]) + rtol * scale
+    if abs_scale is not None:
+        bound = bound + rtol * np.asarray(abs_scale, dtype=np.float64)[finite]
     if err.size and (err > bound).any():
         i = int(np.argmax(err - bound))
         where = np.argwhere(finite)[i].tolist()

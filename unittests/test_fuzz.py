@@ -376,6 +376,28 @@ def test_rnnt_joint_logprobs(case):
     fc.assert_matches(_np(grad), ref_g, dtype, fc.finite_scale(c["px_grad"], c["py_grad"]) * 2, "logits grad")
 
 
+PRUNE_GATHER = _params(fc.rnnt_prune_gather_cases())
+
+
+@pytest.mark.parametrize("case", PRUNE_GATHER)
+def test_rnnt_joint_logprobs_prune_gather(case):
+    """The pruning gather (do_rnnt_pruning's am/lm rows) and its scatter-add grad against NumPy: every dtype
+    and value mixture, repeated rows (a grad row summed from up to T*R rows, in float32 for the half types),
+    widths across the grad's column blocks, non-contiguous x."""
+    c, dtype = case, case["dtype"]
+    x = _tensor(c["x"], dtype, c["view"], grad=True)
+    out = paddle_ext._library.ops().pe_rnnt_prune_gather(x, paddle.to_tensor(c["index"]))
+    fc.assert_matches(_np(out), refs.rnnt_prune_gather(fc.round_to(c["x"], dtype), c["index"]), dtype, what="out")
+    g = fc.round_to(c["out_grad"], dtype)
+    (grad,) = paddle.grad(out, x, paddle.to_tensor(g).astype(dtype))
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = refs.rnnt_prune_gather_grad(c["x"].shape, c["index"], g)
+    # a sum of up to T*R terms: its rounding is relative to the sum of their magnitudes
+    scale = refs.rnnt_prune_gather_grad(c["x"].shape, c["index"], np.abs(np.nan_to_num(g, posinf=0, neginf=0)))
+    fc.assert_matches(_np(grad), ref, dtype, 1.0, "x grad", rtol=None if dtype != "float64" else 1e-12,
+                      abs_scale=scale)
+
+
 RNNT_SIMPLE = _params(c for c in fc.rnnt_cases() if c["loss"] in ("simple", "smoothed"))
 
 
@@ -401,7 +423,7 @@ def test_rnnt_simple_logprobs_float32(case, shared_row):
 
 # ------------------------------------------------------------------------ other SIMD widths and threads
 KERNEL_TESTS = ("test_logcumsumexp or test_put_along_axis or test_mutual_information_bands or test_adaptive_log_softmax"
-                " or test_rnnt_joint_logprobs or test_rnnt_simple_logprobs")
+                " or test_rnnt_joint_logprobs or test_rnnt_simple_logprobs")  # incl. test_rnnt_joint_logprobs_prune_gather
 
 
 @pytest.mark.skipif(SUBPROCESS, reason="already a subprocess")

@@ -5,6 +5,7 @@
 #include "paddle_ext/rnnt_joint_logprobs.h"
 
 #include <algorithm>
+#include <vector>
 #include <cstring>
 
 #include "paddle_ext/cpu_rows.h"
@@ -143,6 +144,7 @@ template <typename T>
 void rnnt_prune_gather_backward(const int64_t* index, const T* out_grad, T* x_grad, index_t B, index_t N, index_t M,
                                 index_t D) {
   using A = acc_t<T>;
+  constexpr bool kWide = !std::is_same<A, T>::value;  // half types: each grad row summed in float32, rounded once
   std::memset(static_cast<void*>(x_grad), 0, sizeof(T) * B * N * D);
   if (D == 0 || M == 0) return;
   // Work items (b, column block): each owns its slice of x_grad[b], so no two threads add to one element.
@@ -152,12 +154,24 @@ void rnnt_prune_gather_backward(const int64_t* index, const T* out_grad, T* x_gr
   const index_t width = (D + blocks - 1) / blocks;
   const index_t grain = std::max<index_t>(1, (index_t(1) << 20) / std::max<index_t>(M * width, 1));
   parallel_for_dynamic(0, B * blocks, grain, [&](index_t i0, index_t i1) {
+    std::vector<A> wide(kWide ? N * width : 0);  // [N, width]: this work item's columns of x_grad[b]
     for (index_t i = i0; i < i1; ++i) {
-      const index_t b = i / blocks, c0 = (i % blocks) * width, c1 = std::min(D, c0 + width);
-      for (index_t m = 0; m < M; ++m) {
-        const T* g = out_grad + (b * M + m) * D;
-        T* dx = x_grad + (b * N + index[b * M + m]) * D;
-        for (index_t c = c0; c < c1; ++c) dx[c] = store<T>(static_cast<A>(load(dx[c]) + load(g[c])));
+      const index_t b = i / blocks, c0 = (i % blocks) * width, c1 = std::min(D, c0 + width), w = c1 - c0;
+      if constexpr (kWide) {
+        std::fill(wide.begin(), wide.begin() + N * w, A(0));
+        for (index_t m = 0; m < M; ++m) {
+          const T* g = out_grad + (b * M + m) * D + c0;
+          A* dx = wide.data() + index[b * M + m] * w;
+          for (index_t c = 0; c < w; ++c) dx[c] += load(g[c]);
+        }
+        for (index_t k = 0; k < N; ++k)
+          for (index_t c = 0; c < w; ++c) x_grad[(b * N + k) * D + c0 + c] = store<T>(wide[k * w + c]);
+      } else {
+        for (index_t m = 0; m < M; ++m) {
+          const T* g = out_grad + (b * M + m) * D;
+          T* dx = x_grad + (b * N + index[b * M + m]) * D;
+          for (index_t c = c0; c < c1; ++c) dx[c] += g[c];
+        }
       }
     }
   });
