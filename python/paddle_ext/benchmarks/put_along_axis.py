@@ -2,7 +2,9 @@
 
 A [N, 64] float32 feature table scattered along axis 0 by [2N, 64] indices, every reduce mode,
 forward and forward + backward, with two index patterns: `rows` (issue 3's GNN case: one destination
-row drawn per index row) and `independent` (issue 16: every element drawn on its own); the GNN call
+row drawn per index row) and `independent` (issue 16: every element drawn on its own), plus independent
+forward + backward rows at neighbouring shapes ([2N, 32], [N/2, 128], and [N/5, 64] with ten values
+per slot); the GNN call
 with indices of shape [2N, 1] broadcast against values [2N, 64] next to the same indices materialised
 (time, and peak memory in a fresh process); and a [1024, 1024] table scattered along axis 1. `--quick`
 shrinks N from 1e6 to 1e5. "torch" runs on its default threads, "torch 1 thread" on one.
@@ -201,6 +203,10 @@ def cases(quick: bool):
     out += [_backward_case(*graph, r, repeats) for r in REDUCES]
     out += [_forward_case(*graph, r, repeats, "independent") for r in REDUCES]
     out += [_backward_case(*graph, r, repeats, "independent") for r in REDUCES]
+    # neighbours of the issue's shape (a benchmark case is a sample of the workload): half and double the
+    # features, and ten values per slot instead of two
+    for arr_shape, idx_shape in (((2 * n, 32), (4 * n, 32)), ((n // 2, 128), (n, 128)), ((n // 5, 64), (2 * n, 64))):
+        out += [_backward_case(arr_shape, idx_shape, 0, r, repeats, "independent") for r in ("assign", "add", "mean")]
     out += [_broadcast_case(n, repeats), _broadcast_case(n, repeats, backward=True)]
     out += [_forward_case(*square, r, 5) for r in REDUCES]
     out += [_backward_case(*square, r, 5) for r in ("add", "mean", "amax")]
