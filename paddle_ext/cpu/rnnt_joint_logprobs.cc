@@ -143,6 +143,7 @@ template <typename T>
 void rnnt_prune_gather_backward(const int64_t* index, const T* out_grad, T* x_grad, index_t B, index_t N, index_t M,
                                 index_t D) {
   using A = acc_t<T>;
+  populate_for_write(x_grad, sizeof(T) * B * N * D);  // then the zero fill is not one thread's page faults
   std::memset(static_cast<void*>(x_grad), 0, sizeof(T) * B * N * D);
   if (D == 0 || M == 0) return;
   // Work items (b, column block): each owns its slice of x_grad[b], so no two threads add to one element.

@@ -84,11 +84,15 @@ void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, const Fn& f
 // fresh mmap per call, and smaller ones land on fresh pages whenever glibc has trimmed its heap (e.g.
 // after another library freed a big block); first-touch faults cost ~1.2-1.5 us per 4 KiB page on this
 // machine type, and madvise(MADV_POPULATE_WRITE), split over the threads, faults the same pages in
-// ~60% of the time. Memory that is already resident (a reused allocation: its first page is) is left
-// alone, and on a kernel without MADV_POPULATE_WRITE (< 5.14) this does nothing.
+// ~60% of the time. A fresh mmap (>= 32 MiB, the block glibc unmaps whole on free) is first marked
+// MADV_HUGEPAGE (transparent huge pages in "madvise" mode): its 2 MiB-aligned interior then takes one
+// fault per 2 MiB, a 80 MiB output ~16 ms instead of ~60 ms (2 threads); without THP the flag is ignored.
+// Memory that is already resident (a reused allocation: its first page is) is left alone, and on a kernel
+// without MADV_POPULATE_WRITE (< 5.14) this only marks the huge pages (the kernel's own writes fault them).
 inline void populate_for_write(void* data, size_t bytes) {
 #ifdef __linux__
-  constexpr size_t kMinBytes = size_t{1} << 20;
+  constexpr size_t kMinBytes = size_t{1} << 20, kMinHugeBytes = size_t{32} << 20;
+  constexpr uintptr_t kBlock = uintptr_t{2} << 20;  // one huge page; the unit of work per thread
   if (bytes < kMinBytes) return;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t lo = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
@@ -99,9 +103,16 @@ inline void populate_for_write(void* data, size_t bytes) {
 #ifndef MADV_POPULATE_WRITE
   constexpr int MADV_POPULATE_WRITE = 23;
 #endif
-  const int64_t pages = static_cast<int64_t>((hi - lo) / page);
-  parallel_for(0, pages, 512, [&](int64_t p0, int64_t p1) {
-    madvise(reinterpret_cast<void*>(lo + p0 * page), (p1 - p0) * page, MADV_POPULATE_WRITE);
+  if (bytes >= kMinHugeBytes) {
+    const uintptr_t hlo = (lo + kBlock - 1) / kBlock * kBlock, hhi = hi / kBlock * kBlock;
+    if (hhi > hlo) madvise(reinterpret_cast<void*>(hlo), hhi - hlo, MADV_HUGEPAGE);
+  }
+  // 2 MiB-aligned blocks, so that no huge page is split between two threads
+  const int64_t first = static_cast<int64_t>(lo / kBlock), last = static_cast<int64_t>((hi - 1) / kBlock);
+  parallel_for(first, last + 1, 1, [&](int64_t b0, int64_t b1) {
+    const uintptr_t p0 = std::max(lo, static_cast<uintptr_t>(b0) * kBlock);
+    const uintptr_t p1 = std::min(hi, static_cast<uintptr_t>(b1) * kBlock);
+    madvise(reinterpret_cast<void*>(p0), p1 - p0, MADV_POPULATE_WRITE);
   });
 #else
   (void)data;
