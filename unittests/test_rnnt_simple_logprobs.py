@@ -72,6 +72,25 @@ def test_every_cell_in_the_fallback_and_none():
     assert np.isfinite(py.numpy()).all()
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_row_maximum_and_nan_anywhere_in_the_row(dtype):
+    """The per-row maximum that shifts the exps (found in vector lanes, then a scalar tail): a spike of +200 at
+    every position of a 37-class row (lanes of 2, 4, 8 or 16 values, and the tail) must be found, else its exp
+    overflows; a NaN anywhere makes the row's cells NaN, as the unfused log-softmax does."""
+    C = 37
+    inputs = make(1, 3, C, C, seed=11)
+    inputs["am"][0, np.arange(C), np.arange(C)] = 200.0  # frame t: spike at class t
+    inputs["lm"][0, np.arange(4), [0, 15, 16, 36]] = 150.0
+    check_output(op, inputs, refs.rnnt_simple_logprobs, {"termination_symbol": TERM}, dtype=dtype,
+                 rtol=1e-9 if dtype == "float64" else 1e-5, atol=1e-9 if dtype == "float64" else 2e-3)
+    for t in (0, 7, 31, 33, 36):  # NaN in the vector body or the tail of am's row t
+        am = inputs["am"].copy()
+        am[0, t, (t + 1) % C] = np.nan
+        px, py = op(*[paddle.to_tensor(v.astype(dtype) if v.dtype != np.int64 else v)
+                      for v in (inputs["lm"], am, inputs["symbols"])])
+        assert np.isnan(py.numpy()[0, :, t]).all() and np.isfinite(np.delete(py.numpy()[0], t, axis=1)).all()
+
+
 def test_minus_inf_logits_give_minus_inf_logprobs_and_zero_grads():
     """A class that lm rules out (-inf) has px = -inf where it is the symbol, and no grad flows to it."""
     inputs = make(1, 2, 4, 5, seed=7)
@@ -114,6 +133,30 @@ def test_grads_against_reference(dtype, B, S, T, C, scale, modified):
     scale_of = np.sqrt(S + T + 1)  # grads are sums over the lattice of grads ~1
     np.testing.assert_allclose(lm.grad.numpy(), ref_lm, rtol=tol, atol=tol * scale_of * 10)
     np.testing.assert_allclose(am.grad.numpy(), ref_am, rtol=tol, atol=tol * scale_of * 10)
+
+
+@pytest.mark.parametrize("one_lm_row", [False, True])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_grads_with_symbols_and_termination_in_every_column_block(dtype, one_lm_row):
+    """am_grad's gathered terms are added per 192-column unit: symbols spread over the three units of C = 450,
+    some equal to a termination symbol that lies in the last unit."""
+    B, S, T, C, term = 2, 9, 11, 450, 400
+    inputs = make(B, S, T, C, seed=31)
+    inputs["symbols"][:, :] = [[3, 191, 192, 400, 383, 384, 449, 400, 0], [400, 400, 200, 5, 420, 100, 300, 191, 400]]
+    lm_np = inputs["lm"][:, :1] if one_lm_row else inputs["lm"]
+    rng = np.random.default_rng(32)
+    gx, gy = rng.normal(size=(B, S, T + 1)).astype(dtype), rng.normal(size=(B, S + 1, T)).astype(dtype)
+    lm = paddle.to_tensor(lm_np.astype(dtype), stop_gradient=False)
+    am = paddle.to_tensor(inputs["am"].astype(dtype), stop_gradient=False)
+    px, py = op(lm, am, paddle.to_tensor(inputs["symbols"]), False, term)
+    paddle.autograd.backward([px, py], [paddle.to_tensor(gx), paddle.to_tensor(gy)])
+    full_lm = np.repeat(lm.numpy(), S + 1, axis=1) if one_lm_row else lm.numpy()
+    ref_lm, ref_am = refs.rnnt_simple_logprobs_grad(full_lm, am.numpy(), inputs["symbols"], term, gx, gy)
+    if one_lm_row:
+        ref_lm = ref_lm.sum(axis=1, keepdims=True)
+    tol = 1e-12 if dtype == "float64" else 1e-5
+    np.testing.assert_allclose(lm.grad.numpy(), ref_lm, rtol=tol, atol=tol * 50)
+    np.testing.assert_allclose(am.grad.numpy(), ref_am, rtol=tol, atol=tol * 50)
 
 
 @pytest.mark.parametrize("scale", [1.0, 1e3])

@@ -124,14 +124,14 @@ template <typename T>
 void rnnt_joint_backward(const T* logits, const int64_t* symbols, const int64_t* ranges, const acc_t<T>* lse,
                          const T* px_grad, const T* py_grad, T* logits_grad, const JointShape& d) {
   if (d.C == 0) return;
-  populate_for_write(logits_grad, sizeof(T) * d.B * d.T * d.R * d.C);
+  populate_for_write(logits_grad, sizeof(T) * d.B * d.T * d.R * d.C, /*huge_pages=*/true);
   for_frames(JointBackward<T>{logits, symbols, ranges, lse, px_grad, py_grad, logits_grad, d}, d);
 }
 
 template <typename T>
 void rnnt_prune_gather(const T* x, const int64_t* index, T* out, index_t B, index_t N, index_t M, index_t D) {
   if (D == 0) return;
-  populate_for_write(out, sizeof(T) * B * M * D);
+  populate_for_write(out, sizeof(T) * B * M * D, /*huge_pages=*/true);
   parallel_for(0, B * M, row_grain(D), [&](index_t r0, index_t r1) {
     for (index_t r = r0; r < r1; ++r) {
       const index_t b = r / M;
@@ -145,6 +145,7 @@ void rnnt_prune_gather_backward(const int64_t* index, const T* out_grad, T* x_gr
                                 index_t D) {
   using A = acc_t<T>;
   constexpr bool kWide = !std::is_same<A, T>::value;  // half types: each grad row summed in float32, rounded once
+  populate_for_write(x_grad, sizeof(T) * B * N * D);  // then the zero fill is not one thread's page faults
   std::memset(static_cast<void*>(x_grad), 0, sizeof(T) * B * N * D);
   if (D == 0 || M == 0) return;
   // Work items (b, column block): each owns its slice of x_grad[b], so no two threads add to one element.
