@@ -465,6 +465,12 @@ bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry
   static_assert(std::is_trivially_copyable<Entry<T>>::value, "entries live in raw scratch");
   HugeScratch scratch(cap * sizeof(Entry<T>));
   Entry<T>* const pool = scratch.as<Entry<T>>();
+  // Gather: each position's block (kNoBlock: index out of range), so that the un-partition reads 2 bytes
+  // a position instead of the index again.
+  static_assert(kMaxBlocks < 0xffff, "block numbers fit 16 bits");
+  constexpr uint16_t kNoBlock = 0xffff;
+  HugeScratch block_of_mem(Gather ? std::min(total_rows, round_rows) * len * sizeof(uint16_t) : 1);
+  uint16_t* const block_of = block_of_mem.as<uint16_t>();
   std::vector<std::vector<uint32_t>> chunks(blocks);  // chunk numbers in the pool, per block
   std::vector<Entry<T>*> cur(blocks), end(blocks);
   const index_t lmask = (index_t(1) << lshift) - 1;
@@ -482,13 +488,16 @@ bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry
       const Idx* row = idx + p;
       const T* vrow = values ? values + p : nullptr;
       const index_t rbase = (o - o0) * n;
+      uint16_t* const brow = block_of + (q - q0) * len;
       for (index_t t = 0; t < len; ++t) {
         const index_t k = static_cast<index_t>(row[t]);
         if (!index_in_range(k, n)) {
           bad = true;
+          if (Gather) brow[t] = kNoBlock;
           continue;
         }
         const index_t r = rbase + wrap_index(k, n), b = r >> shift;
+        if (Gather) brow[t] = static_cast<uint16_t>(b);
         if (cur[b] == end[b]) {
           chunks[b].push_back(static_cast<uint32_t>(next));
           cur[b] = pool + next * chunk;
@@ -519,17 +528,14 @@ bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry
       for (index_t b = 0; b < blocks; ++b) cur[b] = end[b] = nullptr;
       for (index_t q = q0; q < q1; ++q) {
         const index_t o = o0 + q / m, j = q % m;
-        const index_t p = (o * m + j) * inner + i0;
-        const Idx* row = idx + p;
-        T* orow = out + p;
-        const index_t rbase = (o - o0) * n;
+        T* orow = out + (o * m + j) * inner + i0;
+        const uint16_t* brow = block_of + (q - q0) * len;
         for (index_t t = 0; t < len; ++t) {
-          const index_t k = static_cast<index_t>(row[t]);
-          if (!index_in_range(k, n)) {
+          const index_t b = brow[t];
+          if (b == kNoBlock) {
             orow[t] = zero;
             continue;
           }
-          const index_t b = (rbase + wrap_index(k, n)) >> shift;
           if (cur[b] == end[b]) {
             cur[b] = pool + index_t(chunks[b][taken[b]++]) * chunk;
             end[b] = cur[b] + chunk;
@@ -970,19 +976,25 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
 
   if (R == Reduce::Assign) {
     // The largest position of a slot wins: visited in reverse, a slot's first visitor is its winner.
+    if (buckets) {  // a byte per slot: taken by a later position (a quarter of a Counter's pages to fault in)
+      HugeScratch taken_mem(geo.slots());
+      uint8_t* const taken = taken_mem.as<uint8_t>();
+      if (vg)
+        bucket_gather<true>(idx, no_values, vg, zero, geo, plan, sizeof(T) + 1, [taken, g, zero](index_t s, T, index_t) {
+          const bool won = taken[s] == 0;
+          taken[s] = 1;
+          return won ? g[s] : zero;
+        });
+      else
+        bucket_scatter(idx, no_values, geo, plan, 1, [taken](index_t s, T, index_t) { taken[s] = 1; });
+      if (arr_grad)
+        for_slots(geo, plan, [taken, arr_grad, g, zero](index_t s, index_t len, index_t) {
+          for (index_t t = 0; t < len; ++t) arr_grad[s + t] = taken[s + t] ? zero : g[s + t];
+        });
+      return;
+    }
     Counter hits(geo, plan);
     Counter* h = &hits;
-    if (buckets) {  // every slot's count per slot (bucket_scatter's mean forward does the same)
-      if (vg)
-        bucket_gather<true>(idx, no_values, vg, zero, geo, plan, sizeof(T) + sizeof(int32_t),
-                            [h, g, zero](index_t s, T, index_t) {
-                              const bool won = h->slot[s] == 0;
-                              h->add(s, 0, Scattered{});
-                              return won ? g[s] : zero;
-                            });
-      else
-        bucket_scatter(idx, no_values, geo, plan, sizeof(int32_t), [h](index_t s, T, index_t) { h->add(s, 0, Scattered{}); });
-    } else
     visit<true>(idx, geo, plan, pf_g, [h, vg, g, zero](index_t s, index_t p, index_t len, index_t r, auto u) {
       if (vg) {
         if (h->row[r] > 0) {  // a later row of the same destination won every slot
