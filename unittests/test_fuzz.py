@@ -15,7 +15,9 @@ row-uniform ("graph") rows, AVX-512 masked gathers (float32 / int64 add grads); 
 adaptive_log_softmax's vector rows (every remainder of the lane count) and the scalar fallback rows,
 rows split over threads. test_fast_paths_under_other_widths_and_threads reruns the kernel-level cases
 with PADDLE_EXT_SIMD=avx2 and one thread, and with PADDLE_EXT_SIMD=sse2 and two threads (this process:
-the widest width the CPU has, and two threads where OMP gives two).
+the widest width the CPU has, and two threads where OMP gives two), and the put_along_axis cases with
+PADDLE_EXT_PUT_TILE=small at one and two threads (tiny partition tiles: the destination-partitioned
+forward and backward passes, which otherwise need > 2 MiB of destination per thread).
 
 Planted bugs the suite is known to catch (each planted in the kernel, rebuilt, seen to fail here, reverted):
   * logcumsumexp row scan, the > kMaxRange chunk fallback disabled (cpu/logcumsumexp.cc, the double
@@ -28,6 +30,10 @@ Planted bugs the suite is known to catch (each planted in the kernel, rebuilt, s
     every put-path-scattered case and random-pattern cases with inner > 1.
   * put_along_axis AVX-512 masked gather without the wrap of negative indices: put-path-flat-add-
     float32-int64 (values grad).
+  * put_along_axis destination-partitioned pass (bucket_part) dropping the last entry of each block's
+    list: caught only by the PADDLE_EXT_PUT_TILE=small subprocesses (38 cases fail at 1 thread, 30 at 2:
+    put-path-bucket_columns, -bucket_outer, -scattered, -row_uniform with negative indices), not by this
+    process (234 put_along_axis cases pass).
   * mutual_information banded wavefront, a row skipped at each band boundary (two threads, B = 1):
     mi-band-B1S127T1100 (the other band cases fail for known bug 1 on spread700 data).
   * mutual_information scan_block without the non-finite py check: -inf / +inf mixtures (mi-18, mi-19,
@@ -427,12 +433,23 @@ KERNEL_TESTS = ("test_logcumsumexp or test_put_along_axis or test_mutual_informa
 
 
 @pytest.mark.skipif(SUBPROCESS, reason="already a subprocess")
-@pytest.mark.parametrize("simd,threads", [("avx2", 1), ("sse2", 2)])
-def test_fast_paths_under_other_widths_and_threads(simd, threads):
-    """PADDLE_EXT_SIMD and OMP_NUM_THREADS are read once per process: rerun the kernel-level cases in a
-    subprocess (the inplace test and this process's own cases excluded)."""
-    env = dict(os.environ, PADDLE_EXT_SIMD=simd, OMP_NUM_THREADS=str(threads), PADDLE_EXT_FUZZ_SUBPROCESS="1")
+@pytest.mark.parametrize("simd,threads,tile", [("avx2", 1, None), ("sse2", 2, None), (None, 1, "small"),
+                                               (None, 2, "small")])
+def test_fast_paths_under_other_widths_and_threads(simd, threads, tile):
+    """PADDLE_EXT_SIMD, OMP_NUM_THREADS and PADDLE_EXT_PUT_TILE are read once per process: rerun the
+    kernel-level cases in a subprocess (the inplace test and this process's own cases excluded).
+    PADDLE_EXT_PUT_TILE=small shrinks put_along_axis's partition tiles and thread grain, so that the
+    small put_along_axis cases take the destination-partitioned forward and backward (several blocks,
+    list chunks and rounds) on one and two threads: only those cases run there."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PADDLE_EXT_FUZZ_SUBPROCESS="1")
+    env.pop("PADDLE_EXT_SIMD", None)
+    env.pop("PADDLE_EXT_PUT_TILE", None)
+    if simd:
+        env["PADDLE_EXT_SIMD"] = simd
+    if tile:
+        env["PADDLE_EXT_PUT_TILE"] = tile
+    tests = "test_put_along_axis" if tile else KERNEL_TESTS
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "--tb=line", "-p", "no:cacheprovider",
-                             "-k", f"({KERNEL_TESTS}) and not inplace", "-W", "ignore"],
+                             "-k", f"({tests}) and not inplace", "-W", "ignore"],
                             env=env, capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

@@ -41,13 +41,30 @@ namespace paddle_ext {
 namespace cpu {
 namespace {
 
-// Elements worth a second thread. Large on purpose: these passes are memory-bound, and on a shared
-// machine a fork-join can wait milliseconds for a thread that lost its core, more than a
-// few-million-element pass costs on one thread.
 #ifndef PE_PUT_ALONG_AXIS_GRAIN  // smaller in the kernels' own multi-thread tests
 #define PE_PUT_ALONG_AXIS_GRAIN (1 << 20)
 #endif
-constexpr index_t kGrain = PE_PUT_ALONG_AXIS_GRAIN;
+
+// Sizes of the passes. PADDLE_EXT_PUT_TILE=small (a test knob, read once per process) shrinks them so that
+// the fuzz suite's small shapes take the destination-partitioned paths (bucket_part: several blocks,
+// list chunks and rounds) on one and two threads.
+struct Tiles {
+  index_t grain;          // elements worth a second thread: large on purpose (the passes are memory-bound,
+                          // and on a shared machine a fork-join can wait milliseconds for a thread that
+                          // lost its core, more than a few-million-element pass costs on one thread)
+  index_t block_bytes;    // destination bytes per partition block (L2 holds it with the entries streaming through)
+  index_t chunk_entries;  // entries per list chunk of a block
+  index_t round_entries;  // updates partitioned per round: bounds the scratch per thread
+};
+
+const Tiles& tiles() {
+  static const Tiles t = [] {
+    const char* knob = std::getenv("PADDLE_EXT_PUT_TILE");
+    if (knob && std::strcmp(knob, "small") == 0) return Tiles{16, 64, 4, 40};
+    return Tiles{PE_PUT_ALONG_AXIS_GRAIN, 256 << 10, 512, index_t(1) << 24};
+  }();
+  return t;
+}
 // Index rows looked ahead to prefetch a destination row (a few hundred ns of memory latency over
 // ~20-50 ns of work per row).
 constexpr index_t kHintsAhead = 8;
@@ -130,7 +147,7 @@ struct Plan {
 Plan make_plan(const Geometry& g) {
   Plan p;
   p.block = std::max<index_t>(g.inner, 1);
-  const int threads = g.positions() < 2 * kGrain ? 1 : max_threads();
+  const int threads = g.positions() < 2 * tiles().grain ? 1 : max_threads();
   if (threads <= 1) return p;
   p.threads = threads;
   if (g.outer >= threads) {
@@ -312,7 +329,7 @@ template <typename Fn>
 void for_slots(const Geometry& g, const Plan& plan, const Fn& fn) {
   const index_t rows = g.outer * g.n, inner = g.inner;
   if (rows * inner == 0) return;
-  parallel_for(0, rows, std::max<index_t>(1, kGrain / std::max<index_t>(inner, 1)), [&](index_t b0, index_t b1) {
+  parallel_for(0, rows, std::max<index_t>(1, tiles().grain / std::max<index_t>(inner, 1)), [&](index_t b0, index_t b1) {
     for (index_t r = b0; r < b1; ++r)
       for (index_t b = 0; b < plan.nblocks; ++b) {
         const index_t i0 = b * plan.block, i1 = std::min(inner, i0 + plan.block);
@@ -324,7 +341,7 @@ void for_slots(const Geometry& g, const Plan& plan, const Fn& fn) {
 template <typename Dst, typename Src>
 void convert(const Src* in, Dst* out, index_t count) {
   if (static_cast<const void*>(in) == static_cast<const void*>(out)) return;
-  parallel_for(0, count, kGrain, [&](index_t b, index_t e) {
+  parallel_for(0, count, tiles().grain, [&](index_t b, index_t e) {
     if (std::is_same<Src, Dst>::value) {
       std::memcpy(out + b, in + b, (e - b) * sizeof(Dst));
     } else {
@@ -380,13 +397,8 @@ void count_contributions(const Idx* idx, const Geometry& g, const Plan& plan, Co
 // the block sits in L2. The partition is stable: a slot's contributions keep their increasing
 // position order, so every combine happens in the same order as in visit() (bit-identical).
 
-// Destination bytes per block (L2 holds it with the entries streaming through), the most blocks a
-// part has (write streams of the partition), entries per list chunk, and entries per round (the
-// updates partitioned before they are applied: bounds the scratch per thread to ~256 MiB).
-constexpr index_t kBlockBytes = 256 << 10;
+// The most blocks a part has (write streams of the partition); block, chunk and round sizes: tiles().
 constexpr index_t kMaxBlocks = 1024;
-constexpr index_t kChunkEntries = 512;
-constexpr index_t kRoundEntries = index_t(1) << 24;
 
 template <typename T>
 struct Entry {
@@ -426,28 +438,50 @@ inline index_t part_bytes(const Geometry& g, const Plan& plan, index_t elem) {
   }
 }
 
-// fn(slot, value) for every in-range position of part (outer rows [o0, o1), columns [i0, i1)), in
-// destination-block order, each slot's in increasing position. Returns false on an out-of-range index.
-template <typename T, typename Idx, typename Fn>
-bool bucket_part(const Idx* idx, const T* values, const Geometry& g, index_t o0, index_t o1, index_t i0, index_t i1,
-                 index_t elem, const Fn& fn) {
-  const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0, rows = (o1 - o0) * n;
-  if (rows == 0 || m == 0 || len == 0) return true;
+// The partitioned pass over one part (outer rows [o0, o1), columns [i0, i1); stat rows from rb, as
+// visit_part's), round by round. A round appends an (offset, value) entry per in-range position to its
+// destination block's list, then applies the lists block by block while the block sits in L2:
+// - scatter (!Gather): fn(slot, value, stat_row) per entry, each slot's in increasing position;
+// - gather: the entry's value becomes fn(slot, value, stat_row) (Reverse: rounds, lists and entries
+//   walked backwards, so each slot's positions arrive in decreasing order, as in visit<true>), then
+//   a walk of the round's positions in order reads each block's list with a cursor and writes
+//   out[p] (zero for an out-of-range index): every write sequential, no random read of a large table.
+// Returns false on an out-of-range index.
+template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn>
+bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry& g, index_t o0, index_t o1,
+                 index_t i0, index_t i1, index_t rb, index_t elem, const Fn& fn) {
+  const Tiles& tl = tiles();
+  const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0, rows = (o1 - o0) * n, chunk = tl.chunk_entries;
+  if (m == 0 || len == 0) return true;
+  if (rows == 0) {  // n == 0: every index is out of range
+    if (Gather)
+      for (index_t o = o0; o < o1; ++o)
+        for (index_t j = 0; j < m; ++j)
+          for (index_t t = 0; t < len; ++t) out[(o * m + j) * inner + i0 + t] = zero;
+    return o1 == o0;
+  }
   const int lshift = ceil_log2(len);
-  int shift = std::max(0, ceil_log2(std::max<index_t>(1, kBlockBytes / (len * elem) + 1)) - 1);  // rows per block
+  int shift = std::max(0, ceil_log2(std::max<index_t>(1, tl.block_bytes / (len * elem) + 1)) - 1);  // rows per block
   while ((rows >> shift) >= kMaxBlocks) ++shift;
   const index_t blocks = ((rows - 1) >> shift) + 1;
-  const index_t round_rows = std::max<index_t>(1, kRoundEntries / len);  // index rows per round
-  const index_t total_rows = (o1 - o0) * m;
-  const index_t cap = std::min(total_rows, round_rows) * len + blocks * kChunkEntries;
+  const index_t round_rows = std::max<index_t>(1, tl.round_entries / len);  // index rows per round
+  const index_t total_rows = (o1 - o0) * m, rounds = (total_rows + round_rows - 1) / round_rows;
+  const index_t cap = std::min(total_rows, round_rows) * len + blocks * chunk;
   static_assert(std::is_trivially_copyable<Entry<T>>::value, "entries live in raw scratch");
   HugeScratch scratch(cap * sizeof(Entry<T>));
   Entry<T>* const pool = scratch.as<Entry<T>>();
+  // Gather: each position's block (kNoBlock: index out of range), so that the un-partition reads 2 bytes
+  // a position instead of the index again.
+  static_assert(kMaxBlocks < 0xffff, "block numbers fit 16 bits");
+  constexpr uint16_t kNoBlock = 0xffff;
+  HugeScratch block_of_mem(Gather ? std::min(total_rows, round_rows) * len * sizeof(uint16_t) : 1);
+  uint16_t* const block_of = block_of_mem.as<uint16_t>();
   std::vector<std::vector<uint32_t>> chunks(blocks);  // chunk numbers in the pool, per block
   std::vector<Entry<T>*> cur(blocks), end(blocks);
+  const index_t lmask = (index_t(1) << lshift) - 1;
   bool bad = false;
-  for (index_t q0 = 0; q0 < total_rows; q0 += round_rows) {
-    const index_t q1 = std::min(total_rows, q0 + round_rows);
+  for (index_t rr = 0; rr < rounds; ++rr) {
+    const index_t q0 = (Reverse ? rounds - 1 - rr : rr) * round_rows, q1 = std::min(total_rows, q0 + round_rows);
     index_t next = 0;  // next free chunk
     for (index_t b = 0; b < blocks; ++b) {
       chunks[b].clear();
@@ -457,64 +491,115 @@ bool bucket_part(const Idx* idx, const T* values, const Geometry& g, index_t o0,
       const index_t o = o0 + q / m, j = q % m;
       const index_t p = (o * m + j) * inner + i0;
       const Idx* row = idx + p;
-      const T* vrow = values + p;
+      const T* vrow = values ? values + p : nullptr;
       const index_t rbase = (o - o0) * n;
+      uint16_t* const brow = block_of + (q - q0) * len;
       for (index_t t = 0; t < len; ++t) {
         const index_t k = static_cast<index_t>(row[t]);
         if (!index_in_range(k, n)) {
           bad = true;
+          if (Gather) brow[t] = kNoBlock;
           continue;
         }
         const index_t r = rbase + wrap_index(k, n), b = r >> shift;
+        if (Gather) brow[t] = static_cast<uint16_t>(b);
         if (cur[b] == end[b]) {
           chunks[b].push_back(static_cast<uint32_t>(next));
-          cur[b] = pool + next * kChunkEntries;
-          end[b] = cur[b] + kChunkEntries;
+          cur[b] = pool + next * chunk;
+          end[b] = cur[b] + chunk;
           ++next;
         }
-        *cur[b]++ = Entry<T>{static_cast<uint32_t>(((r & ((index_t(1) << shift) - 1)) << lshift) | t), vrow[t]};
+        *cur[b]++ = Entry<T>{static_cast<uint32_t>(((r & ((index_t(1) << shift) - 1)) << lshift) | t), vrow ? vrow[t] : T()};
       }
     }
-    const index_t lmask = (index_t(1) << lshift) - 1;
     for (index_t b = 0; b < blocks; ++b) {  // apply, block by block
-      const index_t base = (o0 * n + (b << shift)) * inner + i0;
-      for (const uint32_t c : chunks[b]) {
-        const Entry<T>* e = pool + c * kChunkEntries;
-        const Entry<T>* stop = e + kChunkEntries == end[b] ? cur[b] : e + kChunkEntries;
-        for (; e < stop; ++e) fn(base + index_t(e->off >> lshift) * inner + index_t(e->off & lmask), e->v);
+      const index_t base = (o0 * n + (b << shift)) * inner + i0, rbase = rb + (b << shift);
+      const index_t nc = static_cast<index_t>(chunks[b].size());
+      for (index_t cc = 0; cc < nc; ++cc) {
+        const index_t c = chunks[b][Reverse ? nc - 1 - cc : cc];
+        Entry<T>* const first = pool + c * chunk;
+        Entry<T>* const stop = cc == (Reverse ? 0 : nc - 1) ? cur[b] : first + chunk;
+        for (index_t u = 0, count = stop - first; u < count; ++u) {
+          Entry<T>* const e = Reverse ? stop - 1 - u : first + u;
+          const index_t s = base + index_t(e->off >> lshift) * inner + index_t(e->off & lmask);
+          const index_t r = rbase + index_t(e->off >> lshift);
+          if constexpr (Gather) e->v = fn(s, e->v, r);
+          else fn(s, e->v, r);
+        }
+      }
+    }
+    if constexpr (Gather) {  // un-partition: the positions in order, each block's list read by a cursor
+      std::vector<index_t> taken(blocks, 0);
+      for (index_t b = 0; b < blocks; ++b) cur[b] = end[b] = nullptr;
+      for (index_t q = q0; q < q1; ++q) {
+        const index_t o = o0 + q / m, j = q % m;
+        T* orow = out + (o * m + j) * inner + i0;
+        const uint16_t* brow = block_of + (q - q0) * len;
+        for (index_t t = 0; t < len; ++t) {
+          const index_t b = brow[t];
+          if (b == kNoBlock) {
+            orow[t] = zero;
+            continue;
+          }
+          if (cur[b] == end[b]) {
+            cur[b] = pool + index_t(chunks[b][taken[b]++]) * chunk;
+            end[b] = cur[b] + chunk;
+          }
+          orow[t] = (cur[b]++)->v;
+        }
       }
     }
   }
   return !bad;
 }
 
-// The partitioned scatter over the whole plan (same parts as visit(); not for Plan::Narrow).
-template <typename T, typename Idx, typename Fn>
-bool bucket_scatter(const Idx* idx, const T* values, const Geometry& g, const Plan& plan, index_t elem, const Fn& fn) {
+// The partitioned pass over the whole plan (same parts as visit(); not for Plan::Narrow).
+template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn>
+bool bucket_run(const Idx* idx, const T* values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
+                const Fn& fn) {
   std::atomic<bool> ok{true};
-  auto part = [&](index_t o0, index_t o1, index_t i0, index_t i1) {
-    if (!bucket_part(idx, values, g, o0, o1, i0, i1, elem, fn)) ok.store(false, std::memory_order_relaxed);
+  auto part = [&](index_t o0, index_t o1, index_t i0, index_t i1, index_t rb) {
+    if (!bucket_part<Gather, Reverse>(idx, values, out, zero, g, o0, o1, i0, i1, rb, elem, fn))
+      ok.store(false, std::memory_order_relaxed);
   };
   switch (plan.kind) {
     case Plan::Outer:
-      dynamic_chunks((g.outer + plan.chunk - 1) / plan.chunk, plan.threads,
-                     [&](index_t c) { part(c * plan.chunk, std::min(g.outer, (c + 1) * plan.chunk), 0, g.inner); });
+      dynamic_chunks((g.outer + plan.chunk - 1) / plan.chunk, plan.threads, [&](index_t c) {
+        const index_t o0 = c * plan.chunk;
+        part(o0, std::min(g.outer, o0 + plan.chunk), 0, g.inner, o0 * g.n);
+      });
       break;
     case Plan::Columns:
-      dynamic_chunks(plan.nblocks, plan.threads,
-                     [&](index_t c) { part(0, g.outer, c * plan.block, std::min(g.inner, (c + 1) * plan.block)); });
+      dynamic_chunks(plan.nblocks, plan.threads, [&](index_t c) {
+        part(0, g.outer, c * plan.block, std::min(g.inner, (c + 1) * plan.block), c * g.outer * g.n);
+      });
       break;
     default:
-      part(0, g.outer, 0, g.inner);
+      part(0, g.outer, 0, g.inner, 0);
       break;
   }
   return ok.load();
 }
 
+// fn(slot, value, stat_row) for every in-range position, in destination-block order (each slot's in
+// increasing position). `values` may be null (fn then gets T()).
+template <typename T, typename Idx, typename Fn>
+bool bucket_scatter(const Idx* idx, const T* values, const Geometry& g, const Plan& plan, index_t elem, const Fn& fn) {
+  return bucket_run<false, false>(idx, values, static_cast<T*>(nullptr), T(), g, plan, elem, fn);
+}
+
+// out[p] = fn(slot, values[p], stat_row) for every position (zero where its index is out of range);
+// the calls for a slot come in increasing position (Reverse: decreasing).
+template <bool Reverse, typename T, typename Idx, typename Fn>
+bool bucket_gather(const Idx* idx, const T* values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
+                   const Fn& fn) {
+  return bucket_run<true, Reverse>(idx, values, out, zero, g, plan, elem, fn);
+}
+
 // Partition when most index rows disagree and a part's destination is well beyond L2.
 template <typename Idx>
 bool use_buckets(const Idx* idx, const Geometry& g, const Plan& plan, index_t elem) {
-  return plan.kind != Plan::Narrow && part_bytes(g, plan, elem) >= 8 * kBlockBytes && mostly_scattered(idx, g, plan);
+  return plan.kind != Plan::Narrow && part_bytes(g, plan, elem) >= 8 * tiles().block_bytes && mostly_scattered(idx, g, plan);
 }
 
 // The hot lambdas capture pointers by value: by-reference captures are reloaded on every element.
@@ -539,7 +624,7 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const T* values, const Idx* idx, cons
   const bool buckets = use_buckets(idx, g, plan, sizeof(A));
   if (R != Reduce::Mean) {
     if (buckets)
-      return bucket_scatter(idx, values, g, plan, sizeof(A), [acc](index_t s, T v) {
+      return bucket_scatter(idx, values, g, plan, sizeof(A), [acc](index_t s, T v, index_t) {
         acc[s] = ReduceOp<R>::combine(acc[s], static_cast<A>(load(v)));
       });
     return visit(idx, g, plan, pf, [combine](index_t s, index_t p, index_t len, index_t, auto) { combine(s, p, len); }).ok;
@@ -548,7 +633,7 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const T* values, const Idx* idx, cons
   Counter cnt(g, plan);
   Counter* c = &cnt;
   const bool ok =
-      buckets ? bucket_scatter(idx, values, g, plan, sizeof(A) + sizeof(int32_t), [acc, c](index_t s, T v) {
+      buckets ? bucket_scatter(idx, values, g, plan, sizeof(A) + sizeof(int32_t), [acc, c](index_t s, T v, index_t) {
         acc[s] = ReduceOp<R>::combine(acc[s], static_cast<A>(load(v)));
         c->add(s, 0, Scattered{});
       })
@@ -888,9 +973,31 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   auto zero_bad = [vg, zero](index_t p) {
     if (vg) vg[p] = zero;
   };
+  // Independent indices into a large destination: the passes that read or update per-slot data at each
+  // position go through the destination-partitioned bucket_gather / bucket_scatter instead of visit()
+  // (a cache and TLB miss per position otherwise). Same per-slot order of the calls: bit-identical.
+  const bool buckets = use_buckets(idx, geo, plan, sizeof(T));
+  const T* const no_values = nullptr;
 
   if (R == Reduce::Assign) {
     // The largest position of a slot wins: visited in reverse, a slot's first visitor is its winner.
+    if (buckets) {  // a byte per slot: taken by a later position (a quarter of a Counter's pages to fault in)
+      HugeScratch taken_mem(geo.slots());
+      uint8_t* const taken = taken_mem.as<uint8_t>();
+      if (vg)
+        bucket_gather<true>(idx, no_values, vg, zero, geo, plan, sizeof(T) + 1, [taken, g, zero](index_t s, T, index_t) {
+          const bool won = taken[s] == 0;
+          taken[s] = 1;
+          return won ? g[s] : zero;
+        });
+      else
+        bucket_scatter(idx, no_values, geo, plan, 1, [taken](index_t s, T, index_t) { taken[s] = 1; });
+      if (arr_grad)
+        for_slots(geo, plan, [taken, arr_grad, g, zero](index_t s, index_t len, index_t) {
+          for (index_t t = 0; t < len; ++t) arr_grad[s + t] = taken[s + t] ? zero : g[s + t];
+        });
+      return;
+    }
     Counter hits(geo, plan);
     Counter* h = &hits;
     visit<true>(idx, geo, plan, pf_g, [h, vg, g, zero](index_t s, index_t p, index_t len, index_t r, auto u) {
@@ -926,7 +1033,12 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   std::unique_ptr<Counter> counter;
   if (need_count) {
     counter.reset(new Counter(geo, plan));
-    count_contributions(idx, geo, plan, *counter);
+    if (buckets) {
+      Counter* c = counter.get();
+      bucket_scatter(idx, no_values, geo, plan, sizeof(int32_t), [c](index_t s, T, index_t) { c->add(s, 0, Scattered{}); });
+    } else {
+      count_contributions(idx, geo, plan, *counter);
+    }
   }
   Counts cv;
   if (counter) {
@@ -935,7 +1047,14 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   }
 
   if (R == Reduce::Add || R == Reduce::Mean) {  // a gather (scaled by the count for mean)
-    if (vg)
+    if (vg && buckets)
+      bucket_gather<false>(idx, no_values, vg, zero, geo, plan, sizeof(T) + (cv.slot ? sizeof(int32_t) : 0),
+                           [g, cv, include_self](index_t s, T, index_t r) {
+                             if (R == Reduce::Add) return g[s];
+                             return store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), A(0), A(0),
+                                                                  cv.at(cv.base(r), s), 0, A(1), include_self));
+                           });
+    else if (vg)
       visit<false>(idx, geo, plan, pf_g, [vg, g, cv, include_self](index_t s, index_t p, index_t len, index_t r, auto) {
         if (R == Reduce::Add) {
           std::memcpy(vg + p, g + s, len * sizeof(T));
@@ -984,6 +1103,18 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
     }
     if (std::is_same<A, T>::value) {
       const Hints pf{g, out, int(sizeof(T)), false};
+      if (buckets) {
+        seen.scattered = true;
+        bucket_gather<false>(idx, values, vg, zero, geo, plan, 2 * sizeof(T),
+                             [g, out, include_self, flagged, any](index_t s, T val, index_t r) {
+                               const A v = static_cast<A>(load(val)), o = static_cast<A>(load(out[s]));
+                               if (!is_normal_value(o)) {
+                                 flagged[r] = 1;
+                                 any->store(true, std::memory_order_relaxed);
+                               }
+                               return store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), v, o, 1, 0, o / v, include_self));
+                             });
+      } else
       seen = visit<false>(idx, geo, plan, pf, [vg, g, out, values, include_self, flagged, any](index_t s, index_t p, index_t len, index_t r, auto) {
         int32_t special = 0;  // not a bool: GCC does not vectorise a bool reduction
 #pragma GCC ivdep
@@ -1104,7 +1235,22 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   auto rest = [&](auto nan_aware) {
     constexpr bool kNan = decltype(nan_aware)::value;
     Hints pf_ties{out, g, int(sizeof(T)), false};
-    const Visited seen = visit<false>(idx, geo, plan, pf_ties,
+    Visited seen;
+    if (buckets) {
+      seen.scattered = true;
+      bucket_gather<false>(idx, values, vg, zero, geo, plan, 3 * sizeof(T),
+                           [tp, g, out, zero, flagged, any](index_t s, T val, index_t r) {
+                             const bool match = matches<kNan>(load(val), load(out[s]));
+                             const int32_t n = tp[s * ts] + (match ? 1 : 0);
+                             tp[s * ts] = n;
+                             if (match && n > 1) {
+                               flagged[r] = 1;
+                               any->store(true, std::memory_order_relaxed);
+                             }
+                             return pick(match, g[s], zero);
+                           });
+    } else
+    seen = visit<false>(idx, geo, plan, pf_ties,
                  [tp, vg, g, out, values, zero, flagged, any](index_t s, index_t p, index_t len, index_t r, auto) {
                    int32_t most = 0;
 #pragma GCC ivdep
@@ -1153,7 +1299,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
 
 template <typename Idx>
 BadIndex check_indices(const Idx* indices, index_t count, index_t n) {
-  const int threads = count < 2 * kGrain ? 1 : max_threads();
+  const int threads = count < 2 * tiles().grain ? 1 : max_threads();
   std::vector<index_t> first(std::max(threads, 1), -1);
   const index_t chunk = (count + threads - 1) / std::max(threads, 1);
   parallel_for(0, threads, 1, [&](index_t tb, index_t te) {
