@@ -1,6 +1,12 @@
 """rnnt_joint_logprobs (the fused RNN-T joiner op: log-softmax at the symbol and termination columns only) and
 the pruning gather, through the OpTest harness and against unittests/refs.py."""
 
+import inspect
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import paddle
 import pytest
@@ -250,18 +256,41 @@ def _free_huge_blocks():
     return sum(int(c) << (order - 9) for row in rows for order, c in enumerate(row) if order >= 9)
 
 
+def _thp_fallbacks():
+    """The kernel's count of huge-page faults that fell back to 4 KiB pages (/proc/vmstat)."""
+    with open("/proc/vmstat") as f:
+        return next((int(line.split()[1]) for line in f if line.startswith("thp_fault_fallback ")), 0)
+
+
+_HUGE_PAGE_SCRIPT = """
+import json, numpy as np, paddle, paddle_ext
+{helpers}
+x = paddle.to_tensor(np.random.default_rng(16).normal(size=(1, 3, 1 << 20)).astype(np.float32))
+index = paddle.to_tensor(np.array([[[2], [0], [2], [1]] * 4], np.int64))
+free, fallbacks = _free_huge_blocks(), _thp_fallbacks()
+out = paddle_ext._library.ops().pe_rnnt_prune_gather(x, index)  # [1, 16, 1, 2^20] float32: a fresh 64 MiB
+print(json.dumps(dict(free=free, huge_kib=_anon_huge_kib(out.data_ptr(), out.data_ptr() + 4 * out.size),
+                      fallbacks=_thp_fallbacks() - fallbacks,
+                      equal=bool((out.numpy() == x.numpy()[:, index.numpy()[0, :, 0]][:, :, None]).all()))))
+"""
+
+
 @pytest.mark.skipif(_thp_mode() not in ("madvise", "always"), reason="transparent huge pages are off")
 def test_big_fresh_outputs_are_faulted_in_as_huge_pages():
     """A >= 32 MiB output (a fresh mmap) is populated in 2 MiB pages (populate_for_write marks it MADV_HUGEPAGE
     while the kernel has free 2 MiB blocks), so its first-touch faults cost ~4x less; the values are the plain
-    gather's."""
-    if _free_huge_blocks() < 256:
+    gather's. In a fresh process: in this one the allocator may hand back a cached, already resident block."""
+    helpers = "\n".join(inspect.getsource(f) for f in (_anon_huge_kib, _free_huge_blocks, _thp_fallbacks))
+    run = subprocess.run([sys.executable, "-c", _HUGE_PAGE_SCRIPT.format(helpers=helpers)], capture_output=True,
+                         text=True, timeout=300, env=dict(os.environ, GLOG_minloglevel="2"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    r = json.loads(run.stdout.strip().splitlines()[-1])
+    assert r["equal"]
+    if r["free"] < 256:
         pytest.skip("fewer than 256 free 2 MiB blocks: the kernels keep 4 KiB pages (no compaction stalls)")
-    rng = np.random.default_rng(16)
-    x, index = rng.normal(size=(1, 3, 1 << 20)).astype(np.float32), np.array([[[2], [0], [2], [1]] * 4], np.int64)
-    out = gather(paddle.to_tensor(x), paddle.to_tensor(index))  # [1, 16, 1, 2^20] float32: 64 MiB
-    assert _anon_huge_kib(out.data_ptr(), out.data_ptr() + 4 * out.size) >= 32 * 1024  # of 64 MiB
-    np.testing.assert_array_equal(out.numpy(), refs.rnnt_prune_gather(x, index))
+    if r["huge_kib"] < 32 * 1024 and r["fallbacks"] > 0:
+        pytest.skip(f"the kernel fell back to 4 KiB pages {r['fallbacks']} times (fragmented memory)")
+    assert r["huge_kib"] >= 32 * 1024, r  # of 64 MiB
 
 
 def test_do_rnnt_pruning_grads_match_numpy():
