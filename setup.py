@@ -95,6 +95,20 @@ nvcc_flags = ["-O3", "--expt-relaxed-constexpr", "-std=c++17", "-DPADDLE_EXT_WIT
 if with_cuda:
     sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "paddle_ext").glob("gpu/*.cu"))
     cxx_flags.append("-DPADDLE_EXT_WITH_CUDA")
+
+
+def _openmp_link_args() -> list:
+    """Our `#pragma omp` regions run on the OpenMP runtime Paddle's own libraries use: its bundled Intel
+    libiomp5 (which also serves GCC's GOMP_* entry points) where the wheel ships one. Linked against GCC's
+    libgomp instead, the process would hold two worker pools; once Paddle's math library runs on several
+    threads, its workers spin for up to 200 ms after each of its regions (KMP_BLOCKTIME) on the cores our
+    next region needs (on 2 cores: our RNN-T simple loss 25 -> 40-60 ms per call)."""
+    iomp = pathlib.Path(paddle.__file__).parent / "libs" / "libiomp5.so"
+    if iomp.is_file() and sys.platform.startswith("linux"):
+        return [f"-L{iomp.parent}", "-l:libiomp5.so"]  # found at run time through the Paddle RUNPATH
+    return ["-fopenmp"]
+
+
 # Every header and binding file: the generated units include them, so a change must rebuild.
 depends = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "paddle_ext").rglob("*") if p.suffix in (".h", ".cuh", ".cc"))
 extension = (CUDAExtension if with_cuda else CppExtension)(
@@ -102,7 +116,7 @@ extension = (CUDAExtension if with_cuda else CppExtension)(
     depends=depends,
     include_dirs=[str(ROOT / "paddle_ext" / "include"), str(ROOT), str(GENERATED)],
     extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags} if with_cuda else {"cxx": cxx_flags},
-    extra_link_args=["-fopenmp"],
+    extra_link_args=_openmp_link_args(),
 )
 
 setup(

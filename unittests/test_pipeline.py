@@ -10,6 +10,8 @@
 * Bad values that only exist at run time inside a static graph raise a Python exception that names
   the argument, the value and the valid range; the process lives on.
 * The import and the first call of every op print nothing at Paddle's default log level.
+* Our kernels run on the OpenMP runtime Paddle's own libraries use, on the thread count the user asked for
+  (not Paddle's math-library count of 1).
 * ``pip wheel .`` (isolated build from pyproject.toml) gives a wheel that installs and runs in a fresh
   venv and puts nothing loose in site-packages.
 
@@ -268,6 +270,58 @@ def test_import_and_first_calls_print_nothing_at_paddles_default_log_level():
     """, drop_env=("GLOG_minloglevel", "GLOG_v", "FLAGS_call_stack_level"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == "" and done.stderr == "", f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+
+
+# ----------------------------------------------------------------------------------- threads
+
+def _gomp_parallel_providers(stderr: str) -> dict:
+    """{library basename: basename of the library its GOMP_parallel calls bind to}, from LD_DEBUG=bindings."""
+    found = {}
+    for line in stderr.splitlines():
+        if "`GOMP_parallel'" in line and "binding file" in line:
+            user, provider = line.split("binding file ", 1)[1].split(" [0] to ", 1)
+            found[os.path.basename(user.strip())] = os.path.basename(provider.split(" [", 1)[0].strip())
+    return found
+
+
+def test_our_parallel_regions_run_on_the_openmp_runtime_paddles_own_libraries_use():
+    """One OpenMP runtime, one worker pool: a second runtime's workers would wait (spinning) on the cores the
+    other one's next region needs, once Paddle's math library runs on several threads."""
+    done = _run("""
+        import paddle, paddle_ext
+        paddle.base.core.set_num_threads(2)
+        print(float(paddle_ext.logcumsumexp(paddle.randn([64, 4096]), axis=1).sum()))
+    """, env_extra={"LD_DEBUG": "bindings", "LD_BIND_NOW": "1"})  # every symbol bound at load
+    assert done.returncode == 0, done.stderr[-3000:]
+    providers = _gomp_parallel_providers(done.stderr)
+    ours = pathlib.Path(_library.library_path()).name
+    assert ours in providers, sorted(providers)
+    paddles = {user: lib for user, lib in providers.items() if user.startswith(("libpaddle", "libphi", "libdnnl"))}
+    assert paddles, sorted(providers)
+    assert set(paddles.values()) == {providers[ours]}, (providers[ours], paddles)
+
+
+@pytest.mark.parametrize("env, set_in_python, expected", [
+    ({}, None, "cpus"),
+    ({"OMP_NUM_THREADS": "1"}, None, 1),
+    ({"OMP_NUM_THREADS": "3"}, None, 3),
+    ({"OMP_NUM_THREADS": "1", "PADDLE_EXT_NUM_THREADS": "3"}, None, 3),
+    ({}, "3", 3),  # os.environ set by the script before `import paddle`
+], ids=["unset", "omp-1", "omp-3", "ours-over-omp", "set-in-python"])
+def test_kernel_thread_count_follows_what_the_user_asked_for(env, set_in_python, expected):
+    """Paddle writes OMP_NUM_THREADS=1 at import when it is unset and runs its own math library on one
+    thread: neither may shrink our kernels' count."""
+    done = _run(f"""
+        import os
+        if {set_in_python!r} is not None:
+            os.environ["OMP_NUM_THREADS"] = {set_in_python!r}
+        import paddle, paddle_ext
+        from paddle_ext import _library
+        print("THREADS", _library.num_threads(), len(os.sched_getaffinity(0)))
+    """, env_extra=env, drop_env=("OMP_NUM_THREADS", "PADDLE_EXT_NUM_THREADS"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    threads, cpus = (int(v) for v in done.stdout.split("THREADS", 1)[1].split())
+    assert threads == (cpus if expected == "cpus" else expected)
 
 
 # ------------------------------------------------------------------------------------ packaging

@@ -177,7 +177,8 @@ void banded_wavefront(index_t nrows, index_t ncols, const Fn& fn) {
 #ifdef _OPENMP
   std::vector<std::atomic<index_t>> done(max_threads());
   for (auto& d : done) d.store(0);
-#pragma omp parallel
+  const ShortSpin spin;
+#pragma omp parallel num_threads(max_threads())
   {
     const index_t nb = omp_get_num_threads(), k = omp_get_thread_num();
     const index_t r0 = nrows * k / nb, r1 = nrows * (k + 1) / nb;

@@ -170,7 +170,15 @@ Plan make_plan(const Geometry& g) {
 template <typename Fn>
 void dynamic_chunks(index_t chunks, int threads, const Fn& fn) {
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  if (threads > 1 && chunks > 1) {
+    // A counter, not schedule(dynamic): GCC lowers that to GOMP 4.5 entry points that the OpenMP runtime
+    // Paddle ships (and that we run on, see setup.py) lacks.
+    std::atomic<index_t> next{0};
+    const ShortSpin spin;
+#pragma omp parallel num_threads(threads)
+    for (index_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) fn(c);
+    return;
+  }
 #endif
   for (index_t c = 0; c < chunks; ++c) fn(c);
 }

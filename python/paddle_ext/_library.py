@@ -97,6 +97,15 @@ def library_path() -> str:
     raise ImportError(f"paddle_ext: no shared library next to {module.__file__}; {BUILD_HINT}")
 
 
+def num_threads() -> int:
+    """The thread count of paddle_ext's CPU kernels, fixed at their first use: PADDLE_EXT_NUM_THREADS,
+    else OMP_NUM_THREADS as the process started (Paddle writes 1 into it at import when it is unset),
+    else one per CPU the process may run on. Paddle's own math-library count (1 by default) is separate."""
+    import ctypes  # noqa: PLC0415
+
+    return int(ctypes.CDLL(library_path()).paddle_ext_num_threads())
+
+
 def build_info() -> dict:
     """What setup.py recorded: whether CUDA kernels were compiled in, and against which Paddle."""
     path = pathlib.Path(__file__).with_name("build_info.json")

@@ -23,6 +23,7 @@ def _info(_args) -> int:
     print(f"library        {_library.library_path()}")
     print(f"CUDA kernels   {'built' if _library.built_with_cuda() else 'not built (CPU-only Paddle)'}")
     print(f"machine        {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"CPU threads    {_library.num_threads()} (PADDLE_EXT_NUM_THREADS, else OMP_NUM_THREADS, else one per core)")
     print("ops (from ops/*.yaml):")
     for op in _library.manifest():
         if op["forward"]:

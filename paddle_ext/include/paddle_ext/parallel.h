@@ -6,8 +6,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #ifdef __linux__
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -22,13 +26,101 @@
 
 namespace paddle_ext {
 
-inline int max_threads() {
+// Positive leading integer of an OpenMP-style count ("4" or "4,2"), else 0.
+inline int parse_thread_count(const char* s) {
+  if (!s) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(s, &end, 10);
+  return end != s && n > 0 && n < 4096 ? static_cast<int>(n) : 0;
+}
+
+#ifdef __linux__
+// OMP_NUM_THREADS as the process was started (/proc/self/environ), or 0 where it was unset.
+inline int initial_omp_num_threads() {
+  std::FILE* f = std::fopen("/proc/self/environ", "rb");
+  if (!f) return 0;
+  std::string env;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) env.append(buf, n);
+  std::fclose(f);
+  static const char kKey[] = "OMP_NUM_THREADS=";
+  for (size_t at = 0; at < env.size();) {  // NUL-separated NAME=value entries
+    if (env.compare(at, sizeof kKey - 1, kKey) == 0) return parse_thread_count(env.c_str() + at + sizeof kKey - 1);
+    const size_t end = env.find('\0', at);
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return 0;
+}
+#endif
+
+// The thread count of our kernels, fixed at first use. Neither Paddle's OpenMP runtime nor the environment
+// says what the user asked for: Paddle sets its runtime's count to FLAGS_paddle_num_threads (1) and, when
+// OMP_NUM_THREADS is unset, writes 1 into it at import. So: PADDLE_EXT_NUM_THREADS; else OMP_NUM_THREADS as
+// the process started, or as set before the import when it is not Paddle's "1"; else one per CPU this
+// process may run on (what OpenMP itself would choose).
+inline int detect_max_threads() {
+  if (const int n = parse_thread_count(std::getenv("PADDLE_EXT_NUM_THREADS"))) return n;
+  const char* now = std::getenv("OMP_NUM_THREADS");
+#ifdef __linux__
+  const int initial = initial_omp_num_threads();
+  if (now && (initial > 0 || std::strcmp(now, "1") != 0)) {
+    if (const int n = parse_thread_count(now)) return n;
+  }
+  if (initial > 0) return initial;
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) > 0) return CPU_COUNT(&cpus);
+#else
+  if (const int n = parse_thread_count(now)) return n;
+#endif
 #ifdef _OPENMP
-  return omp_get_max_threads();
+  return omp_get_num_procs();
 #else
   return 1;
 #endif
 }
+
+inline int max_threads() {
+#ifdef _OPENMP
+  static const int n = detect_max_threads();
+  return n;
+#else
+  return 1;
+#endif
+}
+
+#ifdef _OPENMP
+// Intel/LLVM OpenMP extensions (absent from libgomp: then null, and ShortSpin does nothing).
+extern "C" int kmp_get_blocktime() __attribute__((weak));
+extern "C" void kmp_set_blocktime(int msec) __attribute__((weak));
+#endif
+
+// Held around each of our parallel regions: its workers wait for the next region spinning for at most 1 ms
+// (about libgomp's default), then sleep. Paddle's runtime (libiomp5) spins for 200 ms by default, which
+// after every op call would burn a core the rest of the user's pipeline may need. The setting is the
+// calling thread's and is restored at once, so Paddle's own regions keep theirs.
+class ShortSpin {
+ public:
+  ShortSpin() {
+#ifdef _OPENMP
+    if (kmp_get_blocktime && kmp_set_blocktime) {
+      saved_ = kmp_get_blocktime();
+      if (saved_ > kSpinMs) kmp_set_blocktime(kSpinMs);
+    }
+#endif
+  }
+  ~ShortSpin() {
+#ifdef _OPENMP
+    if (saved_ > kSpinMs) kmp_set_blocktime(saved_);
+#endif
+  }
+  ShortSpin(const ShortSpin&) = delete;
+  ShortSpin& operator=(const ShortSpin&) = delete;
+
+ private:
+  static constexpr int kSpinMs = 1;
+  int saved_ = -1;
+};
 
 // Threads worth using for n items when `grain` is the smallest amount of work worth a thread.
 inline int64_t threads_for(int64_t n, int64_t grain) {
@@ -46,6 +138,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
     return;
   }
 #ifdef _OPENMP
+  const ShortSpin spin;
 #pragma omp parallel num_threads((int)threads)
   {
     const int64_t t = omp_get_thread_num();
@@ -75,6 +168,7 @@ void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, const Fn& f
 #ifdef _OPENMP
   const int64_t block = std::max<int64_t>(1, n / (16 * threads));
   std::atomic<int64_t> next{begin};
+  const ShortSpin spin;
 #pragma omp parallel num_threads((int)threads)
   {
     for (int64_t b = next.fetch_add(block); b < end; b = next.fetch_add(block)) fn(b, std::min(end, b + block));
