@@ -9,8 +9,8 @@ directory holding ``fast_rnnt/csrc``) and have torch installed (``requirements-b
 kernel is then built on first use with ``torch.utils.cpp_extension`` into
 ``PADDLE_EXT_FAST_RNNT_CACHE`` (default ``~/.cache/paddle_ext/fast_rnnt``), never into the repository.
 
-Threads: everybody runs on the same count, OpenMP's (``OMP_NUM_THREADS`` when set, else one per core):
-paddle_ext's kernels take it from OpenMP, Paddle's matmuls get it via ``core.set_num_threads`` (restored
+Threads: everybody runs on the same count, paddle_ext's (``OMP_NUM_THREADS`` when set, else one per core):
+paddle_ext's kernels, Paddle's matmuls get it via ``core.set_num_threads`` (restored
 to 1 after each call), torch via ``set_num_threads``. The note of each case gives each candidate's peak
 RSS growth during its first call (sampled every 2 ms) and the largest relative difference of its
 per-item losses and grads from paddle_ext's."""
@@ -71,12 +71,11 @@ def fast_rnnt():
 
 
 def threads() -> int:
-    """The OpenMP thread count paddle_ext's kernels run on (OMP_NUM_THREADS as the process started; Paddle
-    rewrites the variable to 1 at import when it is unset, after OpenMP has read it), else torch's."""
-    try:
-        return ctypes.CDLL("libgomp.so.1").omp_get_max_threads()
-    except (OSError, AttributeError):
-        return math_threads()
+    """The thread count paddle_ext's kernels run on (PADDLE_EXT_NUM_THREADS, else OMP_NUM_THREADS as the
+    process started, else one per core; see `paddle_ext._library.num_threads`)."""
+    from paddle_ext import _library  # noqa: PLC0415
+
+    return _library.num_threads()
 
 
 def _trim_heap():
