@@ -130,8 +130,36 @@ struct Geometry {
   // indices [outer, m, 1] read as broadcast along inner (broadcast=True with indices [E, 1] against
   // values [E, C]): every index row agrees, one entry per (o, j); never materialised as [outer, m, inner].
   bool idx_broadcast = false;
+  int values_broadcast = 0;  // ValuesBroadcast bits: values read through ValuesAt
   index_t slots() const { return outer * n * inner; }
   index_t positions() const { return outer * m * inner; }
+};
+
+// Values read through strides: position (o, j, i) of [outer, m, inner] reads data[o * so + j * sm + i * si],
+// a stride of 0 along each broadcast part (Geometry::values_broadcast); values without one read data[p].
+template <typename T>
+struct ValuesAt {
+  const T* data = nullptr;
+  bool dense = true;
+  bool si = true;  // a run of positions along inner reads a run of values (else one value for the whole run)
+  index_t mi = 1, inner = 1, so = 0, sm = 0;
+  ValuesAt() = default;
+  explicit ValuesAt(const T* v) : data(v) {}
+  ValuesAt(const T* v, const Geometry& g) : data(v), dense(g.values_broadcast == 0) {
+    const int b = g.values_broadcast;
+    si = !(b & kValuesInner);
+    const index_t vi = si ? g.inner : 1, vm = (b & kValuesAxis) ? 1 : g.m;
+    sm = (b & kValuesAxis) ? 0 : vi;
+    so = (b & kValuesOuter) ? 0 : vm * vi;
+    inner = std::max<index_t>(g.inner, 1);
+    mi = std::max<index_t>(g.m * g.inner, 1);
+  }
+  // The values of the run of positions from p along inner: the first (the next ones follow when si).
+  const T* row(index_t p) const {
+    if (dense) return data + p;
+    const index_t o = p / mi, r = p - o * mi, j = r / inner;
+    return data + o * so + j * sm + (si ? r - j * inner : 0);
+  }
 };
 
 // How the destination is split among threads (see the file comment). A column block is the unit of
@@ -448,7 +476,7 @@ inline index_t part_bytes(const Geometry& g, const Plan& plan, index_t elem) {
 //   out[p] (zero for an out-of-range index): every write sequential, no random read of a large table.
 // Returns false on an out-of-range index.
 template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn>
-bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry& g, index_t o0, index_t o1,
+bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, index_t o0, index_t o1,
                  index_t i0, index_t i1, index_t rb, index_t elem, const Fn& fn) {
   const Tiles& tl = tiles();
   const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0, rows = (o1 - o0) * n, chunk = tl.chunk_entries;
@@ -491,7 +519,7 @@ bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry
       const index_t o = o0 + q / m, j = q % m;
       const index_t p = (o * m + j) * inner + i0;
       const Idx* row = idx + p;
-      const T* vrow = values ? values + p : nullptr;
+      const T* vrow = values.data ? values.row(p) : nullptr;
       const index_t rbase = (o - o0) * n;
       uint16_t* const brow = block_of + (q - q0) * len;
       for (index_t t = 0; t < len; ++t) {
@@ -509,7 +537,7 @@ bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry
           end[b] = cur[b] + chunk;
           ++next;
         }
-        *cur[b]++ = Entry<T>{static_cast<uint32_t>(((r & ((index_t(1) << shift) - 1)) << lshift) | t), vrow ? vrow[t] : T()};
+        *cur[b]++ = Entry<T>{static_cast<uint32_t>(((r & ((index_t(1) << shift) - 1)) << lshift) | t), vrow ? vrow[values.si ? t : 0] : T()};
       }
     }
     for (index_t b = 0; b < blocks; ++b) {  // apply, block by block
@@ -555,7 +583,7 @@ bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry
 
 // The partitioned pass over the whole plan (same parts as visit(); not for Plan::Narrow).
 template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn>
-bool bucket_run(const Idx* idx, const T* values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
+bool bucket_run(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
                 const Fn& fn) {
   std::atomic<bool> ok{true};
   auto part = [&](index_t o0, index_t o1, index_t i0, index_t i1, index_t rb) {
@@ -584,14 +612,14 @@ bool bucket_run(const Idx* idx, const T* values, T* out, T zero, const Geometry&
 // fn(slot, value, stat_row) for every in-range position, in destination-block order (each slot's in
 // increasing position). `values` may be null (fn then gets T()).
 template <typename T, typename Idx, typename Fn>
-bool bucket_scatter(const Idx* idx, const T* values, const Geometry& g, const Plan& plan, index_t elem, const Fn& fn) {
+bool bucket_scatter(const Idx* idx, const ValuesAt<T>& values, const Geometry& g, const Plan& plan, index_t elem, const Fn& fn) {
   return bucket_run<false, false>(idx, values, static_cast<T*>(nullptr), T(), g, plan, elem, fn);
 }
 
 // out[p] = fn(slot, values[p], stat_row) for every position (zero where its index is out of range);
 // the calls for a slot come in increasing position (Reverse: decreasing).
 template <bool Reverse, typename T, typename Idx, typename Fn>
-bool bucket_gather(const Idx* idx, const T* values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
+bool bucket_gather(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
                    const Fn& fn) {
   return bucket_run<true, Reverse>(idx, values, out, zero, g, plan, elem, fn);
 }
@@ -604,7 +632,8 @@ bool use_buckets(const Idx* idx, const Geometry& g, const Plan& plan, index_t el
 
 // The hot lambdas capture pointers by value: by-reference captures are reloaded on every element.
 template <Reduce R, typename T, typename Idx>
-bool forward_impl(reduce_acc_t<R, T>* acc, const T* values, const Idx* idx, const Geometry& g, bool include_self) {
+bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx* idx, const Geometry& g,
+                  bool include_self) {
   using A = reduce_acc_t<R, T>;
   const Plan plan = make_plan(g);
   const Hints pf{acc, nullptr, int(sizeof(A)), true};
@@ -617,9 +646,15 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const T* values, const Idx* idx, cons
     });
   }
   auto combine = [acc, values](index_t s, index_t p, index_t len) {
+    const T* v = values.row(p);
+    if (values.si) {
 #pragma GCC ivdep
-    for (index_t t = 0; t < len; ++t)
-      acc[s + t] = ReduceOp<R>::combine(acc[s + t], static_cast<A>(load(values[p + t])));
+      for (index_t t = 0; t < len; ++t) acc[s + t] = ReduceOp<R>::combine(acc[s + t], static_cast<A>(load(v[t])));
+      return;
+    }
+    const A x = static_cast<A>(load(*v));  // one value for the run (broadcast along inner)
+#pragma GCC ivdep
+    for (index_t t = 0; t < len; ++t) acc[s + t] = ReduceOp<R>::combine(acc[s + t], x);
   };
   const bool buckets = use_buckets(idx, g, plan, sizeof(A));
   if (R != Reduce::Mean) {
@@ -690,12 +725,14 @@ inline A divide_by_count(A sum, int32_t count, int32_t self) {
 }
 
 template <Reduce R, typename T, typename Idx>
-bool flat_forward(const T* arr, T* out, const T* values, const Idx* idx, const Geometry& g, const Plan& plan,
+bool flat_forward(const T* arr, T* out, const ValuesAt<T>& values, const Idx* idx, const Geometry& g, const Plan& plan,
                   bool include_self) {
   using A = reduce_acc_t<R, T>;
   constexpr bool in_place = std::is_same<A, T>::value;  // else a wider row, rounded once into out
   const index_t n = g.n, m = g.m;
   const size_t per_row = (in_place ? 0 : n * sizeof(A)) + (R == Reduce::Mean ? n * sizeof(int32_t) : 0);
+  // Values along an index row: one per position, or one for the row (broadcast along the axis).
+  const bool per_position = values.dense || values.sm != 0;
   std::atomic<bool> ok{true};
   for_outer_rows(g, plan, per_row, [&](index_t o0, index_t o1, char* scratch) {
     A* const local = in_place ? nullptr : reinterpret_cast<A*>(scratch);
@@ -704,7 +741,7 @@ bool flat_forward(const T* arr, T* out, const T* values, const Idx* idx, const G
     for (index_t o = o0; o < o1; ++o) {
       const T* src = arr + o * n;
       const Idx* ir = idx + o * m;
-      const T* vr = values + o * m;
+      const T* vr = values.row(o * m);
       A* row = in_place ? reinterpret_cast<A*>(out + o * n) : local;
       if (static_cast<const void*>(row) != static_cast<const void*>(src))
         for (index_t k = 0; k < n; ++k) row[k] = static_cast<A>(load(src[k]));
@@ -716,15 +753,23 @@ bool flat_forward(const T* arr, T* out, const T* values, const Idx* idx, const G
           if (index_in_range(k, n)) row[wrap_index(k, n)] = identity;
         }
       }
-      for (index_t j = 0; j < m; ++j) {
-        const index_t k = static_cast<index_t>(ir[j]);
-        if (!index_in_range(k, n)) {
-          bad = true;
-          continue;
+      auto scatter = [&](auto value) {
+        for (index_t j = 0; j < m; ++j) {
+          const index_t k = static_cast<index_t>(ir[j]);
+          if (!index_in_range(k, n)) {
+            bad = true;
+            continue;
+          }
+          const index_t kk = wrap_index(k, n);
+          row[kk] = ReduceOp<R>::combine(row[kk], value(j));
+          if (R == Reduce::Mean) ++cnt[kk];
         }
-        const index_t kk = wrap_index(k, n);
-        row[kk] = ReduceOp<R>::combine(row[kk], static_cast<A>(load(vr[j])));
-        if (R == Reduce::Mean) ++cnt[kk];
+      };
+      if (per_position) {
+        scatter([vr](index_t j) { return static_cast<A>(load(vr[j])); });
+      } else {
+        const A v = static_cast<A>(load(vr[0]));
+        scatter([v](index_t) { return v; });
       }
       if (R == Reduce::Mean) {
         const int32_t self = include_self ? 1 : 0;
@@ -916,9 +961,10 @@ void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, 
 }
 
 template <Reduce R, typename T, typename Idx>
-bool forward_of(const T* arr, T* out, const T* values, const Idx* idx, const Geometry& g, bool include_self) {
+bool forward_of(const T* arr, T* out, const T* values_ptr, const Idx* idx, const Geometry& g, bool include_self) {
   using A = reduce_acc_t<R, T>;
   const Plan plan = make_plan(g);
+  const ValuesAt<T> values(values_ptr, g);
   if (flat_plan(g, plan)) return flat_forward<R, T, Idx>(arr, out, values, idx, g, plan, include_self);
   if (std::is_same<A, T>::value) {  // reduce in out itself (arr == out for the inplace op)
     convert(arr, out, g.slots());
@@ -977,7 +1023,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   // position go through the destination-partitioned bucket_gather / bucket_scatter instead of visit()
   // (a cache and TLB miss per position otherwise). Same per-slot order of the calls: bit-identical.
   const bool buckets = use_buckets(idx, geo, plan, sizeof(T));
-  const T* const no_values = nullptr;
+  const ValuesAt<T> no_values;
 
   if (R == Reduce::Assign) {
     // The largest position of a slot wins: visited in reverse, a slot's first visitor is its winner.
@@ -1105,7 +1151,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
       const Hints pf{g, out, int(sizeof(T)), false};
       if (buckets) {
         seen.scattered = true;
-        bucket_gather<false>(idx, values, vg, zero, geo, plan, 2 * sizeof(T),
+        bucket_gather<false>(idx, ValuesAt<T>(values), vg, zero, geo, plan, 2 * sizeof(T),
                              [g, out, include_self, flagged, any](index_t s, T val, index_t r) {
                                const A v = static_cast<A>(load(val)), o = static_cast<A>(load(out[s]));
                                if (!is_normal_value(o)) {
@@ -1238,7 +1284,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
     Visited seen;
     if (buckets) {
       seen.scattered = true;
-      bucket_gather<false>(idx, values, vg, zero, geo, plan, 3 * sizeof(T),
+      bucket_gather<false>(idx, ValuesAt<T>(values), vg, zero, geo, plan, 3 * sizeof(T),
                            [tp, g, out, zero, flagged, any](index_t s, T val, index_t r) {
                              const bool match = matches<kNan>(load(val), load(out[s]));
                              const int32_t n = tp[s * ts] + (match ? 1 : 0);
@@ -1326,13 +1372,14 @@ BadIndex check_indices(const Idx* indices, index_t count, index_t n) {
 
 template <typename T, typename Idx>
 bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values, const Idx* indices, index_t outer,
-                            index_t n, index_t m, index_t inner, bool include_self, bool idx_broadcast) {
+                            index_t n, index_t m, index_t inner, bool include_self, bool idx_broadcast,
+                            int values_broadcast) {
   bool ok = true;
   advise_huge(out, outer * n * inner * sizeof(T));
   populate_for_write(out, outer * n * inner * sizeof(T));  // [1024, 1024]: 666 fresh pages after a torch call
   dispatch_reduce(reduce, [&](auto r) {
-    ok = forward_of<decltype(r)::value, T, Idx>(arr, out, values, indices, Geometry{outer, n, m, inner, idx_broadcast && inner > 1},
-                                                  include_self);
+    const Geometry g{outer, n, m, inner, idx_broadcast && inner > 1, values_broadcast};
+    ok = forward_of<decltype(r)::value, T, Idx>(arr, out, values, indices, g, include_self);
   });
   return ok;
 }
@@ -1358,16 +1405,71 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
   });
 }
 
+template <typename T>
+void sum_broadcast_grad(const T* grad, T* values_grad, index_t outer, index_t m, index_t inner, int values_broadcast) {
+  // double for float32 (sums of many grads stay close to the exact sum), float32 for the half types
+  using S = std::conditional_t<std::is_same<T, float>::value, double, acc_t<T>>;
+  const bool bo = values_broadcast & kValuesOuter, bm = values_broadcast & kValuesAxis;
+  const bool bi = values_broadcast & kValuesInner;
+  const index_t vo_count = bo ? 1 : outer, vm_count = bm ? 1 : m, vi_count = bi ? 1 : inner;
+  const index_t rows = vo_count * vm_count;  // values rows (of vi_count values)
+  const index_t summed = outer * m * inner / std::max<index_t>(rows * vi_count, 1);  // terms per value
+  if (rows * vi_count == 0) return;
+  // Sums start from -0.0, the identity of + on every value (a single -0.0 term stays -0.0).
+  auto source = [=](index_t q, index_t o, index_t j) {  // row (o, j) of grad, o/j ranging only when broadcast
+    return grad + ((bo ? o : q / vm_count) * m + (bm ? j : q % vm_count)) * inner;
+  };
+  const index_t ob = bo ? outer : 1, mb = bm ? m : 1;
+  if (bi) {  // one value per values row: the whole inner row of each of its broadcast rows
+    parallel_for(0, rows, std::max<index_t>(1, tiles().grain / std::max<index_t>(summed, 1)), [&](index_t b, index_t e) {
+      constexpr int kLanes = 8;  // independent partial sums (one chain of adds is latency-bound)
+      for (index_t q = b; q < e; ++q) {
+        S lane[kLanes];
+        for (int l = 0; l < kLanes; ++l) lane[l] = S(-0.0);
+        for (index_t o = 0; o < ob; ++o)
+          for (index_t j = 0; j < mb; ++j) {
+            const T* r = source(q, o, j);
+            index_t i = 0;
+            for (; i + kLanes <= inner; i += kLanes)
+              for (int l = 0; l < kLanes; ++l) lane[l] += static_cast<S>(load(r[i + l]));
+            for (int l = 0; i + l < inner; ++l) lane[l] += static_cast<S>(load(r[i + l]));
+          }
+        const S sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        values_grad[q] = store<T>(static_cast<acc_t<T>>(sum));
+      }
+    });
+    return;
+  }
+  // A values row is the element-wise sum of its broadcast rows: a column block at a time (in a stack buffer).
+  constexpr index_t kBlock = 256;
+  const index_t blocks = (inner + kBlock - 1) / kBlock;
+  parallel_for(0, rows * blocks, std::max<index_t>(1, tiles().grain / std::max<index_t>(summed * kBlock, 1)),
+               [&](index_t b, index_t e) {
+    S sum[kBlock];
+    for (index_t u = b; u < e; ++u) {
+      const index_t q = u / blocks, i0 = u % blocks * kBlock, len = std::min(kBlock, inner - i0);
+      for (index_t t = 0; t < len; ++t) sum[t] = S(-0.0);
+      for (index_t o = 0; o < ob; ++o)
+        for (index_t j = 0; j < mb; ++j) {
+          const T* r = source(q, o, j) + i0;
+          for (index_t t = 0; t < len; ++t) sum[t] += static_cast<S>(load(r[t]));
+        }
+      for (index_t t = 0; t < len; ++t) values_grad[q * inner + i0 + t] = store<T>(static_cast<acc_t<T>>(sum[t]));
+    }
+  });
+}
+
 #define PE_INSTANTIATE_FWD(T, Idx)                                                                    \
   template bool put_along_axis_forward<T, Idx>(Reduce, const T*, T*, const T*, const Idx*, index_t, index_t, \
-                                               index_t, index_t, bool, bool);
+                                               index_t, index_t, bool, bool, int);
 #define PE_INSTANTIATE_BWD(T, Idx)                                                                           \
   template void put_along_axis_backward<T, Idx>(Reduce, const T*, const Idx*, const T*, const T*, const T*, \
                                                 T*, T*, index_t, index_t, index_t, index_t, bool, bool);
 #define PE_INSTANTIATE_ALL(T) \
   PE_INSTANTIATE_FWD(T, int32_t) PE_INSTANTIATE_FWD(T, int64_t)
 #define PE_INSTANTIATE_FLOAT(T) \
-  PE_INSTANTIATE_ALL(T) PE_INSTANTIATE_BWD(T, int32_t) PE_INSTANTIATE_BWD(T, int64_t)
+  PE_INSTANTIATE_ALL(T) PE_INSTANTIATE_BWD(T, int32_t) PE_INSTANTIATE_BWD(T, int64_t) \
+  template void sum_broadcast_grad<T>(const T*, T*, index_t, index_t, index_t, int);
 PE_INSTANTIATE_FLOAT(float)
 PE_INSTANTIATE_FLOAT(double)
 PE_INSTANTIATE_FLOAT(float16_t)
