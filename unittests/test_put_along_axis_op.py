@@ -1280,3 +1280,16 @@ def test_broadcast_values_of_a_bad_shape_are_value_errors():
         for fn in (put, put_inplace):
             with pytest.raises(ValueError, match=message):
                 fn(arr, idx, paddle.to_tensor(rand(shape)), 0, "add")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("values_shape", [(6, 9, 1), (1, 9, 1), (6, 1, 1), ()])
+def test_add_values_grad_of_row_indices_sums_the_grad_rows_as_the_positions_grads(dtype, values_shape):
+    """`add` with row indices and values broadcast after the axis sums the out_grad rows directly: the same
+    bits as the positions' grads summed (the same indices materialised), float64 included."""
+    idx = np.random.default_rng(85).integers(-4, 4, size=(6, 9, 1))
+    arr, vals = (paddle.to_tensor(rand(s, seed)).astype(dtype) for s, seed in (((6, 4, 37), 86), (values_shape, 87)))
+    got = _outputs_and_grads(arr, idx, vals, 1, "add", True)
+    want = _outputs_and_grads(arr, np.broadcast_to(idx, (6, 9, 37)).copy(), vals, 1, "add", True)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

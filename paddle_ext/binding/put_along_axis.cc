@@ -285,18 +285,25 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
   paddle::Tensor values_grad = paddle::empty(values.shape(), values.dtype(), values.place());
   // Broadcast values: the kernels write the grad of every position, summed into values_grad below; the
   // modes that read the values (and every GPU kernel) get them expanded.
+  // `add` with row indices and values broadcast along inner sums the grad rows directly (add_row_values_grad).
   const bool reads_values = r == Reduce::Mul || r == Reduce::Min || r == Reduce::Max || !arr.is_cpu();
+  const bool row_sums = arr.is_cpu() && r == Reduce::Add && v.idx_broadcast && (v.values_broadcast & kValuesInner);
   const paddle::Tensor values_read = reads_values ? expanded_values(values, v) : values;
-  paddle::Tensor grad_at = v.values_broadcast ? paddle::empty(v.positions, values.dtype(), values.place()) : values_grad;
+  paddle::Tensor grad_at = v.values_broadcast && !row_sums ? paddle::empty(v.positions, values.dtype(), values.place())
+                                                           : values_grad;
   dispatch_floating(arr.dtype(), "put_along_axis_grad", [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_index(indices, [&](auto itag) {
       using Idx = typename decltype(itag)::type;
       if (arr.is_cpu()) {
         cpu::put_along_axis_backward<T, Idx>(r, ptr<T>(arr), ptr<Idx>(indices), ptr<T>(values_read), ptr<T>(out),
-                                             ptr<T>(out_grad), mutable_ptr<T>(arr_grad), mutable_ptr<T>(grad_at),
-                                             v.outer, v.n, v.m, v.inner, include_self, v.idx_broadcast);
-        if (v.values_broadcast)
+                                             ptr<T>(out_grad), mutable_ptr<T>(arr_grad),
+                                             row_sums ? nullptr : mutable_ptr<T>(grad_at), v.outer, v.n, v.m, v.inner,
+                                             include_self, v.idx_broadcast);
+        if (row_sums)
+          cpu::add_row_values_grad<T, Idx>(ptr<T>(out_grad), ptr<Idx>(indices), mutable_ptr<T>(values_grad), v.outer,
+                                           v.n, v.m, v.inner, v.values_broadcast);
+        else if (v.values_broadcast)
           cpu::sum_broadcast_grad<T>(ptr<T>(grad_at), mutable_ptr<T>(values_grad), v.outer, v.m, v.inner,
                                      v.values_broadcast);
       } else {

@@ -136,30 +136,24 @@ struct Geometry {
 };
 
 // Values read through strides: position (o, j, i) of [outer, m, inner] reads data[o * so + j * sm + i * si],
-// a stride of 0 along each broadcast part (Geometry::values_broadcast); values without one read data[p].
+// a stride of 0 along each broadcast part (Geometry::values_broadcast); values without one are the
+// positions' own layout (so = m * inner, sm = inner, si = 1).
 template <typename T>
 struct ValuesAt {
   const T* data = nullptr;
   bool dense = true;
-  bool si = true;  // a run of positions along inner reads a run of values (else one value for the whole run)
-  index_t mi = 1, inner = 1, so = 0, sm = 0;
+  index_t stride[3] = {0, 0, 1};  // so, sm, si
   ValuesAt() = default;
-  explicit ValuesAt(const T* v) : data(v) {}
   ValuesAt(const T* v, const Geometry& g) : data(v), dense(g.values_broadcast == 0) {
     const int b = g.values_broadcast;
-    si = !(b & kValuesInner);
-    const index_t vi = si ? g.inner : 1, vm = (b & kValuesAxis) ? 1 : g.m;
-    sm = (b & kValuesAxis) ? 0 : vi;
-    so = (b & kValuesOuter) ? 0 : vm * vi;
-    inner = std::max<index_t>(g.inner, 1);
-    mi = std::max<index_t>(g.m * g.inner, 1);
+    const index_t vi = (b & kValuesInner) ? 1 : g.inner, vm = (b & kValuesAxis) ? 1 : g.m;
+    stride[2] = (b & kValuesInner) ? 0 : 1;
+    stride[1] = (b & kValuesAxis) ? 0 : vi;
+    stride[0] = (b & kValuesOuter) ? 0 : vm * vi;
   }
-  // The values of the run of positions from p along inner: the first (the next ones follow when si).
-  const T* row(index_t p) const {
-    if (dense) return data + p;
-    const index_t o = p / mi, r = p - o * mi, j = r / inner;
-    return data + o * so + j * sm + (si ? r - j * inner : 0);
-  }
+  // A run of positions along inner reads a run of values (else one value for the whole run).
+  bool along_inner() const { return stride[2] != 0; }
+  const T* at(index_t o, index_t j, index_t i) const { return data + o * stride[0] + j * stride[1] + i * stride[2]; }
 };
 
 // How the destination is split among threads (see the file comment). A column block is the unit of
@@ -213,6 +207,9 @@ struct Hints {
   bool write = false;
   const uint8_t* only = nullptr;
   bool all_uniform = false;
+  // {so, sm, si} (ValuesAt::stride): fn gets the values offset o * so + j * sm + i * si of a position in
+  // place of the position itself (broadcast values read in place, no division per call).
+  const index_t* values_stride = nullptr;
 };
 
 inline void prefetch_row(const Hints& pf, index_t s, index_t len) {
@@ -246,6 +243,8 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
   const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0;
   const bool bcast = g.idx_broadcast;
   const index_t istride = bcast ? 1 : inner;  // between index rows
+  const index_t* vs = pf.values_stride;  // what fn gets as its position (see Hints)
+  const index_t vso = vs ? vs[0] : m * inner, vsm = vs ? vs[1] : inner, vsi = vs ? vs[2] : 1;
   const index_t rbase = b * g.outer * n;
   const bool do_prefetch = !Unit && (pf.a || pf.b) && len * pf.elem_size >= 64;
   const bool report = k0 == 0;
@@ -256,6 +255,7 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
   for (index_t o = o0; o < o1; ++o) {
     const Idx* ib = idx + o * m * istride + (bcast ? 0 : i0);
     const index_t pbase = o * m * inner + i0, sbase = o * n * inner + i0, rrow = rbase + o * n;
+    const index_t vbase = o * vso + i0 * vsi;
     for (index_t jj = 0; jj < m; ++jj) {
       const index_t j = Reverse ? m - 1 - jj : jj;
       if (last_scattered && prefetch_each && jj + kEachAhead < m) {
@@ -271,7 +271,7 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
         if (index_in_range(kp, n)) prefetch_row(pf, sbase + wrap_index(kp, n) * inner, len);
       }
       const Idx* row = ib + j * istride;
-      const index_t p = pbase + j * inner;
+      const index_t p = pbase + j * inner, vp = vbase + j * vsm;
       const Idx first = row[0];
       if (skip_fast) {
         const index_t k = static_cast<index_t>(first);
@@ -294,7 +294,7 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
         }
         const index_t kk = wrap_index(k, n);
         if (kk < k0 || kk >= k1 || (only && !only[rrow + kk])) continue;
-        fn(sbase + kk * inner, p, Unit ? index_t(1) : len, rrow + kk, Uniform{});
+        fn(sbase + kk * inner, vp, Unit ? index_t(1) : len, rrow + kk, Uniform{});
       } else {
         scattered = true;
         for (index_t t = 0; t < len; ++t) {
@@ -306,7 +306,7 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
           }
           const index_t kk = wrap_index(k, n);
           if (kk < k0 || kk >= k1 || (only && !only[rrow + kk])) continue;
-          fn(sbase + kk * inner + t, p + t, index_t(1), rrow + kk, Scattered{});
+          fn(sbase + kk * inner + t, vp + t * vsi, index_t(1), rrow + kk, Scattered{});
         }
       }
     }
@@ -507,6 +507,7 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
   std::vector<std::vector<uint32_t>> chunks(blocks);  // chunk numbers in the pool, per block
   std::vector<Entry<T>*> cur(blocks), end(blocks);
   const index_t lmask = (index_t(1) << lshift) - 1;
+  const index_t vstep = values.stride[2];  // (a local: the entry stores below could alias `values`)
   bool bad = false;
   for (index_t rr = 0; rr < rounds; ++rr) {
     const index_t q0 = (Reverse ? rounds - 1 - rr : rr) * round_rows, q1 = std::min(total_rows, q0 + round_rows);
@@ -519,7 +520,7 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
       const index_t o = o0 + q / m, j = q % m;
       const index_t p = (o * m + j) * inner + i0;
       const Idx* row = idx + p;
-      const T* vrow = values.data ? values.row(p) : nullptr;
+      const T* vrow = values.data ? values.at(o, j, i0) : nullptr;
       const index_t rbase = (o - o0) * n;
       uint16_t* const brow = block_of + (q - q0) * len;
       for (index_t t = 0; t < len; ++t) {
@@ -537,7 +538,7 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
           end[b] = cur[b] + chunk;
           ++next;
         }
-        *cur[b]++ = Entry<T>{static_cast<uint32_t>(((r & ((index_t(1) << shift) - 1)) << lshift) | t), vrow ? vrow[values.si ? t : 0] : T()};
+        *cur[b]++ = Entry<T>{static_cast<uint32_t>(((r & ((index_t(1) << shift) - 1)) << lshift) | t), vrow ? vrow[t * vstep] : T()};
       }
     }
     for (index_t b = 0; b < blocks; ++b) {  // apply, block by block
@@ -636,7 +637,7 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx*
                   bool include_self) {
   using A = reduce_acc_t<R, T>;
   const Plan plan = make_plan(g);
-  const Hints pf{acc, nullptr, int(sizeof(A)), true};
+  Hints pf{acc, nullptr, int(sizeof(A)), true};
   if (!include_self && R != Reduce::Assign) {
     // Written slots first take the reduction's identity (a write-only pass, no per-slot flags), so
     // arr takes no part in them; slots nobody writes keep arr's value.
@@ -645,14 +646,16 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx*
       for (index_t t = 0; t < len; ++t) acc[s + t] = identity;
     });
   }
-  auto combine = [acc, values](index_t s, index_t p, index_t len) {
-    const T* v = values.row(p);
-    if (values.si) {
+  if (!values.dense) pf.values_stride = values.stride;  // combine's p: the values offset
+  const T* vals = values.data;
+  const bool along_inner = values.along_inner();
+  auto combine = [acc, vals, along_inner](index_t s, index_t p, index_t len) {
+    if (along_inner) {
 #pragma GCC ivdep
-      for (index_t t = 0; t < len; ++t) acc[s + t] = ReduceOp<R>::combine(acc[s + t], static_cast<A>(load(v[t])));
+      for (index_t t = 0; t < len; ++t) acc[s + t] = ReduceOp<R>::combine(acc[s + t], static_cast<A>(load(vals[p + t])));
       return;
     }
-    const A x = static_cast<A>(load(*v));  // one value for the run (broadcast along inner)
+    const A x = static_cast<A>(load(vals[p]));  // one value for the run (broadcast along inner)
 #pragma GCC ivdep
     for (index_t t = 0; t < len; ++t) acc[s + t] = ReduceOp<R>::combine(acc[s + t], x);
   };
@@ -732,7 +735,7 @@ bool flat_forward(const T* arr, T* out, const ValuesAt<T>& values, const Idx* id
   const index_t n = g.n, m = g.m;
   const size_t per_row = (in_place ? 0 : n * sizeof(A)) + (R == Reduce::Mean ? n * sizeof(int32_t) : 0);
   // Values along an index row: one per position, or one for the row (broadcast along the axis).
-  const bool per_position = values.dense || values.sm != 0;
+  const bool per_position = values.dense || values.stride[1] != 0;
   std::atomic<bool> ok{true};
   for_outer_rows(g, plan, per_row, [&](index_t o0, index_t o1, char* scratch) {
     A* const local = in_place ? nullptr : reinterpret_cast<A*>(scratch);
@@ -741,7 +744,7 @@ bool flat_forward(const T* arr, T* out, const ValuesAt<T>& values, const Idx* id
     for (index_t o = o0; o < o1; ++o) {
       const T* src = arr + o * n;
       const Idx* ir = idx + o * m;
-      const T* vr = values.row(o * m);
+      const T* vr = values.at(o, 0, 0);
       A* row = in_place ? reinterpret_cast<A*>(out + o * n) : local;
       if (static_cast<const void*>(row) != static_cast<const void*>(src))
         for (index_t k = 0; k < n; ++k) row[k] = static_cast<A>(load(src[k]));
@@ -1023,7 +1026,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   // position go through the destination-partitioned bucket_gather / bucket_scatter instead of visit()
   // (a cache and TLB miss per position otherwise). Same per-slot order of the calls: bit-identical.
   const bool buckets = use_buckets(idx, geo, plan, sizeof(T));
-  const ValuesAt<T> no_values;
+  const ValuesAt<T> no_values, dense_values(values, geo);
 
   if (R == Reduce::Assign) {
     // The largest position of a slot wins: visited in reverse, a slot's first visitor is its winner.
@@ -1151,7 +1154,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
       const Hints pf{g, out, int(sizeof(T)), false};
       if (buckets) {
         seen.scattered = true;
-        bucket_gather<false>(idx, ValuesAt<T>(values), vg, zero, geo, plan, 2 * sizeof(T),
+        bucket_gather<false>(idx, dense_values, vg, zero, geo, plan, 2 * sizeof(T),
                              [g, out, include_self, flagged, any](index_t s, T val, index_t r) {
                                const A v = static_cast<A>(load(val)), o = static_cast<A>(load(out[s]));
                                if (!is_normal_value(o)) {
@@ -1284,7 +1287,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
     Visited seen;
     if (buckets) {
       seen.scattered = true;
-      bucket_gather<false>(idx, ValuesAt<T>(values), vg, zero, geo, plan, 3 * sizeof(T),
+      bucket_gather<false>(idx, dense_values, vg, zero, geo, plan, 3 * sizeof(T),
                            [tp, g, out, zero, flagged, any](index_t s, T val, index_t r) {
                              const bool match = matches<kNan>(load(val), load(out[s]));
                              const int32_t n = tp[s * ts] + (match ? 1 : 0);
@@ -1405,10 +1408,31 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
   });
 }
 
+namespace {
+// The sums of broadcast values' grads: double for float32 (sums of many grads stay close to the exact sum),
+// float32 for the half types.
+template <typename T>
+using grad_sum_t = std::conditional_t<std::is_same<T, float>::value, double, acc_t<T>>;
+
+// Independent partial sums over a row (one chain of adds is latency-bound): element i goes to lane i % 8
+// of the row. A row that is all zeros (a null row) adds +0.0 where a row of zeros would.
+constexpr int kLanes = 8;
+template <typename T, typename S>
+inline void add_row_to_lanes(S* lane, const T* r, index_t len) {
+  index_t i = 0;
+  for (; i + kLanes <= len; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += static_cast<S>(r ? load(r[i + l]) : acc_t<T>(0));
+  for (int l = 0; i + l < len; ++l) lane[l] += static_cast<S>(r ? load(r[i + l]) : acc_t<T>(0));
+}
+template <typename S>
+inline S total_of_lanes(const S* lane) {
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+}  // namespace
+
 template <typename T>
 void sum_broadcast_grad(const T* grad, T* values_grad, index_t outer, index_t m, index_t inner, int values_broadcast) {
-  // double for float32 (sums of many grads stay close to the exact sum), float32 for the half types
-  using S = std::conditional_t<std::is_same<T, float>::value, double, acc_t<T>>;
+  using S = grad_sum_t<T>;
   const bool bo = values_broadcast & kValuesOuter, bm = values_broadcast & kValuesAxis;
   const bool bi = values_broadcast & kValuesInner;
   const index_t vo_count = bo ? 1 : outer, vm_count = bm ? 1 : m, vi_count = bi ? 1 : inner;
@@ -1422,20 +1446,12 @@ void sum_broadcast_grad(const T* grad, T* values_grad, index_t outer, index_t m,
   const index_t ob = bo ? outer : 1, mb = bm ? m : 1;
   if (bi) {  // one value per values row: the whole inner row of each of its broadcast rows
     parallel_for(0, rows, std::max<index_t>(1, tiles().grain / std::max<index_t>(summed, 1)), [&](index_t b, index_t e) {
-      constexpr int kLanes = 8;  // independent partial sums (one chain of adds is latency-bound)
       for (index_t q = b; q < e; ++q) {
         S lane[kLanes];
         for (int l = 0; l < kLanes; ++l) lane[l] = S(-0.0);
         for (index_t o = 0; o < ob; ++o)
-          for (index_t j = 0; j < mb; ++j) {
-            const T* r = source(q, o, j);
-            index_t i = 0;
-            for (; i + kLanes <= inner; i += kLanes)
-              for (int l = 0; l < kLanes; ++l) lane[l] += static_cast<S>(load(r[i + l]));
-            for (int l = 0; i + l < inner; ++l) lane[l] += static_cast<S>(load(r[i + l]));
-          }
-        const S sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-        values_grad[q] = store<T>(static_cast<acc_t<T>>(sum));
+          for (index_t j = 0; j < mb; ++j) add_row_to_lanes(lane, source(q, o, j), inner);
+        values_grad[q] = store<T>(static_cast<acc_t<T>>(total_of_lanes(lane)));
       }
     });
     return;
@@ -1459,6 +1475,30 @@ void sum_broadcast_grad(const T* grad, T* values_grad, index_t outer, index_t m,
   });
 }
 
+template <typename T, typename Idx>
+void add_row_values_grad(const T* out_grad, const Idx* indices, T* values_grad, index_t outer, index_t n, index_t m,
+                         index_t inner, int values_broadcast) {
+  using S = grad_sum_t<T>;
+  const bool bo = values_broadcast & kValuesOuter, bm = values_broadcast & kValuesAxis;
+  const index_t vm_count = bm ? 1 : m, rows = (bo ? 1 : outer) * vm_count;
+  const index_t ob = bo ? outer : 1, mb = bm ? m : 1;
+  const index_t summed = std::max<index_t>(ob * mb * inner, 1);
+  parallel_for(0, rows, std::max<index_t>(1, tiles().grain / summed), [&](index_t b, index_t e) {
+    for (index_t q = b; q < e; ++q) {
+      S lane[kLanes];
+      for (int l = 0; l < kLanes; ++l) lane[l] = S(-0.0);
+      for (index_t o = 0; o < ob; ++o)
+        for (index_t j = 0; j < mb; ++j) {
+          const index_t oo = bo ? o : q / vm_count, jj = bm ? j : q % vm_count;
+          const index_t k = static_cast<index_t>(indices[oo * m + jj]);  // the index row's destination row
+          add_row_to_lanes(lane, index_in_range(k, n) ? out_grad + (oo * n + wrap_index(k, n)) * inner
+                                                      : static_cast<const T*>(nullptr), inner);
+        }
+      values_grad[q] = store<T>(static_cast<acc_t<T>>(total_of_lanes(lane)));
+    }
+  });
+}
+
 #define PE_INSTANTIATE_FWD(T, Idx)                                                                    \
   template bool put_along_axis_forward<T, Idx>(Reduce, const T*, T*, const T*, const Idx*, index_t, index_t, \
                                                index_t, index_t, bool, bool, int);
@@ -1467,8 +1507,11 @@ void sum_broadcast_grad(const T* grad, T* values_grad, index_t outer, index_t m,
                                                 T*, T*, index_t, index_t, index_t, index_t, bool, bool);
 #define PE_INSTANTIATE_ALL(T) \
   PE_INSTANTIATE_FWD(T, int32_t) PE_INSTANTIATE_FWD(T, int64_t)
+#define PE_INSTANTIATE_ROWS(T, Idx) \
+  template void add_row_values_grad<T, Idx>(const T*, const Idx*, T*, index_t, index_t, index_t, index_t, int);
 #define PE_INSTANTIATE_FLOAT(T) \
   PE_INSTANTIATE_ALL(T) PE_INSTANTIATE_BWD(T, int32_t) PE_INSTANTIATE_BWD(T, int64_t) \
+  PE_INSTANTIATE_ROWS(T, int32_t) PE_INSTANTIATE_ROWS(T, int64_t) \
   template void sum_broadcast_grad<T>(const T*, T*, index_t, index_t, index_t, int);
 PE_INSTANTIATE_FLOAT(float)
 PE_INSTANTIATE_FLOAT(double)
@@ -1484,6 +1527,7 @@ template BadIndex check_indices<int64_t>(const int64_t*, index_t, index_t);
 #undef PE_INSTANTIATE_BWD
 #undef PE_INSTANTIATE_ALL
 #undef PE_INSTANTIATE_FLOAT
+#undef PE_INSTANTIATE_ROWS
 
 }  // namespace cpu
 }  // namespace paddle_ext

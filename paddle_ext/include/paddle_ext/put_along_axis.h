@@ -226,6 +226,13 @@ bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values
 template <typename T>
 void sum_broadcast_grad(const T* grad, T* values_grad, index_t outer, index_t m, index_t inner, int values_broadcast);
 
+// `add`'s grad of values broadcast along inner (kValuesInner set) with indices [outer, m, 1] (idx_broadcast):
+// each value sums the out_grad rows its index rows point at, without the positions' grads in between;
+// the same sums, in the same order, as sum_broadcast_grad over them (an out-of-range index adds zeros).
+template <typename T, typename Idx>
+void add_row_values_grad(const T* out_grad, const Idx* indices, T* values_grad, index_t outer, index_t n, index_t m,
+                         index_t inner, int values_broadcast);
+
 // Grads for every mode. out_grad/arr/out: [outer, n, inner]; values/values_grad: [outer, m, inner].
 // Either grad pointer may be null (not requested). Scratch buffers are allocated inside.
 template <typename T, typename Idx>
