@@ -1415,14 +1415,18 @@ template <typename T>
 using grad_sum_t = std::conditional_t<std::is_same<T, float>::value, double, acc_t<T>>;
 
 // Independent partial sums over a row (one chain of adds is latency-bound): element i goes to lane i % 8
-// of the row. A row that is all zeros (a null row) adds +0.0 where a row of zeros would.
+// of the row. A null row adds +0.0 where a row of zeros would.
 constexpr int kLanes = 8;
 template <typename T, typename S>
 inline void add_row_to_lanes(S* lane, const T* r, index_t len) {
+  if (!r) {
+    for (int l = 0; l < kLanes && l < len; ++l) lane[l] += S(0);
+    return;
+  }
   index_t i = 0;
   for (; i + kLanes <= len; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] += static_cast<S>(r ? load(r[i + l]) : acc_t<T>(0));
-  for (int l = 0; i + l < len; ++l) lane[l] += static_cast<S>(r ? load(r[i + l]) : acc_t<T>(0));
+    for (int l = 0; l < kLanes; ++l) lane[l] += static_cast<S>(load(r[i + l]));
+  for (int l = 0; i + l < len; ++l) lane[l] += static_cast<S>(load(r[i + l]));
 }
 template <typename S>
 inline S total_of_lanes(const S* lane) {
@@ -1485,6 +1489,12 @@ void add_row_values_grad(const T* out_grad, const Idx* indices, T* values_grad, 
   const index_t summed = std::max<index_t>(ob * mb * inner, 1);
   parallel_for(0, rows, std::max<index_t>(1, tiles().grain / summed), [&](index_t b, index_t e) {
     for (index_t q = b; q < e; ++q) {
+      if (ob * mb == 1 && q + kHintsAhead < e) {  // one index row per value: prefetch a later row's grads
+        const index_t qa = q + kHintsAhead, oa = qa / vm_count, k = static_cast<index_t>(indices[oa * m + qa % vm_count]);
+        if (index_in_range(k, n))
+          for (index_t off = 0; off < inner * index_t(sizeof(T)); off += 64)
+            __builtin_prefetch(reinterpret_cast<const char*>(out_grad + (oa * n + wrap_index(k, n)) * inner) + off, 0, 3);
+      }
       S lane[kLanes];
       for (int l = 0; l < kLanes; ++l) lane[l] = S(-0.0);
       for (index_t o = 0; o < ob; ++o)

@@ -119,14 +119,27 @@ def _tag(axis, pattern):
     return f" {pattern}" if axis == 0 else ""
 
 
-_PEAK_SCRIPT = """
-import os, resource, sys, paddle, paddle_ext
+# The peak is the process's VmHWM, reset to the resident size before the call (ru_maxrss would not do: a
+# child's starts from its parent's peak at fork, so the bench process's own memory showed through).
+_PEAK_PRELUDE = """
+import re
+def _status(key):
+    return int(re.search(key + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1)) / 1024
+def start_peak():
+    open("/proc/self/clear_refs", "w").write("5")  # VmHWM := VmRSS
+    return _status("VmRSS")
+def peak_since(before):
+    return _status("VmHWM") - before
+"""
+
+_PEAK_SCRIPT = _PEAK_PRELUDE + """
+import sys, paddle, paddle_ext
 n, broadcast = int(sys.argv[1]), sys.argv[2] == "1"
 arr, vals = paddle.randn([n, 64]), paddle.rand([2 * n, 64])  # made by Paddle: no NumPy high-water mark
 rows = paddle.randint(0, n, [2 * n, 1])
-before = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20  # resident now
+before = start_peak()
 paddle_ext.put_along_axis(arr, rows if broadcast else paddle.broadcast_to(rows, [2 * n, 64]), vals, 0, reduce="add")
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before)
+print(peak_since(before))
 """
 
 
@@ -193,18 +206,18 @@ def _broadcast_case(n, repeats, backward=False):
     return case
 
 
-_PEAK_VALUES_SCRIPT = """
-import os, resource, sys, paddle, paddle_ext
+_PEAK_VALUES_SCRIPT = _PEAK_PRELUDE + """
+import sys, paddle, paddle_ext
 n, materialise, reduce, backward = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3], sys.argv[4] == "1"
 arr, vals = paddle.randn([n, 64]), paddle.rand([2 * n, 1]) + 0.5  # made by Paddle: no NumPy high-water mark
 rows = paddle.randint(0, n, [2 * n, 1])
 arr.stop_gradient = vals.stop_gradient = not backward
-before = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20  # resident now
+before = start_peak()
 out = paddle_ext.put_along_axis(arr, rows, paddle.broadcast_to(vals, [2 * n, 64]) if materialise else vals, 0,
                                 reduce=reduce)
 if backward:
     paddle.grad(out, [arr, vals])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before)
+print(peak_since(before))
 """
 
 
