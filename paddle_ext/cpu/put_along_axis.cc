@@ -611,7 +611,7 @@ bool bucket_run(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const
 }
 
 // fn(slot, value, stat_row) for every in-range position, in destination-block order (each slot's in
-// increasing position). `values` may be null (fn then gets T()).
+// increasing position). `values.data` may be null (fn then gets T()).
 template <typename T, typename Idx, typename Fn>
 bool bucket_scatter(const Idx* idx, const ValuesAt<T>& values, const Geometry& g, const Plan& plan, index_t elem, const Fn& fn) {
   return bucket_run<false, false>(idx, values, static_cast<T*>(nullptr), T(), g, plan, elem, fn);
