@@ -297,6 +297,59 @@ def put_along_axis_cases(n=None):
                    scalar_values=bool(rng.random() < 0.1))
 
 
+def put_along_axis_broadcast_values_cases(n=None):
+    """broadcast=True with values that need broadcasting, which the kernels read in place (strides of 0):
+    a 0-d tensor, one value per index row ([E, 1]), one row for all ([1, C]), size 1 before the axis,
+    size 1 in random dimensions (a part of mixed sizes is broadcast by the API), a lower rank; row
+    indices (size 1 after the axis) in half the cases. The values grad is the positions' grad summed."""
+    name = "put_along_axis_broadcast_values"
+    n = count(72) if n is None else n
+    kinds = ("scalar", "row", "shared", "outer", "random", "lower_rank")
+    for seed in range(n):
+        rng = rng_for(name, seed)
+        dtype = PUT_DTYPES[seed % len(PUT_DTYPES)]
+        reduce = REDUCES[(seed // len(PUT_DTYPES)) % len(REDUCES)]
+        kind = kinds[int(rng.integers(len(kinds)))]
+        pattern = INDEX_PATTERNS[int(rng.integers(len(INDEX_PATTERNS)))]
+        rank = int(rng.integers(1, 4))
+        arr_shape = list(random_shape(rng, rank, None, max_dim=6 if mode() == "ci" else 24, empty_p=0.03))
+        axis = int(rng.integers(-rank, rank))
+        ax = axis % rank
+        if rng.random() < 0.3 and ax != rank - 1:  # the graph case: 64 features
+            arr_shape[-1] = 64
+        n_ax = arr_shape[ax]
+        m = int(rng.integers(1, 2 * max(n_ax, 1) + 2)) if n_ax else 0
+        m = min(m, n_ax) if pattern == "dup_free" else m
+        idx_shape = list(arr_shape)
+        idx_shape[ax] = m
+        if rng.random() < 0.5:  # row indices
+            idx_shape[ax + 1:] = [1] * (rank - ax - 1)
+        idx = put_indices(rng, arr_shape, tuple(idx_shape), ax, pattern)
+        target = list(arr_shape)
+        target[ax] = m
+        v_shape = {"scalar": (),
+                   "row": [t if d <= ax else 1 for d, t in enumerate(target)],
+                   "shared": [1 if d <= ax else t for d, t in enumerate(target)],
+                   "outer": [1 if d < ax else t for d, t in enumerate(target)],
+                   "random": [1 if rng.random() < 0.5 else t for t in target],
+                   "lower_rank": target[int(rng.integers(1, rank + 1)):]}[kind]
+        v_shape = tuple(v_shape)
+        floating = dtype in FLOAT_DTYPES
+        vmix = str(rng.choice(FINITE_MIXES + ("nan", "posinf", "neginf")) if floating else rng.choice(
+            ["random", "ties", "all_equal", "small"]))
+        if reduce == "mul" and floating and vmix in ("x1e3", "spikes", "spread700"):
+            vmix = "normal"
+        if floating:
+            arr, vals = values(rng, tuple(arr_shape), vmix, dtype), values(rng, v_shape, vmix, dtype)
+        else:
+            small = "small" if reduce == "mul" else vmix
+            arr, vals = int_values(rng, tuple(arr_shape), small, dtype), int_values(rng, v_shape, small, dtype)
+        yield dict(id=f"put-bv-{seed}-{dtype}-{reduce}-{kind}-{pattern}-{tuple(arr_shape)}-{tuple(idx_shape)}-{v_shape}-ax{axis}",
+                   arr=arr, indices=idx, values=vals, axis=axis, reduce=reduce,
+                   include_self=bool(rng.random() < 0.6), broadcast=True, dtype=dtype,
+                   index_dtype=str(rng.choice(["int64", "int32"])), view=None, scalar_values=False)
+
+
 # -------------------------------------------------------------------------------- mutual_information
 def mi_boundary(rng, B, S, T, modified):
     rows = []

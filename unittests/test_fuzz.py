@@ -137,7 +137,8 @@ def test_logcumsumexp_threads(case):
 
 
 # -------------------------------------------------------------------------------------- put_along_axis
-PUT = _params(list(fc.put_along_axis_cases()) + list(fc.put_along_axis_path_cases()))
+PUT = _params(list(fc.put_along_axis_cases()) + list(fc.put_along_axis_path_cases())
+              + list(fc.put_along_axis_broadcast_values_cases()))
 
 
 def _put_inputs(c):
@@ -184,15 +185,21 @@ def test_put_along_axis(case):
     g = fc.round_to(rng.normal(size=arr.shape), dtype)
     ga, gv = paddle.grad(out, [ta, tv], grad_outputs=paddle.to_tensor(g).astype(dtype), allow_unused=True)
     ref_ga, ref_gv = refs.put_along_axis_grad(arr, idx_full, vals_full, g, ax, c["reduce"], c["include_self"])
+    gv_terms = None  # values broadcast by the op: their grad sums the positions' (bounded by the terms' sum)
     if c["broadcast"]:
-        pass  # values were given at the broadcast shape: the grads line up
+        if ref_gv.shape != vals.shape:
+            lead = ref_gv.ndim - vals.ndim
+            axes = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(vals.shape) if s == 1)
+            gv_terms = np.abs(ref_gv).sum(axis=axes, keepdims=True).reshape(vals.shape)
+            ref_gv = ref_gv.sum(axis=axes, keepdims=True).reshape(vals.shape)
     elif ref_gv.shape != vals.shape:  # the unused part of bigger values gets no grad
         padded = np.zeros(vals.shape)
         padded[tuple(slice(0, s) for s in ref_gv.shape)] = ref_gv
         ref_gv = padded
     gscale = fc.finite_scale(g) * (fc.finite_scale(arr, vals) ** count if c["reduce"] == "mul" else 1.0)
     fc.assert_matches(_np(ga) if ga is not None else np.zeros(arr.shape), ref_ga, dtype, gscale, "arr grad", rtol)
-    fc.assert_matches(_np(gv) if gv is not None else np.zeros(vals.shape), ref_gv, dtype, gscale, "values grad", rtol)
+    fc.assert_matches(_np(gv) if gv is not None else np.zeros(vals.shape), ref_gv, dtype, gscale, "values grad", rtol,
+                      abs_scale=gv_terms)
 
 
 INPLACE = _params([c for c in fc.put_along_axis_cases() if c["arr"].ndim >= 2 and not c["scalar_values"]][::3])

@@ -1084,3 +1084,212 @@ def test_row_indices_with_an_empty_inner_dim_are_not_checked():
 @pytest.mark.parametrize("reduce", ["add", "amax"])
 def test_row_indices_export_round_trip(reduce):
     check_export(lambda a, i, v: put(a, i, v, 0, reduce=reduce), _row_index_inputs((6, 5), (9, 1), 0, seed=59))
+
+
+# ============================================= issue 16: broadcast values read in place (strides of 0)
+# Values that need broadcasting (a Python scalar, a 0-d tensor, [E, 1] against [E, C], [1, C], any
+# broadcastable shape) go to the op as they are, padded to arr's rank: the CPU kernels read them with a
+# stride of 0 along the broadcast part of the positions (the dimensions before the axis, the axis, those
+# after it). A part that mixes size-1 and full dimensions is broadcast first, in that part only. The
+# values grad has values' own shape: the sum of the per-position grads over the broadcast dimensions.
+# (arr shape, indices shape, axis, values shape)
+BROADCAST_VALUE_CASES = [((6, 5), (9, 1), 0, (9, 1)), ((6, 5), (9, 5), 0, (9, 1)), ((6, 5), (9, 5), 0, (1, 5)),
+                         ((6, 5), (9, 5), 0, (5,)), ((6, 5), (9, 1), 0, ()), ((3, 4, 5), (3, 7, 5), 1, (3, 1, 5)),
+                         ((3, 4, 5), (3, 7, 1), 1, (1, 7, 1)), ((3, 4, 5), (1, 7, 1), -2, (1, 1, 5)),
+                         ((2, 3, 4, 5), (2, 3, 6, 5), 2, (1, 3, 6, 1)), ((4, 6), (4, 9), 1, (4, 1)),
+                         ((4, 6), (4, 9), 1, (1, 9)), ((7,), (11,), 0, (1,))]
+
+
+def _broadcast_value_inputs(arr_shape, idx_shape, axis, values_shape, seed=0):
+    return {"arr": rand(arr_shape, seed), "indices": rand_indices(arr_shape, idx_shape, axis, seed + 1),
+            "values": rand(values_shape, seed + 2)}
+
+
+def _spy_on_values(monkeypatch):
+    """Records the shape of the values every put_along_axis op call receives."""
+    seen, real = [], paddle_ext._library.ops
+
+    class Spy:
+        def __getattr__(self, name):
+            fn = getattr(real(), name)
+
+            def call(*args):
+                if name in ("pe_put_along_axis", "pe_put_along_axis_"):
+                    seen.append(list(args[2].shape))
+                return fn(*args)
+            return call
+
+    monkeypatch.setattr(paddle_ext._library, "ops", lambda: Spy())
+    return seen
+
+
+def test_broadcast_values_reach_the_op_unbroadcast(monkeypatch):
+    """No [E, C] values are built: the op receives them at their own size, padded to arr's rank (dygraph,
+    and a static program with a dynamic E); a part of mixed size-1 and full dimensions is broadcast."""
+    seen = _spy_on_values(monkeypatch)
+    a, a3, a4 = (paddle.to_tensor(rand(s)) for s in ((6, 5), (3, 4, 5), (2, 3, 4, 5)))
+    rows, full = paddle.to_tensor(rand_indices((6, 5), (9, 1), 0)), paddle.to_tensor(rand_indices((6, 5), (9, 5), 0))
+    put(a, rows, paddle.to_tensor(rand((9, 1))), 0, "add")                        # [E, 1]: one value per row
+    put(a, full, paddle.to_tensor(rand((1, 5))), 0, "mean")                       # [1, C]: one row for all
+    put(a, full, paddle.to_tensor(rand((5,))), 0, "amax")                         # lower rank
+    put(a, rows, 2.5, 0, "assign")                                                # Python scalar
+    put_inplace(a.clone(), full, paddle.to_tensor(1.5, dtype="float64"), 0, "mul")  # 0-d tensor
+    put(a, full[:3], 2.5, 0, "add", broadcast=False)                              # broadcast=False scalar
+    put(a4, paddle.to_tensor(rand_indices((2, 3, 4, 5), (2, 3, 6, 5), 2)),
+        paddle.to_tensor(rand((1, 3, 6, 1))), 2, "add")                           # dims before the axis mixed
+    with static_mode():
+        with paddle.static.program_guard(paddle.static.Program(), paddle.static.Program()):
+            put(paddle.static.data("a", [6, 5], "float64"), paddle.static.data("i", [-1, 1], "int64"),
+                paddle.static.data("v", [-1, 1], "float64"), 0, "mean")
+            put(paddle.static.data("b", [-1, 5], "float64"), paddle.static.data("j", [-1, 5], "int64"), 1.0, 0)
+    put(a3, paddle.to_tensor(np.array([[[0], [2]]])), paddle.to_tensor(rand((2, 1))), 1)
+    assert seen == [[9, 1], [1, 5], [1, 5], [1, 1], [1, 1], [1, 1], [2, 3, 6, 1], [-1, 1], [1, 1], [1, 2, 1]]
+
+
+@pytest.mark.parametrize("values_shape,expands", [([-1, 3, 6, 5], False), ([1, 1, 6, 5], False),
+                                                   ([1, 1, 1, 1], False), ([-1, 3, 1, 1], False),
+                                                   ([1, 3, 6, 1], True), ([-1, 1, 6, 1], True)])
+def test_broadcast_values_expand_in_a_static_program_only_where_a_part_mixes(values_shape, expands):
+    """With a dynamic batch: values of the positions' static shape, or 1 throughout a part, go to the op as
+    they are; [1, 3] or [-1, 1] before the axis (against [-1, 3]: the batch may be > 1) is broadcast there."""
+    with static_mode():
+        main = paddle.static.Program()
+        with paddle.static.program_guard(main, paddle.static.Program()):
+            put(paddle.static.data("a", [-1, 3, 4, 5], "float64"), paddle.static.data("i", [-1, 3, 6, 5], "int64"),
+                paddle.static.data("v", values_shape, "float64"), 2, "add")
+        names = [op.name() for op in main.global_block().ops]
+    assert ("pd_op.expand" in names) == expands, names
+
+
+@pytest.mark.parametrize("values_shape,fed", [([-1, 3, 1, 1], (2, 3, 1, 1)), ([-1, 1, 6, 1], (2, 1, 6, 1)),
+                                               ([-1, 1, 6, 1], (1, 1, 6, 1)), ([-1, 1, -1, -1], (1, 1, 1, 5))])
+def test_broadcast_values_with_dynamic_dims_run_in_a_static_program(values_shape, fed):
+    arr, idx, vals = rand((2, 3, 4, 5), 81), rand_indices((2, 3, 4, 5), (2, 3, 6, 5), 2, 82), rand(fed, 83)
+    with static_mode():
+        main = paddle.static.Program()
+        with paddle.static.program_guard(main, paddle.static.Program()):
+            out = put(paddle.static.data("a", [-1, 3, 4, 5], "float64"), paddle.static.data("i", [-1, 3, 6, 5], "int64"),
+                      paddle.static.data("v", values_shape, "float64"), 2, "add")
+        got, = paddle.static.Executor(paddle.CPUPlace()).run(main, feed={"a": arr, "i": idx, "v": vals}, fetch_list=[out])
+    np.testing.assert_allclose(got, refs.put_along_axis(arr, idx, vals, 2, "add"), rtol=1e-12)
+
+
+@pytest.mark.parametrize("arr_shape,idx_shape,axis,values_shape", BROADCAST_VALUE_CASES)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_broadcast_values_match_the_reference(arr_shape, idx_shape, axis, values_shape, reduce, include_self):
+    check_output(put, _broadcast_value_inputs(arr_shape, idx_shape, axis, values_shape, seed=71), refs.put_along_axis,
+                 dict(axis=axis, reduce=reduce, include_self=include_self))
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("case", [0, 2, 4, 6, 8])
+def test_broadcast_values_grads_match_numeric(case, reduce, include_self):
+    arr_shape, idx_shape, axis, values_shape = BROADCAST_VALUE_CASES[case]
+    check_grad(put, _broadcast_value_inputs(arr_shape, idx_shape, axis, values_shape, seed=73), ["arr", "values"],
+               dict(axis=axis, reduce=reduce, include_self=include_self))
+
+
+def _sum_to(grad, shape, dtype):
+    """The grad of values of `shape` broadcast to grad's shape: the float64 sum over the broadcast
+    dimensions (exact here: a few terms of a narrower type), rounded once to dtype."""
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(shape) if s == 1 and grad.shape[lead + d] != 1)
+    total = grad.astype(np.float64).sum(axis=axes, keepdims=True).reshape(shape)
+    return round_to_dtype(total, dtype).astype(grad.dtype) if dtype != "bfloat16" else round_to_dtype(total, dtype)
+
+
+def _check_against_materialised(arr, idx, vals, axis, reduce, include_self, inplace, dtype):
+    """Outputs and arr grads bit for bit those of the same values broadcast in advance; the values grad
+    the materialised values' grad summed over the broadcast dimensions."""
+    rank = len(arr.shape)
+    ax = axis % rank
+    target = [idx.shape[ax] if d == ax else arr.shape[d] for d in range(rank)]
+    full = paddle.broadcast_to(vals.reshape([1] * (rank - len(vals.shape)) + list(vals.shape)), target)
+    got = _outputs_and_grads(arr, idx, vals, axis, reduce, include_self, inplace)
+    want = _outputs_and_grads(arr, idx, full, axis, reduce, include_self, inplace)
+    for i, (g, w) in enumerate(zip(got[:2], want[:2])):
+        np.testing.assert_array_equal(g, w, err_msg=f"{'output' if i == 0 else 'arr grad'}")
+    if len(got) == 3:
+        expected = _sum_to(want[2], tuple(vals.shape), dtype)
+        assert got[2].shape == tuple(vals.shape)
+        if dtype == "float64":  # the order of the sum differs: to a few ulps of the sum of the terms' magnitudes
+            bound = 1e-15 * _sum_to(np.abs(want[2]), tuple(vals.shape), dtype)
+            assert (np.abs(got[2] - expected) <= bound).all(), ("values grad", got[2], expected)
+        else:
+            np.testing.assert_array_equal(got[2], expected, err_msg="values grad")
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_broadcast_values_are_bit_identical_to_materialised_ones(dtype, reduce, include_self, inplace):
+    """Every dtype, negative indices and ties (a few destinations, many values each), row indices and full
+    ones, values one per row ([E, 1]), one row for all ([1, C]), per outer row, a 0-d tensor. The wider
+    arr takes the destination-partitioned passes under PADDLE_EXT_PUT_TILE=small (test_fuzz runs it so)."""
+    rng = np.random.default_rng(45)
+    for arr_shape, idx_shape, values_shape in (
+            ((5, 3, 4), (5, 8, 1), (5, 8, 1)), ((5, 3, 4), (5, 8, 4), (5, 8, 1)), ((5, 3, 4), (5, 8, 4), (1, 1, 4)),
+            ((5, 3, 4), (5, 8, 4), (5, 1, 4)), ((5, 3, 4), (5, 8, 1), (1, 8, 1)), ((5, 3, 4), (5, 8, 4), ()),
+            ((3, 30, 8), (3, 61, 8), (3, 61, 1)), ((3, 30, 8), (3, 61, 8), (1, 1, 8)), ((3, 30, 8), (3, 61, 8), (1,))):
+        idx = rng.integers(-3, 3, size=idx_shape)
+        if dtype in FLOAT_DTYPES:
+            arr, vals = (paddle.to_tensor(rand(s, seed)).astype(dtype) for s, seed in ((arr_shape, 43), (values_shape, 44)))
+        else:
+            arr, vals = (paddle.to_tensor(_int_values(dtype, s, seed)) for s, seed in ((arr_shape, 43), (values_shape, 44)))
+        _check_against_materialised(arr, idx, vals, 1, reduce, include_self, inplace, dtype)
+
+
+@pytest.mark.parametrize("arr_shape,idx_shape,axis,values_shape,pattern", [
+    ((500, 64), (33000, 1), 0, (33000, 1), "rows"),      # column-block plan, one value per row
+    ((500, 64), (33000, 1), 0, (1, 64), "rows"),
+    ((500, 64), (33000, 64), 0, (33000, 1), "rows"),     # full indices that agree along each row
+    ((4, 2000, 64), (4, 9000, 1), 1, (4, 9000, 1), "rows"),  # outer-block plan
+    ((4, 2000, 64), (4, 9000, 64), 1, (1, 1, 64), "random"),
+    ((20000, 64), (33000, 64), 0, (33000, 1), "random"),  # independent indices: destination-partitioned
+    ((20000, 64), (33000, 64), 0, (), "random"),
+    ((3, 800000), (3, 900000), 1, (3, 1), "random"),     # the last axis
+])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_broadcast_values_large_cases_are_bit_identical(arr_shape, idx_shape, axis, values_shape, pattern, reduce):
+    """Over two threads' grain: every plan reads the broadcast values too."""
+    rng = np.random.default_rng(49)
+    n = arr_shape[axis]
+    idx = rng.integers(-n, n, size=idx_shape)
+    if pattern == "rows":
+        idx = np.broadcast_to(idx[..., :1], idx_shape).copy() if axis == 0 else idx
+    arr, vals = paddle.to_tensor(rand(arr_shape, 51)).astype("float32"), paddle.to_tensor(rand(values_shape, 52)).astype("float32")
+    _check_against_materialised(arr, idx, vals, axis, reduce, False, False, "float32")
+
+
+@pytest.mark.parametrize("reduce", ["add", "amax"])
+@pytest.mark.parametrize("values_shape", [(9, 1), (1, 5), ()])
+def test_broadcast_values_export_round_trip(reduce, values_shape):
+    x = _broadcast_value_inputs((6, 5), (9, 5), 0, values_shape, seed=79)
+    check_export(lambda a, i, v: put(a, i, v, 0, reduce=reduce), {k: v.astype(np.float32) if v.dtype == np.float64 else v
+                                                                  for k, v in x.items()})
+
+
+def test_broadcast_values_of_a_bad_shape_are_value_errors():
+    arr, idx = paddle.to_tensor(rand((6, 5))), paddle.to_tensor(rand_indices((6, 5), (9, 1), 0))
+    for shape, message in (((9, 2), r"values of shape \[9, 2\] cannot be broadcast to the indices shape \[9, 5\] "
+                                     r"\(dimension 1: 2 vs 5\)"),
+                           ((2, 9, 5), r"values of shape \[2, 9, 5\] cannot be broadcast")):
+        for fn in (put, put_inplace):
+            with pytest.raises(ValueError, match=message):
+                fn(arr, idx, paddle.to_tensor(rand(shape)), 0, "add")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("values_shape", [(6, 9, 1), (1, 9, 1), (6, 1, 1), ()])
+def test_add_values_grad_of_row_indices_sums_the_grad_rows_as_the_positions_grads(dtype, values_shape):
+    """`add` with row indices and values broadcast after the axis sums the out_grad rows directly: the same
+    bits as the positions' grads summed (the same indices materialised), float64 included."""
+    idx = np.random.default_rng(85).integers(-4, 4, size=(6, 9, 1))
+    arr, vals = (paddle.to_tensor(rand(s, seed)).astype(dtype) for s, seed in (((6, 4, 37), 86), (values_shape, 87)))
+    got = _outputs_and_grads(arr, idx, vals, 1, "add", True)
+    want = _outputs_and_grads(arr, np.broadcast_to(idx, (6, 9, 37)).copy(), vals, 1, "add", True)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

@@ -1,7 +1,8 @@
 // put_along_axis / put_along_axis_: validation and CPU/GPU dispatch. Registered by
 // build/generated/put_along_axis.ops.cc (generated from ops/put_along_axis.yaml), which includes this file.
-// The Python API has broadcast values (and indices, except size-1 dimensions after the axis, read in place by
-// the CPU kernels) already; these checks are the last line of defence.
+// The Python API has broadcast indices (except size-1 dimensions after the axis) and values (except parts of
+// the positions where they have size 1 throughout) already; the CPU kernels read those in place, the GPU
+// binding expands them on the device. These checks are the last line of defence.
 #include "paddle_ext/put_along_axis.h"
 
 #include <sstream>
@@ -27,6 +28,10 @@ struct ScatterView {
   // indices have size 1 in every dimension after the axis (broadcast=True with indices [E, 1] against
   // values [E, C]): the CPU kernels read them as [outer, m, 1]; the GPU gets them expanded.
   bool idx_broadcast = false;
+  // ValuesBroadcast bits: the parts of the positions (before the axis, the axis, after it) along which the
+  // values have size 1 (read with a stride of 0 by the CPU kernels; the GPU gets them expanded).
+  int values_broadcast = 0;
+  std::vector<int64_t> positions;  // the positions' shape: arr's with indices' size along the axis
 };
 
 ScatterView scatter_view(const paddle::Tensor& arr, const paddle::Tensor& indices, const paddle::Tensor& values,
@@ -46,13 +51,30 @@ ScatterView scatter_view(const paddle::Tensor& arr, const paddle::Tensor& indice
   for (int64_t d = v.axis + 1; d < (int64_t)a.size(); ++d) ones_after_axis = ones_after_axis && ix[d] == 1;
   for (int64_t d = 0; d < (int64_t)a.size(); ++d) {
     if (d == v.axis) continue;
-    PE_CHECK(vs[d] == a[d], op, ": values.shape[", d, "] = ", vs[d], " must equal arr.shape[", d, "] = ", a[d]);
     PE_CHECK(ix[d] == a[d] || (d > v.axis && ones_after_axis), op, ": indices.shape[", d, "] = ", ix[d],
              " must equal arr.shape[", d, "] = ", a[d], " (or 1 in every dimension after the axis)");
     (d < v.axis ? v.outer : v.inner) *= a[d];
   }
-  PE_CHECK(vs[v.axis] == ix[v.axis], op, ": values.shape[", v.axis, "] = ", vs[v.axis], " must equal indices.shape[",
-           v.axis, "] = ", ix[v.axis]);
+  v.positions = a;
+  v.positions[v.axis] = ix[v.axis];
+  // values: in each part either the positions' sizes or 1 throughout
+  const int64_t rank = (int64_t)a.size();
+  const int64_t parts[3][3] = {{0, v.axis, kValuesOuter}, {v.axis, v.axis + 1, kValuesAxis},
+                               {v.axis + 1, rank, kValuesInner}};
+  for (const auto& part : parts) {
+    bool ones = true, same = true;
+    for (int64_t d = part[0]; d < part[1]; ++d) {
+      ones = ones && vs[d] == 1;
+      same = same && vs[d] == v.positions[d];
+    }
+    for (int64_t d = part[0]; d < part[1] && !ones && !same; ++d)
+      PE_CHECK(vs[d] == v.positions[d], op, ": values.shape[", d, "] = ", vs[d], " must equal ",
+               d == v.axis ? "indices.shape[" : "arr.shape[", d, "] = ", v.positions[d],
+               d == v.axis ? "" : (d < v.axis ? " (or 1 in every dimension before the axis)"
+                                                : " (or 1 in every dimension after the axis)"),
+               d == v.axis ? " (or 1)" : "");
+    if (!same) v.values_broadcast |= (int)part[2];
+  }
   v.idx_broadcast = ones_after_axis && v.inner > 1;
   v.n = a[v.axis];
   v.m = ix[v.axis];
@@ -103,16 +125,33 @@ void run_cpu(const paddle::Tensor& arr, paddle::Tensor& out, const paddle::Tenso
       if (inplace && v.outer * v.m * v.inner > 0) check_cpu_indices<Idx>(indices, v, op);
       const bool ok = cpu::put_along_axis_forward<T, Idx>(reduce, ptr<T>(arr), mutable_ptr<T>(out), ptr<T>(values),
                                                           ptr<Idx>(indices), v.outer, v.n, v.m, v.inner,
-                                                          include_self, v.idx_broadcast);
+                                                          include_self, v.idx_broadcast, v.values_broadcast);
       if (!ok) check_cpu_indices<Idx>(indices, v, op);  // a fresh buffer: report it, it is discarded
     });
   });
 }
 
+// Broadcast values at the positions' shape (a copy): the CUDA kernels, and the CPU grad kernels of the modes
+// that read the values (mul, amin, amax).
+paddle::Tensor expanded_values(const paddle::Tensor& values, const ScatterView& v) {
+  return v.values_broadcast ? paddle::experimental::expand(values, v.positions) : values;
+}
+
 #ifdef PADDLE_EXT_WITH_CUDA
 // The CUDA kernels take indices of the positions' shape: broadcast ones are expanded on the device.
-paddle::Tensor gpu_indices(const paddle::Tensor& indices, const paddle::Tensor& values, const ScatterView& v) {
-  return v.idx_broadcast ? paddle::experimental::expand(indices, values.shape()) : indices;
+paddle::Tensor gpu_indices(const paddle::Tensor& indices, const ScatterView& v) {
+  return v.idx_broadcast ? paddle::experimental::expand(indices, v.positions) : indices;
+}
+
+// The grad of broadcast values from the positions' grads, summed on the device (in float32 for the half types).
+paddle::Tensor gpu_sum_to_values(const paddle::Tensor& grad, const paddle::Tensor& values, const ScatterView& v) {
+  std::vector<int64_t> axes;
+  for (int64_t d = 0; d < (int64_t)v.positions.size(); ++d)
+    if (values.shape()[d] == 1 && v.positions[d] != 1) axes.push_back(d);
+  const bool half = is_half(grad.dtype());
+  paddle::Tensor sum = paddle::experimental::sum(half ? grad.cast(paddle::DataType::FLOAT32) : grad, axes,
+                                                 paddle::DataType::UNDEFINED, true);
+  return half ? sum.cast(grad.dtype()) : sum;
 }
 
 // The dtype a GPU reduction accumulates in (reduce_acc_t): float32 for the half types, int64 for the
@@ -197,7 +236,8 @@ std::vector<paddle::Tensor> PutAlongAxisKernel(const paddle::Tensor& arr_in, con
   // The CPU kernels are deterministic in every mode; `deterministic` only changes the GPU path.
   if (!arr.is_cpu()) {
 #ifdef PADDLE_EXT_WITH_CUDA
-    return {gpu_forward(arr, gpu_indices(indices, values, v), values, v, r, include_self, deterministic, op)};
+    return {gpu_forward(arr, gpu_indices(indices, v), expanded_values(values, v), v, r, include_self, deterministic,
+                        op)};
 #else
     throw_no_cuda(op);
 #endif
@@ -221,12 +261,12 @@ void PutAlongAxisInplaceKernel(paddle::Tensor& arr, const paddle::Tensor& indice
     return;
   }
 #ifdef PADDLE_EXT_WITH_CUDA
-  const paddle::Tensor full = gpu_indices(indices, values, v);
+  const paddle::Tensor full = gpu_indices(indices, v), full_values = expanded_values(values, v);
   if (gpu_acc_dtype(arr.dtype(), r) == arr.dtype()) {
-    run_gpu(arr, full, values, arr.dtype(), v, r, include_self, deterministic, op);
+    run_gpu(arr, full, full_values, arr.dtype(), v, r, include_self, deterministic, op);
     return;
   }
-  paddle::Tensor result = gpu_forward(arr, full, values, v, r, include_self, deterministic, op);
+  paddle::Tensor result = gpu_forward(arr, full, full_values, v, r, include_self, deterministic, op);
   arr.copy_(result, arr.place(), false);
 #else
   throw_no_cuda(op);
@@ -243,19 +283,34 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
   const Reduce r = parse_reduce(reduce);
   paddle::Tensor arr_grad = paddle::empty(arr.shape(), arr.dtype(), arr.place());
   paddle::Tensor values_grad = paddle::empty(values.shape(), values.dtype(), values.place());
+  // Broadcast values: the kernels write the grad of every position, summed into values_grad below; the
+  // modes that read the values (and every GPU kernel) get them expanded.
+  // `add` with row indices and values broadcast along inner sums the grad rows directly (add_row_values_grad).
+  const bool reads_values = r == Reduce::Mul || r == Reduce::Min || r == Reduce::Max || !arr.is_cpu();
+  const bool row_sums = arr.is_cpu() && r == Reduce::Add && v.idx_broadcast && (v.values_broadcast & kValuesInner);
+  const paddle::Tensor values_read = reads_values ? expanded_values(values, v) : values;
+  paddle::Tensor grad_at = v.values_broadcast && !row_sums ? paddle::empty(v.positions, values.dtype(), values.place())
+                                                           : values_grad;
   dispatch_floating(arr.dtype(), "put_along_axis_grad", [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_index(indices, [&](auto itag) {
       using Idx = typename decltype(itag)::type;
       if (arr.is_cpu()) {
-        cpu::put_along_axis_backward<T, Idx>(r, ptr<T>(arr), ptr<Idx>(indices), ptr<T>(values), ptr<T>(out),
-                                             ptr<T>(out_grad), mutable_ptr<T>(arr_grad), mutable_ptr<T>(values_grad),
-                                             v.outer, v.n, v.m, v.inner, include_self, v.idx_broadcast);
+        cpu::put_along_axis_backward<T, Idx>(r, ptr<T>(arr), ptr<Idx>(indices), ptr<T>(values_read), ptr<T>(out),
+                                             ptr<T>(out_grad), mutable_ptr<T>(arr_grad),
+                                             row_sums ? nullptr : mutable_ptr<T>(grad_at), v.outer, v.n, v.m, v.inner,
+                                             include_self, v.idx_broadcast);
+        if (row_sums)
+          cpu::add_row_values_grad<T, Idx>(ptr<T>(out_grad), ptr<Idx>(indices), mutable_ptr<T>(values_grad), v.outer,
+                                           v.n, v.m, v.inner, v.values_broadcast);
+        else if (v.values_broadcast)
+          cpu::sum_broadcast_grad<T>(ptr<T>(grad_at), mutable_ptr<T>(values_grad), v.outer, v.m, v.inner,
+                                     v.values_broadcast);
       } else {
 #ifdef PADDLE_EXT_WITH_CUDA
         const int64_t slots = v.outer * v.n * v.inner, positions = v.outer * v.m * v.inner;
         const auto place = arr.place();
-        const paddle::Tensor full = gpu_indices(indices, values, v);
+        const paddle::Tensor full = gpu_indices(indices, v);
         paddle::Tensor winner, count, aux, workspace;
         size_t workspace_bytes = 0;
         if (r == Reduce::Assign) {
@@ -268,8 +323,8 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
         }
         if (r == Reduce::Min || r == Reduce::Max) aux = int_scratch(slots, paddle::DataType::INT32, 0, place);
         gpu::put_along_axis_backward<T, Idx>(
-            r, ptr<T>(arr), ptr<Idx>(full), ptr<T>(values), ptr<T>(out), ptr<T>(out_grad),
-            mutable_ptr<T>(arr_grad), mutable_ptr<T>(values_grad),
+            r, ptr<T>(arr), ptr<Idx>(full), ptr<T>(values_read), ptr<T>(out), ptr<T>(out_grad),
+            mutable_ptr<T>(arr_grad), mutable_ptr<T>(grad_at),
             winner.initialized() ? mutable_ptr<int64_t>(winner) : nullptr,
             count.initialized() ? mutable_ptr<int32_t>(count) : nullptr,
             aux.initialized() ? mutable_ptr<int32_t>(aux) : nullptr,
@@ -281,6 +336,9 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
       }
     });
   });
+#ifdef PADDLE_EXT_WITH_CUDA
+  if (v.values_broadcast && !arr.is_cpu()) values_grad = gpu_sum_to_values(grad_at, values, v);
+#endif
   return {arr_grad, values_grad};
 }
 

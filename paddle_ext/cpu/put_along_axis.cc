@@ -130,8 +130,30 @@ struct Geometry {
   // indices [outer, m, 1] read as broadcast along inner (broadcast=True with indices [E, 1] against
   // values [E, C]): every index row agrees, one entry per (o, j); never materialised as [outer, m, inner].
   bool idx_broadcast = false;
+  int values_broadcast = 0;  // ValuesBroadcast bits: values read through ValuesAt
   index_t slots() const { return outer * n * inner; }
   index_t positions() const { return outer * m * inner; }
+};
+
+// Values read through strides: position (o, j, i) of [outer, m, inner] reads data[o * so + j * sm + i * si],
+// a stride of 0 along each broadcast part (Geometry::values_broadcast); values without one are the
+// positions' own layout (so = m * inner, sm = inner, si = 1).
+template <typename T>
+struct ValuesAt {
+  const T* data = nullptr;
+  bool dense = true;
+  index_t stride[3] = {0, 0, 1};  // so, sm, si
+  ValuesAt() = default;
+  ValuesAt(const T* v, const Geometry& g) : data(v), dense(g.values_broadcast == 0) {
+    const int b = g.values_broadcast;
+    const index_t vi = (b & kValuesInner) ? 1 : g.inner, vm = (b & kValuesAxis) ? 1 : g.m;
+    stride[2] = (b & kValuesInner) ? 0 : 1;
+    stride[1] = (b & kValuesAxis) ? 0 : vi;
+    stride[0] = (b & kValuesOuter) ? 0 : vm * vi;
+  }
+  // A run of positions along inner reads a run of values (else one value for the whole run).
+  bool along_inner() const { return stride[2] != 0; }
+  const T* at(index_t o, index_t j, index_t i) const { return data + o * stride[0] + j * stride[1] + i * stride[2]; }
 };
 
 // How the destination is split among threads (see the file comment). A column block is the unit of
@@ -193,6 +215,9 @@ struct Hints {
   bool write = false;
   const uint8_t* only = nullptr;
   bool all_uniform = false;
+  // {so, sm, si} (ValuesAt::stride): fn gets the values offset o * so + j * sm + i * si of a position in
+  // place of the position itself (broadcast values read in place, no division per call).
+  const index_t* values_stride = nullptr;
 };
 
 inline void prefetch_row(const Hints& pf, index_t s, index_t len) {
@@ -226,6 +251,8 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
   const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0;
   const bool bcast = g.idx_broadcast;
   const index_t istride = bcast ? 1 : inner;  // between index rows
+  const index_t* vs = pf.values_stride;  // what fn gets as its position (see Hints)
+  const index_t vso = vs ? vs[0] : m * inner, vsm = vs ? vs[1] : inner, vsi = vs ? vs[2] : 1;
   const index_t rbase = b * g.outer * n;
   const bool do_prefetch = !Unit && (pf.a || pf.b) && len * pf.elem_size >= 64;
   const bool report = k0 == 0;
@@ -236,6 +263,7 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
   for (index_t o = o0; o < o1; ++o) {
     const Idx* ib = idx + o * m * istride + (bcast ? 0 : i0);
     const index_t pbase = o * m * inner + i0, sbase = o * n * inner + i0, rrow = rbase + o * n;
+    const index_t vbase = o * vso + i0 * vsi;
     for (index_t jj = 0; jj < m; ++jj) {
       const index_t j = Reverse ? m - 1 - jj : jj;
       if (last_scattered && prefetch_each && jj + kEachAhead < m) {
@@ -251,7 +279,7 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
         if (index_in_range(kp, n)) prefetch_row(pf, sbase + wrap_index(kp, n) * inner, len);
       }
       const Idx* row = ib + j * istride;
-      const index_t p = pbase + j * inner;
+      const index_t p = pbase + j * inner, vp = vbase + j * vsm;
       const Idx first = row[0];
       if (skip_fast) {
         const index_t k = static_cast<index_t>(first);
@@ -274,7 +302,7 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
         }
         const index_t kk = wrap_index(k, n);
         if (kk < k0 || kk >= k1 || (only && !only[rrow + kk])) continue;
-        fn(sbase + kk * inner, p, Unit ? index_t(1) : len, rrow + kk, Uniform{});
+        fn(sbase + kk * inner, vp, Unit ? index_t(1) : len, rrow + kk, Uniform{});
       } else {
         scattered = true;
         for (index_t t = 0; t < len; ++t) {
@@ -286,7 +314,7 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
           }
           const index_t kk = wrap_index(k, n);
           if (kk < k0 || kk >= k1 || (only && !only[rrow + kk])) continue;
-          fn(sbase + kk * inner + t, p + t, index_t(1), rrow + kk, Scattered{});
+          fn(sbase + kk * inner + t, vp + t * vsi, index_t(1), rrow + kk, Scattered{});
         }
       }
     }
@@ -456,7 +484,7 @@ inline index_t part_bytes(const Geometry& g, const Plan& plan, index_t elem) {
 //   out[p] (zero for an out-of-range index): every write sequential, no random read of a large table.
 // Returns false on an out-of-range index.
 template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn>
-bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry& g, index_t o0, index_t o1,
+bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, index_t o0, index_t o1,
                  index_t i0, index_t i1, index_t rb, index_t elem, const Fn& fn) {
   const Tiles& tl = tiles();
   const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0, rows = (o1 - o0) * n, chunk = tl.chunk_entries;
@@ -487,6 +515,7 @@ bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry
   std::vector<std::vector<uint32_t>> chunks(blocks);  // chunk numbers in the pool, per block
   std::vector<Entry<T>*> cur(blocks), end(blocks);
   const index_t lmask = (index_t(1) << lshift) - 1;
+  const index_t vstep = values.stride[2];  // (a local: the entry stores below could alias `values`)
   bool bad = false;
   for (index_t rr = 0; rr < rounds; ++rr) {
     const index_t q0 = (Reverse ? rounds - 1 - rr : rr) * round_rows, q1 = std::min(total_rows, q0 + round_rows);
@@ -499,7 +528,7 @@ bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry
       const index_t o = o0 + q / m, j = q % m;
       const index_t p = (o * m + j) * inner + i0;
       const Idx* row = idx + p;
-      const T* vrow = values ? values + p : nullptr;
+      const T* vrow = values.data ? values.at(o, j, i0) : nullptr;
       const index_t rbase = (o - o0) * n;
       uint16_t* const brow = block_of + (q - q0) * len;
       for (index_t t = 0; t < len; ++t) {
@@ -517,7 +546,7 @@ bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry
           end[b] = cur[b] + chunk;
           ++next;
         }
-        *cur[b]++ = Entry<T>{static_cast<uint32_t>(((r & ((index_t(1) << shift) - 1)) << lshift) | t), vrow ? vrow[t] : T()};
+        *cur[b]++ = Entry<T>{static_cast<uint32_t>(((r & ((index_t(1) << shift) - 1)) << lshift) | t), vrow ? vrow[t * vstep] : T()};
       }
     }
     for (index_t b = 0; b < blocks; ++b) {  // apply, block by block
@@ -563,7 +592,7 @@ bool bucket_part(const Idx* idx, const T* values, T* out, T zero, const Geometry
 
 // The partitioned pass over the whole plan (same parts as visit(); not for Plan::Narrow).
 template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn>
-bool bucket_run(const Idx* idx, const T* values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
+bool bucket_run(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
                 const Fn& fn) {
   std::atomic<bool> ok{true};
   auto part = [&](index_t o0, index_t o1, index_t i0, index_t i1, index_t rb) {
@@ -590,16 +619,16 @@ bool bucket_run(const Idx* idx, const T* values, T* out, T zero, const Geometry&
 }
 
 // fn(slot, value, stat_row) for every in-range position, in destination-block order (each slot's in
-// increasing position). `values` may be null (fn then gets T()).
+// increasing position). `values.data` may be null (fn then gets T()).
 template <typename T, typename Idx, typename Fn>
-bool bucket_scatter(const Idx* idx, const T* values, const Geometry& g, const Plan& plan, index_t elem, const Fn& fn) {
+bool bucket_scatter(const Idx* idx, const ValuesAt<T>& values, const Geometry& g, const Plan& plan, index_t elem, const Fn& fn) {
   return bucket_run<false, false>(idx, values, static_cast<T*>(nullptr), T(), g, plan, elem, fn);
 }
 
 // out[p] = fn(slot, values[p], stat_row) for every position (zero where its index is out of range);
 // the calls for a slot come in increasing position (Reverse: decreasing).
 template <bool Reverse, typename T, typename Idx, typename Fn>
-bool bucket_gather(const Idx* idx, const T* values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
+bool bucket_gather(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
                    const Fn& fn) {
   return bucket_run<true, Reverse>(idx, values, out, zero, g, plan, elem, fn);
 }
@@ -612,10 +641,11 @@ bool use_buckets(const Idx* idx, const Geometry& g, const Plan& plan, index_t el
 
 // The hot lambdas capture pointers by value: by-reference captures are reloaded on every element.
 template <Reduce R, typename T, typename Idx>
-bool forward_impl(reduce_acc_t<R, T>* acc, const T* values, const Idx* idx, const Geometry& g, bool include_self) {
+bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx* idx, const Geometry& g,
+                  bool include_self) {
   using A = reduce_acc_t<R, T>;
   const Plan plan = make_plan(g);
-  const Hints pf{acc, nullptr, int(sizeof(A)), true};
+  Hints pf{acc, nullptr, int(sizeof(A)), true};
   if (!include_self && R != Reduce::Assign) {
     // Written slots first take the reduction's identity (a write-only pass, no per-slot flags), so
     // arr takes no part in them; slots nobody writes keep arr's value.
@@ -624,10 +654,18 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const T* values, const Idx* idx, cons
       for (index_t t = 0; t < len; ++t) acc[s + t] = identity;
     });
   }
-  auto combine = [acc, values](index_t s, index_t p, index_t len) {
+  if (!values.dense) pf.values_stride = values.stride;  // combine's p: the values offset
+  const T* vals = values.data;
+  const bool along_inner = values.along_inner();
+  auto combine = [acc, vals, along_inner](index_t s, index_t p, index_t len) {
+    if (along_inner) {
 #pragma GCC ivdep
-    for (index_t t = 0; t < len; ++t)
-      acc[s + t] = ReduceOp<R>::combine(acc[s + t], static_cast<A>(load(values[p + t])));
+      for (index_t t = 0; t < len; ++t) acc[s + t] = ReduceOp<R>::combine(acc[s + t], static_cast<A>(load(vals[p + t])));
+      return;
+    }
+    const A x = static_cast<A>(load(vals[p]));  // one value for the run (broadcast along inner)
+#pragma GCC ivdep
+    for (index_t t = 0; t < len; ++t) acc[s + t] = ReduceOp<R>::combine(acc[s + t], x);
   };
   const bool buckets = use_buckets(idx, g, plan, sizeof(A));
   if (R != Reduce::Mean) {
@@ -698,12 +736,14 @@ inline A divide_by_count(A sum, int32_t count, int32_t self) {
 }
 
 template <Reduce R, typename T, typename Idx>
-bool flat_forward(const T* arr, T* out, const T* values, const Idx* idx, const Geometry& g, const Plan& plan,
+bool flat_forward(const T* arr, T* out, const ValuesAt<T>& values, const Idx* idx, const Geometry& g, const Plan& plan,
                   bool include_self) {
   using A = reduce_acc_t<R, T>;
   constexpr bool in_place = std::is_same<A, T>::value;  // else a wider row, rounded once into out
   const index_t n = g.n, m = g.m;
   const size_t per_row = (in_place ? 0 : n * sizeof(A)) + (R == Reduce::Mean ? n * sizeof(int32_t) : 0);
+  // Values along an index row: one per position, or one for the row (broadcast along the axis).
+  const bool per_position = values.dense || values.stride[1] != 0;
   std::atomic<bool> ok{true};
   for_outer_rows(g, plan, per_row, [&](index_t o0, index_t o1, char* scratch) {
     A* const local = in_place ? nullptr : reinterpret_cast<A*>(scratch);
@@ -712,7 +752,7 @@ bool flat_forward(const T* arr, T* out, const T* values, const Idx* idx, const G
     for (index_t o = o0; o < o1; ++o) {
       const T* src = arr + o * n;
       const Idx* ir = idx + o * m;
-      const T* vr = values + o * m;
+      const T* vr = values.at(o, 0, 0);
       A* row = in_place ? reinterpret_cast<A*>(out + o * n) : local;
       if (static_cast<const void*>(row) != static_cast<const void*>(src))
         for (index_t k = 0; k < n; ++k) row[k] = static_cast<A>(load(src[k]));
@@ -724,15 +764,23 @@ bool flat_forward(const T* arr, T* out, const T* values, const Idx* idx, const G
           if (index_in_range(k, n)) row[wrap_index(k, n)] = identity;
         }
       }
-      for (index_t j = 0; j < m; ++j) {
-        const index_t k = static_cast<index_t>(ir[j]);
-        if (!index_in_range(k, n)) {
-          bad = true;
-          continue;
+      auto scatter = [&](auto value) {
+        for (index_t j = 0; j < m; ++j) {
+          const index_t k = static_cast<index_t>(ir[j]);
+          if (!index_in_range(k, n)) {
+            bad = true;
+            continue;
+          }
+          const index_t kk = wrap_index(k, n);
+          row[kk] = ReduceOp<R>::combine(row[kk], value(j));
+          if (R == Reduce::Mean) ++cnt[kk];
         }
-        const index_t kk = wrap_index(k, n);
-        row[kk] = ReduceOp<R>::combine(row[kk], static_cast<A>(load(vr[j])));
-        if (R == Reduce::Mean) ++cnt[kk];
+      };
+      if (per_position) {
+        scatter([vr](index_t j) { return static_cast<A>(load(vr[j])); });
+      } else {
+        const A v = static_cast<A>(load(vr[0]));
+        scatter([v](index_t) { return v; });
       }
       if (R == Reduce::Mean) {
         const int32_t self = include_self ? 1 : 0;
@@ -924,9 +972,10 @@ void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, 
 }
 
 template <Reduce R, typename T, typename Idx>
-bool forward_of(const T* arr, T* out, const T* values, const Idx* idx, const Geometry& g, bool include_self) {
+bool forward_of(const T* arr, T* out, const T* values_ptr, const Idx* idx, const Geometry& g, bool include_self) {
   using A = reduce_acc_t<R, T>;
   const Plan plan = make_plan(g);
+  const ValuesAt<T> values(values_ptr, g);
   if (flat_plan(g, plan)) return flat_forward<R, T, Idx>(arr, out, values, idx, g, plan, include_self);
   if (std::is_same<A, T>::value) {  // reduce in out itself (arr == out for the inplace op)
     convert(arr, out, g.slots());
@@ -985,7 +1034,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   // position go through the destination-partitioned bucket_gather / bucket_scatter instead of visit()
   // (a cache and TLB miss per position otherwise). Same per-slot order of the calls: bit-identical.
   const bool buckets = use_buckets(idx, geo, plan, sizeof(T));
-  const T* const no_values = nullptr;
+  const ValuesAt<T> no_values, dense_values(values, geo);
 
   if (R == Reduce::Assign) {
     // The largest position of a slot wins: visited in reverse, a slot's first visitor is its winner.
@@ -1113,7 +1162,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
       const Hints pf{g, out, int(sizeof(T)), false};
       if (buckets) {
         seen.scattered = true;
-        bucket_gather<false>(idx, values, vg, zero, geo, plan, 2 * sizeof(T),
+        bucket_gather<false>(idx, dense_values, vg, zero, geo, plan, 2 * sizeof(T),
                              [g, out, include_self, flagged, any](index_t s, T val, index_t r) {
                                const A v = static_cast<A>(load(val)), o = static_cast<A>(load(out[s]));
                                if (!is_normal_value(o)) {
@@ -1246,7 +1295,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
     Visited seen;
     if (buckets) {
       seen.scattered = true;
-      bucket_gather<false>(idx, values, vg, zero, geo, plan, 3 * sizeof(T),
+      bucket_gather<false>(idx, dense_values, vg, zero, geo, plan, 3 * sizeof(T),
                            [tp, g, out, zero, flagged, any](index_t s, T val, index_t r) {
                              const bool match = matches<kNan>(load(val), load(out[s]));
                              const int32_t n = tp[s * ts] + (match ? 1 : 0);
@@ -1334,13 +1383,14 @@ BadIndex check_indices(const Idx* indices, index_t count, index_t n) {
 
 template <typename T, typename Idx>
 bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values, const Idx* indices, index_t outer,
-                            index_t n, index_t m, index_t inner, bool include_self, bool idx_broadcast) {
+                            index_t n, index_t m, index_t inner, bool include_self, bool idx_broadcast,
+                            int values_broadcast) {
   bool ok = true;
   advise_huge(out, outer * n * inner * sizeof(T));
   populate_for_write(out, outer * n * inner * sizeof(T));  // [1024, 1024]: 666 fresh pages after a torch call
   dispatch_reduce(reduce, [&](auto r) {
-    ok = forward_of<decltype(r)::value, T, Idx>(arr, out, values, indices, Geometry{outer, n, m, inner, idx_broadcast && inner > 1},
-                                                  include_self);
+    const Geometry g{outer, n, m, inner, idx_broadcast && inner > 1, values_broadcast};
+    ok = forward_of<decltype(r)::value, T, Idx>(arr, out, values, indices, g, include_self);
   });
   return ok;
 }
@@ -1366,16 +1416,121 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
   });
 }
 
+namespace {
+// The sums of broadcast values' grads: double for float32 (sums of many grads stay close to the exact sum),
+// float32 for the half types.
+template <typename T>
+using grad_sum_t = std::conditional_t<std::is_same<T, float>::value, double, acc_t<T>>;
+
+// Independent partial sums over a row (one chain of adds is latency-bound): element i goes to lane i % 8
+// of the row. A null row adds +0.0 where a row of zeros would.
+constexpr int kLanes = 8;
+template <typename T, typename S>
+inline void add_row_to_lanes(S* lane, const T* r, index_t len) {
+  if (!r) {
+    for (int l = 0; l < kLanes && l < len; ++l) lane[l] += S(0);
+    return;
+  }
+  index_t i = 0;
+  for (; i + kLanes <= len; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += static_cast<S>(load(r[i + l]));
+  for (int l = 0; i + l < len; ++l) lane[l] += static_cast<S>(load(r[i + l]));
+}
+template <typename S>
+inline S total_of_lanes(const S* lane) {
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+}  // namespace
+
+template <typename T>
+void sum_broadcast_grad(const T* grad, T* values_grad, index_t outer, index_t m, index_t inner, int values_broadcast) {
+  using S = grad_sum_t<T>;
+  const bool bo = values_broadcast & kValuesOuter, bm = values_broadcast & kValuesAxis;
+  const bool bi = values_broadcast & kValuesInner;
+  const index_t vo_count = bo ? 1 : outer, vm_count = bm ? 1 : m, vi_count = bi ? 1 : inner;
+  const index_t rows = vo_count * vm_count;  // values rows (of vi_count values)
+  const index_t summed = outer * m * inner / std::max<index_t>(rows * vi_count, 1);  // terms per value
+  if (rows * vi_count == 0) return;
+  // Sums start from -0.0, the identity of + on every value (a single -0.0 term stays -0.0).
+  auto source = [=](index_t q, index_t o, index_t j) {  // row (o, j) of grad, o/j ranging only when broadcast
+    return grad + ((bo ? o : q / vm_count) * m + (bm ? j : q % vm_count)) * inner;
+  };
+  const index_t ob = bo ? outer : 1, mb = bm ? m : 1;
+  if (bi) {  // one value per values row: the whole inner row of each of its broadcast rows
+    parallel_for(0, rows, std::max<index_t>(1, tiles().grain / std::max<index_t>(summed, 1)), [&](index_t b, index_t e) {
+      for (index_t q = b; q < e; ++q) {
+        S lane[kLanes];
+        for (int l = 0; l < kLanes; ++l) lane[l] = S(-0.0);
+        for (index_t o = 0; o < ob; ++o)
+          for (index_t j = 0; j < mb; ++j) add_row_to_lanes(lane, source(q, o, j), inner);
+        values_grad[q] = store<T>(static_cast<acc_t<T>>(total_of_lanes(lane)));
+      }
+    });
+    return;
+  }
+  // A values row is the element-wise sum of its broadcast rows: a column block at a time (in a stack buffer).
+  constexpr index_t kBlock = 256;
+  const index_t blocks = (inner + kBlock - 1) / kBlock;
+  parallel_for(0, rows * blocks, std::max<index_t>(1, tiles().grain / std::max<index_t>(summed * kBlock, 1)),
+               [&](index_t b, index_t e) {
+    S sum[kBlock];
+    for (index_t u = b; u < e; ++u) {
+      const index_t q = u / blocks, i0 = u % blocks * kBlock, len = std::min(kBlock, inner - i0);
+      for (index_t t = 0; t < len; ++t) sum[t] = S(-0.0);
+      for (index_t o = 0; o < ob; ++o)
+        for (index_t j = 0; j < mb; ++j) {
+          const T* r = source(q, o, j) + i0;
+          for (index_t t = 0; t < len; ++t) sum[t] += static_cast<S>(load(r[t]));
+        }
+      for (index_t t = 0; t < len; ++t) values_grad[q * inner + i0 + t] = store<T>(static_cast<acc_t<T>>(sum[t]));
+    }
+  });
+}
+
+template <typename T, typename Idx>
+void add_row_values_grad(const T* out_grad, const Idx* indices, T* values_grad, index_t outer, index_t n, index_t m,
+                         index_t inner, int values_broadcast) {
+  using S = grad_sum_t<T>;
+  const bool bo = values_broadcast & kValuesOuter, bm = values_broadcast & kValuesAxis;
+  const index_t vm_count = bm ? 1 : m, rows = (bo ? 1 : outer) * vm_count;
+  const index_t ob = bo ? outer : 1, mb = bm ? m : 1;
+  const index_t summed = std::max<index_t>(ob * mb * inner, 1);
+  parallel_for(0, rows, std::max<index_t>(1, tiles().grain / summed), [&](index_t b, index_t e) {
+    for (index_t q = b; q < e; ++q) {
+      if (ob * mb == 1 && q + kHintsAhead < e) {  // one index row per value: prefetch a later row's grads
+        const index_t qa = q + kHintsAhead, oa = qa / vm_count, k = static_cast<index_t>(indices[oa * m + qa % vm_count]);
+        if (index_in_range(k, n))
+          for (index_t off = 0; off < inner * index_t(sizeof(T)); off += 64)
+            __builtin_prefetch(reinterpret_cast<const char*>(out_grad + (oa * n + wrap_index(k, n)) * inner) + off, 0, 3);
+      }
+      S lane[kLanes];
+      for (int l = 0; l < kLanes; ++l) lane[l] = S(-0.0);
+      for (index_t o = 0; o < ob; ++o)
+        for (index_t j = 0; j < mb; ++j) {
+          const index_t oo = bo ? o : q / vm_count, jj = bm ? j : q % vm_count;
+          const index_t k = static_cast<index_t>(indices[oo * m + jj]);  // the index row's destination row
+          add_row_to_lanes(lane, index_in_range(k, n) ? out_grad + (oo * n + wrap_index(k, n)) * inner
+                                                      : static_cast<const T*>(nullptr), inner);
+        }
+      values_grad[q] = store<T>(static_cast<acc_t<T>>(total_of_lanes(lane)));
+    }
+  });
+}
+
 #define PE_INSTANTIATE_FWD(T, Idx)                                                                    \
   template bool put_along_axis_forward<T, Idx>(Reduce, const T*, T*, const T*, const Idx*, index_t, index_t, \
-                                               index_t, index_t, bool, bool);
+                                               index_t, index_t, bool, bool, int);
 #define PE_INSTANTIATE_BWD(T, Idx)                                                                           \
   template void put_along_axis_backward<T, Idx>(Reduce, const T*, const Idx*, const T*, const T*, const T*, \
                                                 T*, T*, index_t, index_t, index_t, index_t, bool, bool);
 #define PE_INSTANTIATE_ALL(T) \
   PE_INSTANTIATE_FWD(T, int32_t) PE_INSTANTIATE_FWD(T, int64_t)
+#define PE_INSTANTIATE_ROWS(T, Idx) \
+  template void add_row_values_grad<T, Idx>(const T*, const Idx*, T*, index_t, index_t, index_t, index_t, int);
 #define PE_INSTANTIATE_FLOAT(T) \
-  PE_INSTANTIATE_ALL(T) PE_INSTANTIATE_BWD(T, int32_t) PE_INSTANTIATE_BWD(T, int64_t)
+  PE_INSTANTIATE_ALL(T) PE_INSTANTIATE_BWD(T, int32_t) PE_INSTANTIATE_BWD(T, int64_t) \
+  PE_INSTANTIATE_ROWS(T, int32_t) PE_INSTANTIATE_ROWS(T, int64_t) \
+  template void sum_broadcast_grad<T>(const T*, T*, index_t, index_t, index_t, int);
 PE_INSTANTIATE_FLOAT(float)
 PE_INSTANTIATE_FLOAT(double)
 PE_INSTANTIATE_FLOAT(float16_t)
@@ -1390,6 +1545,7 @@ template BadIndex check_indices<int64_t>(const int64_t*, index_t, index_t);
 #undef PE_INSTANTIATE_BWD
 #undef PE_INSTANTIATE_ALL
 #undef PE_INSTANTIATE_FLOAT
+#undef PE_INSTANTIATE_ROWS
 
 }  // namespace cpu
 }  // namespace paddle_ext

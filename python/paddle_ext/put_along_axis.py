@@ -76,6 +76,26 @@ def _reads_broadcast(i_shape, target, axis) -> bool:
             and all(i_shape[d] == target[d] for d in range(axis)))
 
 
+def _values_as_read(values, target, axis, sizes):
+    """values (broadcastable to `target`) as the kernels take them: arr's rank (leading 1s added, a view),
+    and in each part of the positions -- the dimensions before the axis, the axis, those after it --
+    either 1 throughout (read with a stride of 0: a scalar, one value per index row [E, 1], one row
+    [1, C] for all) or the target's sizes. Only a part that mixes the two is broadcast here (in that
+    part alone). Dimensions unknown at trace time (-1) are taken as the target's where it has -1 too;
+    the kernel checks the sizes at run time."""
+    rank = len(target)
+    shape = _shape(values)
+    if len(shape) < rank:
+        values = paddle.unsqueeze(values, list(range(rank - len(shape)))) if shape else values.reshape([1] * rank)
+        shape = [1] * (rank - len(shape)) + shape
+    want = [-1] * rank  # broadcast_to's "keep this dimension"
+    for part in (range(axis), range(axis + 1, rank)):
+        if len(part) > 1 and not all(shape[d] == 1 for d in part) and not all(shape[d] == target[d] for d in part):
+            for d in part:
+                want[d] = target[d] if _known(target[d]) else sizes[d]
+    return values if all(isinstance(d, int) and d == -1 for d in want) else paddle.broadcast_to(values, want)
+
+
 @paddle.jit.not_to_static  # plain Python on the static shapes (-1 where a dimension is dynamic)
 def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
     """Checks and normalises the arguments; returns (indices, values, axis, reduce, include_self, block).
@@ -126,10 +146,10 @@ def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
         if not _reads_broadcast(i_shape, target, axis):
             indices = _broadcast(indices, target, sizes)
         _broadcast_values_shape(v_shape, target, op)
-        values = _broadcast(values, target, sizes)
+        values = _values_as_read(values, target, axis, sizes)
     else:
-        if len(v_shape) == 0:
-            values = _broadcast(values, i_shape, None if all(_known(d) for d in i_shape) else paddle.shape(indices))
+        if len(v_shape) == 0:  # read with a stride of 0 (as broadcast values)
+            values = values.reshape([1] * rank)
         elif len(v_shape) != rank:
             raise ValueError(f"{op}: with broadcast=False values must have arr's rank {rank}, got shape {v_shape}")
         elif all(_known(d) for d in a_shape + i_shape + v_shape):
@@ -400,6 +420,9 @@ def _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, inc
     except mul's products of the other factors, which are products (never quotients) of arr and values
     (_products_of_others): so every derivative of every order is the true one, at zeros too.
     Computed in float32 for the half types, as the kernels accumulate."""
+    positions = [indices.shape[axis] if d == axis else s for d, s in enumerate(arr.shape)]
+    if list(values.shape) != positions:  # values read in place (with strides of 0): their grad is summed
+        values = paddle.broadcast_to(values, positions)
     dtype = arr.dtype
     acc = paddle.float32 if dtype in (paddle.float16, paddle.bfloat16) else dtype
     arr, values, out, g = (t.astype(acc) if dtype != acc else t for t in (arr, values, out, out_grad))

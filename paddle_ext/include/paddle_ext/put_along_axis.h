@@ -3,7 +3,8 @@
 // Shapes, as the binding hands them over (the Python API has already broadcast or sliced):
 //   arr, out        [outer, n, inner]
 //   indices, values [outer, m, inner]          position p = (o, j, i)
-//                   (on the CPU indices may be [outer, m, 1], broadcast along inner: idx_broadcast)
+//                   (on the CPU indices may be [outer, m, 1], broadcast along inner: idx_broadcast,
+//                   and values may have size 1 along any of the three parts: values_broadcast)
 //   slot(p)         = (o, wrap(indices[p]), i), wrap(k) = k < 0 ? k + n : k, valid for -n <= k < n.
 // Contributions to one slot are applied in increasing j (the flat order of `indices`), so `assign`
 // is "largest position wins" and every mode is deterministic on the CPU.
@@ -191,6 +192,11 @@ PE_HOSTDEVICE inline A arr_grad_of(A g, A a, A out, int32_t count, int32_t aux, 
   return pick(count == 0, g, pick(include_self, taken, A(0)));  // an unwritten slot passes its grad through
 }
 
+// Parts of the positions [outer, m, inner] along which the values have size 1 (broadcast=True with values
+// that need broadcasting: a scalar, one value per index row [E, 1] against [E, C], one row [1, C] for
+// every index row). The CPU kernels read them with a stride of 0 there; they are never materialised.
+enum ValuesBroadcast : int { kValuesOuter = 1, kValuesAxis = 2, kValuesInner = 4 };
+
 // Python-visible error contract: the binding reports the first bad position of `indices`.
 struct BadIndex {
   index_t position = -1;  // flat position in indices, -1 when all are valid
@@ -208,10 +214,24 @@ BadIndex check_indices(const Idx* indices, index_t count, index_t n);
 // callers run check_indices first).
 // idx_broadcast: `indices` is [outer, m, 1], one index for the whole inner row of position (o, j, :)
 // (broadcast=True with indices [E, 1] against values [E, C], read without materialising it).
+// values_broadcast: ValuesBroadcast bits, values [outer or 1, m or 1, inner or 1] read with strides of 0.
 template <typename T, typename Idx>
 bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values, const Idx* indices,
                             index_t outer, index_t n, index_t m, index_t inner, bool include_self,
-                            bool idx_broadcast = false);
+                            bool idx_broadcast = false, int values_broadcast = 0);
+
+// The grad of broadcast values: values_grad [outer or 1, m or 1, inner or 1] (ValuesBroadcast bits) is
+// grad [outer, m, inner] summed over the broadcast parts, in a fixed order (deterministic), in double for
+// float32/float64 and float32 for the half types, rounded once.
+template <typename T>
+void sum_broadcast_grad(const T* grad, T* values_grad, index_t outer, index_t m, index_t inner, int values_broadcast);
+
+// `add`'s grad of values broadcast along inner (kValuesInner set) with indices [outer, m, 1] (idx_broadcast):
+// each value sums the out_grad rows its index rows point at, without the positions' grads in between;
+// the same sums, in the same order, as sum_broadcast_grad over them (an out-of-range index adds zeros).
+template <typename T, typename Idx>
+void add_row_values_grad(const T* out_grad, const Idx* indices, T* values_grad, index_t outer, index_t n, index_t m,
+                         index_t inner, int values_broadcast);
 
 // Grads for every mode. out_grad/arr/out: [outer, n, inner]; values/values_grad: [outer, m, inner].
 // Either grad pointer may be null (not requested). Scratch buffers are allocated inside.

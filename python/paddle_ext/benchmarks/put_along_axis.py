@@ -6,7 +6,8 @@ row drawn per index row) and `independent` (issue 16: every element drawn on its
 forward + backward rows at neighbouring shapes ([2N, 32], [N/2, 128], and [N/5, 64] with ten values
 per slot); the GNN call
 with indices of shape [2N, 1] broadcast against values [2N, 64] next to the same indices materialised
-(time, and peak memory in a fresh process); and a [1024, 1024] table scattered along axis 1. `--quick`
+(time, and peak memory in a fresh process), and with values [2N, 1] too (one value per edge, add and
+assign) next to the same values materialised; and a [1024, 1024] table scattered along axis 1. `--quick`
 shrinks N from 1e6 to 1e5. "torch" runs on its default threads, "torch 1 thread" on one.
 """
 
@@ -118,14 +119,27 @@ def _tag(axis, pattern):
     return f" {pattern}" if axis == 0 else ""
 
 
-_PEAK_SCRIPT = """
-import os, resource, sys, paddle, paddle_ext
+# The peak is the process's VmHWM, reset to the resident size before the call (ru_maxrss would not do: a
+# child's starts from its parent's peak at fork, so the bench process's own memory showed through).
+_PEAK_PRELUDE = """
+import re
+def _status(key):
+    return int(re.search(key + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1)) / 1024
+def start_peak():
+    open("/proc/self/clear_refs", "w").write("5")  # VmHWM := VmRSS
+    return _status("VmRSS")
+def peak_since(before):
+    return _status("VmHWM") - before
+"""
+
+_PEAK_SCRIPT = _PEAK_PRELUDE + """
+import sys, paddle, paddle_ext
 n, broadcast = int(sys.argv[1]), sys.argv[2] == "1"
 arr, vals = paddle.randn([n, 64]), paddle.rand([2 * n, 64])  # made by Paddle: no NumPy high-water mark
 rows = paddle.randint(0, n, [2 * n, 1])
-before = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20  # resident now
+before = start_peak()
 paddle_ext.put_along_axis(arr, rows if broadcast else paddle.broadcast_to(rows, [2 * n, 64]), vals, 0, reduce="add")
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before)
+print(peak_since(before))
 """
 
 
@@ -192,6 +206,86 @@ def _broadcast_case(n, repeats, backward=False):
     return case
 
 
+_PEAK_VALUES_SCRIPT = _PEAK_PRELUDE + """
+import sys, paddle, paddle_ext
+n, materialise, reduce, backward = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3], sys.argv[4] == "1"
+arr, vals = paddle.randn([n, 64]), paddle.rand([2 * n, 1]) + 0.5  # made by Paddle: no NumPy high-water mark
+rows = paddle.randint(0, n, [2 * n, 1])
+arr.stop_gradient = vals.stop_gradient = not backward
+before = start_peak()
+out = paddle_ext.put_along_axis(arr, rows, paddle.broadcast_to(vals, [2 * n, 64]) if materialise else vals, 0,
+                                reduce=reduce)
+if backward:
+    paddle.grad(out, [arr, vals])
+print(peak_since(before))
+"""
+
+
+def _peak_values_mib(n, materialise, reduce, backward):
+    """Peak RSS growth (MiB) of one call (with its backward) with values [2n, 1], in a fresh process."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    try:
+        out = subprocess.run([sys.executable, "-c", _PEAK_VALUES_SCRIPT, str(n), "1" if materialise else "0", reduce,
+                              "1" if backward else "0"], capture_output=True, text=True, check=True, timeout=600)
+        return float(out.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return float("nan")
+
+
+@functools.lru_cache(maxsize=1)
+def _row_values(n):
+    """One value per index row, [2n, 1] in [0.5, 1.5) (paddle and torch)."""
+    vals = np.random.default_rng(1).random(size=(2 * n, 1), dtype=np.float32) + 0.5
+    return vals, paddle.to_tensor(vals)
+
+
+def _broadcast_values_case(n, repeats, reduce, backward=False):
+    """indices [2n, 1] and values [2n, 1] (one value per edge) against arr [n, 64]: ours reads both in
+    place; "materialised" is the same call with the values broadcast to [2n, 64] first (what the API did
+    before); Paddle gets indices and values materialised; torch takes `expand` views."""
+    key = ((n, 64), (2 * n, 64), 0, "rows")
+
+    def step(fn, materialise=False, indices_too=False):
+        def run():
+            if not case.note:  # measured on the first (warm-up) call, not when the cases are listed
+                case.note = (f"peak MiB of one call: values [2N,1] {_peak_values_mib(n, False, reduce, backward):.0f}, "
+                             f"[2N,64] {_peak_values_mib(n, True, reduce, backward):.0f}")
+            arr = _data(*key)[1][0]
+            rows, vals = _rows(n)[1], _row_values(n)[1]
+            idx = paddle.broadcast_to(rows, [2 * n, 64]) if indices_too else rows
+            if not backward:
+                return fn(arr, idx, paddle.broadcast_to(vals, [2 * n, 64]) if materialise else vals, 0, reduce=reduce)
+            arr, vals = arr.detach(), vals.detach()
+            arr.stop_gradient = vals.stop_gradient = False
+            v = paddle.broadcast_to(vals, [2 * n, 64]) if materialise else vals
+            return paddle.grad(fn(arr, idx, v, 0, reduce=reduce), [arr, vals])
+
+        return run
+
+    candidates = {"paddle_ext": step(paddle_ext.put_along_axis), "materialised": step(paddle_ext.put_along_axis, True),
+                  "paddle": step(paddle.put_along_axis, True, True)}
+    torch = torch_or_none()
+    if torch is not None:
+        def torch_step():
+            arr = torch.from_numpy(_data(*key)[0][0])
+            idx = torch.from_numpy(_rows(n)[0]).expand(-1, 64)
+            vals = torch.from_numpy(_row_values(n)[0])
+            if backward:
+                arr, vals = arr.detach().requires_grad_(), vals.detach().requires_grad_()
+            out = _torch_scatter(torch, arr, 0, idx, vals.expand(-1, 64), reduce)
+            if not backward:
+                return out
+            return torch.autograd.grad(out, [arr, vals], grad_outputs=torch.ones_like(out))
+
+        candidates["torch"] = torch_step
+        candidates["torch 1 thread"] = _single_threaded(torch, torch_step)
+    label = f"{'fwd+bwd' if backward else 'fwd'} {reduce} {[n, 64]}<-indices {[2 * n, 1]} values {[2 * n, 1]} broadcast"
+    case = Case("put_along_axis", label, candidates, repeats=repeats)
+    return case
+
+
 def cases(quick: bool):
     n = 100_000 if quick else 1_000_000
     graph = ((n, 64), (2 * n, 64), 0)
@@ -206,6 +300,7 @@ def cases(quick: bool):
     for arr_shape, idx_shape in (((2 * n, 32), (4 * n, 32)), ((n // 2, 128), (n, 128)), ((n // 5, 64), (2 * n, 64))):
         out += [_backward_case(arr_shape, idx_shape, 0, r, repeats, "independent") for r in ("assign", "add", "mean")]
     out += [_broadcast_case(n, repeats), _broadcast_case(n, repeats, backward=True)]
+    out += [_broadcast_values_case(n, repeats, r, backward) for r in ("add", "assign") for backward in (False, True)]
     out += [_forward_case(*square, r, 5) for r in REDUCES]
     out += [_backward_case(*square, r, 5) for r in ("add", "mean", "amax")]
     return out
