@@ -482,10 +482,12 @@ inline index_t part_bytes(const Geometry& g, const Plan& plan, index_t elem) {
 //   walked backwards, so each slot's positions arrive in decreasing order, as in visit<true>), then
 //   a walk of the round's positions in order reads each block's list with a cursor and writes
 //   out[p] (zero for an out-of-range index): every write sequential, no random read of a large table.
+// - scatter: done(slot, rows, columns, stat_row) for each block after the last round's apply (its first
+//   slot, rows `inner` slots apart, and first stat row), while the block is in L2.
 // Returns false on an out-of-range index.
-template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn>
+template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn, typename Done>
 bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, index_t o0, index_t o1,
-                 index_t i0, index_t i1, index_t rb, index_t elem, const Fn& fn) {
+                 index_t i0, index_t i1, index_t rb, index_t elem, const Fn& fn, const Done& done) {
   const Tiles& tl = tiles();
   const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0, rows = (o1 - o0) * n, chunk = tl.chunk_entries;
   if (m == 0 || len == 0) return true;
@@ -564,6 +566,7 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
           else fn(s, e->v, r);
         }
       }
+      if (!Gather && rr == rounds - 1) done(base, std::min(index_t(1) << shift, rows - (b << shift)), len, rbase);
     }
     if constexpr (Gather) {  // un-partition: the positions in order, each block's list read by a cursor
       std::vector<index_t> taken(blocks, 0);
@@ -591,12 +594,12 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
 }
 
 // The partitioned pass over the whole plan (same parts as visit(); not for Plan::Narrow).
-template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn>
-bool bucket_run(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
-                const Fn& fn) {
+template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn, typename Done>
+bool bucket_run(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, const Plan& plan,
+                index_t elem, const Fn& fn, const Done& done) {
   std::atomic<bool> ok{true};
   auto part = [&](index_t o0, index_t o1, index_t i0, index_t i1, index_t rb) {
-    if (!bucket_part<Gather, Reverse>(idx, values, out, zero, g, o0, o1, i0, i1, rb, elem, fn))
+    if (!bucket_part<Gather, Reverse>(idx, values, out, zero, g, o0, o1, i0, i1, rb, elem, fn, done))
       ok.store(false, std::memory_order_relaxed);
   };
   switch (plan.kind) {
@@ -618,11 +621,16 @@ bool bucket_run(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const
   return ok.load();
 }
 
+struct NoDone {
+  void operator()(index_t, index_t, index_t, index_t) const {}
+};
+
 // fn(slot, value, stat_row) for every in-range position, in destination-block order (each slot's in
-// increasing position). `values.data` may be null (fn then gets T()).
-template <typename T, typename Idx, typename Fn>
-bool bucket_scatter(const Idx* idx, const ValuesAt<T>& values, const Geometry& g, const Plan& plan, index_t elem, const Fn& fn) {
-  return bucket_run<false, false>(idx, values, static_cast<T*>(nullptr), T(), g, plan, elem, fn);
+// increasing position); then done(...) per block (see bucket_part). `values.data` may be null (fn then gets T()).
+template <typename T, typename Idx, typename Fn, typename Done = NoDone>
+bool bucket_scatter(const Idx* idx, const ValuesAt<T>& values, const Geometry& g, const Plan& plan, index_t elem,
+                    const Fn& fn, const Done& done = Done()) {
+  return bucket_run<false, false>(idx, values, static_cast<T*>(nullptr), T(), g, plan, elem, fn, done);
 }
 
 // out[p] = fn(slot, values[p], stat_row) for every position (zero where its index is out of range);
@@ -630,7 +638,7 @@ bool bucket_scatter(const Idx* idx, const ValuesAt<T>& values, const Geometry& g
 template <bool Reverse, typename T, typename Idx, typename Fn>
 bool bucket_gather(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
                    const Fn& fn) {
-  return bucket_run<true, Reverse>(idx, values, out, zero, g, plan, elem, fn);
+  return bucket_run<true, Reverse>(idx, values, out, zero, g, plan, elem, fn, NoDone());
 }
 
 // Partition when most index rows disagree and a part's destination is well beyond L2.
@@ -638,6 +646,37 @@ template <typename Idx>
 bool use_buckets(const Idx* idx, const Geometry& g, const Plan& plan, index_t elem) {
   return plan.kind != Plan::Narrow && part_bytes(g, plan, elem) >= 8 * tiles().block_bytes && mostly_scattered(idx, g, plan);
 }
+
+// mean_divide(sum, count) for a slot with `count` contributions (a slot with none keeps its value),
+// branch-free for floats (x / 1 is exact, and the select keeps the bits of an undivided value).
+template <typename A>
+inline A divide_by_count(A sum, int32_t count, int32_t self) {
+  // Masks, not `count > 0 ? .. : ..`: GCC does not if-convert that here, and the loop would not vectorise.
+  const int32_t c = std::max<int32_t>(count + (self & -int32_t(count > 0)), 1);
+  if constexpr (std::numeric_limits<A>::is_integer) return mean_divide<A>(sum, c);
+  else return pick(c > 1, sum / static_cast<A>(c), sum);
+}
+
+// mean's counts on the partitioned path: a byte per slot (an int32 per slot added 8 bytes of memory
+// traffic per slot to every round's apply), its carries in an int32 per slot whose pages are touched
+// only where some slot reaches 256 contributions (flagged per stat row). count(s) = low[s] + 256 * high[s].
+struct ByteCounts {
+  HugeScratch low_mem, high_mem;  // zero pages, faulted in where touched
+  uint8_t* low;
+  int32_t* high;
+  std::unique_ptr<uint8_t[]> wrapped;
+  ByteCounts(const Geometry& g, const Plan& plan)
+      : low_mem(g.slots()), high_mem(g.slots() * sizeof(int32_t)), low(low_mem.as<uint8_t>()),
+        high(high_mem.as<int32_t>()), wrapped(new uint8_t[plan.nblocks * g.outer * g.n]()) {}
+  ByteCounts(const ByteCounts&) = delete;
+  ByteCounts& operator=(const ByteCounts&) = delete;
+  void add(index_t s, index_t r) {
+    if (__builtin_expect(++low[s] == 0, 0)) {
+      ++high[s];
+      wrapped[r] = 1;
+    }
+  }
+};
 
 // The hot lambdas capture pointers by value: by-reference captures are reloaded on every element.
 template <Reduce R, typename T, typename Idx>
@@ -676,18 +715,36 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx*
     return visit(idx, g, plan, pf, [combine](index_t s, index_t p, index_t len, index_t, auto) { combine(s, p, len); }).ok;
   }
 
+  const int32_t self = include_self ? 1 : 0;
+  if (buckets) {  // each block divided right after its last round's apply, while it is in L2
+    ByteCounts counts(g, plan);
+    ByteCounts* c = &counts;
+    const index_t inner = g.inner;
+    return bucket_scatter(
+        idx, values, g, plan, sizeof(A) + 1,
+        [acc, c](index_t s, T v, index_t r) {
+          acc[s] = ReduceOp<R>::combine(acc[s], static_cast<A>(load(v)));
+          c->add(s, r);
+        },
+        [acc, c, self, inner](index_t s0, index_t rows, index_t len, index_t r0) {
+          for (index_t i = 0; i < rows; ++i) {
+            A* const a = acc + s0 + i * inner;
+            const uint8_t* const lo = c->low + s0 + i * inner;
+            if (c->wrapped[r0 + i]) {
+              const int32_t* const hi = c->high + s0 + i * inner;
+              for (index_t t = 0; t < len; ++t) a[t] = divide_by_count<A>(a[t], lo[t] + (hi[t] << 8), self);
+            } else {
+              for (index_t t = 0; t < len; ++t) a[t] = divide_by_count<A>(a[t], lo[t], self);
+            }
+          }
+        });
+  }
   Counter cnt(g, plan);
   Counter* c = &cnt;
-  const bool ok =
-      buckets ? bucket_scatter(idx, values, g, plan, sizeof(A) + sizeof(int32_t), [acc, c](index_t s, T v, index_t) {
-        acc[s] = ReduceOp<R>::combine(acc[s], static_cast<A>(load(v)));
-        c->add(s, 0, Scattered{});
-      })
-              : visit(idx, g, plan, pf, [combine, c](index_t s, index_t p, index_t len, index_t r, auto u) {
-                  combine(s, p, len);
-                  c->add(s, r, u);
-                }).ok;
-  const int32_t self = include_self ? 1 : 0;
+  const bool ok = visit(idx, g, plan, pf, [combine, c](index_t s, index_t p, index_t len, index_t r, auto u) {
+                    combine(s, p, len);
+                    c->add(s, r, u);
+                  }).ok;
   const bool scattered = cnt.scattered();
   for_slots(g, plan, [acc, c, self, scattered](index_t s, index_t len, index_t r) {
     const int32_t rc = c->row[r];
@@ -723,16 +780,6 @@ void for_outer_rows(const Geometry& g, const Plan& plan, size_t per_row, const F
   if (plan.kind == Plan::Single) return run(0, g.outer);
   dynamic_chunks((g.outer + plan.chunk - 1) / plan.chunk, plan.threads,
                  [&](index_t c) { run(c * plan.chunk, std::min(g.outer, (c + 1) * plan.chunk)); });
-}
-
-// mean_divide(sum, count) for a slot with `count` contributions (a slot with none keeps its value),
-// branch-free for floats (x / 1 is exact, and the select keeps the bits of an undivided value).
-template <typename A>
-inline A divide_by_count(A sum, int32_t count, int32_t self) {
-  // Masks, not `count > 0 ? .. : ..`: GCC does not if-convert that here, and the loop would not vectorise.
-  const int32_t c = std::max<int32_t>(count + (self & -int32_t(count > 0)), 1);
-  if constexpr (std::numeric_limits<A>::is_integer) return mean_divide<A>(sum, c);
-  else return pick(c > 1, sum / static_cast<A>(c), sum);
 }
 
 template <Reduce R, typename T, typename Idx>
