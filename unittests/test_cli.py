@@ -25,12 +25,14 @@ def test_bench_quick_reports_medians_and_ratios(tmp_path, capsys):
 
 
 def test_bench_case_filter_runs_only_matching_rows(tmp_path):
-    """`--case broadcast`: only the put_along_axis rows with indices [2N, 1], each with its materialised twin."""
+    """`--case broadcast`: only the put_along_axis rows with indices [2N, 1] (values [2N, C] or [2N, 1]), each
+    with its materialised twin."""
     path = tmp_path / "bench.json"
     assert cli.main(["bench", "--op", "put_along_axis", "--quick", "--repeats", "1", "--case", "broadcast",
                      "--json", str(path)]) == 0
     rows = json.loads(path.read_text())
-    assert [r["name"].split()[0] for r in rows] == ["fwd", "fwd+bwd"]
+    assert [r["name"].split()[0] for r in rows] == ["fwd", "fwd+bwd"] * 3
+    assert sum("values [" in r["name"] for r in rows) == 4
     assert all("broadcast" in r["name"] and "materialised" in r["ratios"] and "paddle" in r["ratios"] for r in rows)
 
 
