@@ -191,18 +191,7 @@ Plan make_plan(const Geometry& g) {
 // loses its core does not hold the others back, as a static half-and-half split would.
 template <typename Fn>
 void dynamic_chunks(index_t chunks, int threads, const Fn& fn) {
-#ifdef _OPENMP
-  if (threads > 1 && chunks > 1) {
-    // A counter, not schedule(dynamic): GCC lowers that to GOMP 4.5 entry points that the OpenMP runtime
-    // Paddle ships (and that we run on, see setup.py) lacks.
-    std::atomic<index_t> next{0};
-    const ShortSpin spin;
-#pragma omp parallel num_threads(threads)
-    for (index_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) fn(c);
-    return;
-  }
-#endif
-  for (index_t c = 0; c < chunks; ++c) fn(c);
+  parallel_blocks(0, chunks, 1, threads, [&fn](index_t c, index_t) { fn(c); });
 }
 
 // What a visit may use: destination rows to prefetch (up to two arrays indexed by slot), and a filter

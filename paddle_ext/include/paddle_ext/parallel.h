@@ -153,9 +153,27 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
 #endif
 }
 
-// Like parallel_for, but the threads take blocks of about (end - begin) / (16 threads) in turn, so a
-// thread that the OS descheduled (the machines here are shared) does not hold up the call: fn only
-// ever sees disjoint [b, e) ranges, in no particular order.
+// fn(b, e) for the blocks [begin + k * block, ...) of [begin, end), handed out in turn to `threads` threads
+// by a counter, so a thread that the OS descheduled (the machines here are shared) does not hold up the
+// call. (A counter, not schedule(dynamic): GCC lowers that to GOMP 4.5 entry points that the OpenMP runtime
+// Paddle ships, which we run on, lacks.)
+template <typename Fn>
+void parallel_blocks(int64_t begin, int64_t end, int64_t block, int threads, const Fn& fn) {
+  if (end <= begin) return;
+#ifdef _OPENMP
+  if (threads > 1 && end - begin > block) {
+    std::atomic<int64_t> next{begin};
+    const ShortSpin spin;
+#pragma omp parallel num_threads(threads)
+    for (int64_t b = next.fetch_add(block); b < end; b = next.fetch_add(block)) fn(b, std::min(end, b + block));
+    return;
+  }
+#endif
+  for (int64_t b = begin; b < end; b += block) fn(b, std::min(end, b + block));
+}
+
+// Like parallel_for, but the threads take blocks of about (end - begin) / (16 threads) in turn
+// (parallel_blocks): fn only ever sees disjoint [b, e) ranges, in no particular order.
 template <typename Fn>
 void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
   const int64_t n = end - begin;
@@ -165,17 +183,7 @@ void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, const Fn& f
     fn(begin, end);
     return;
   }
-#ifdef _OPENMP
-  const int64_t block = std::max<int64_t>(1, n / (16 * threads));
-  std::atomic<int64_t> next{begin};
-  const ShortSpin spin;
-#pragma omp parallel num_threads((int)threads)
-  {
-    for (int64_t b = next.fetch_add(block); b < end; b = next.fetch_add(block)) fn(b, std::min(end, b + block));
-  }
-#else
-  fn(begin, end);
-#endif
+  parallel_blocks(begin, end, std::max<int64_t>(1, n / (16 * threads)), static_cast<int>(threads), fn);
 }
 
 #ifdef __linux__
