@@ -209,7 +209,9 @@ struct Hints {
   const index_t* values_stride = nullptr;
 };
 
-inline void prefetch_row(const Hints& pf, index_t s, index_t len) {
+// Always inlined: GCC finds a call whose only effect is a prefetch free of side effects (pure) and
+// deletes it, which left the row and per-element paths with no prefetch at all at -O3.
+__attribute__((always_inline)) inline void prefetch_row(const Hints& pf, index_t s, index_t len) {
   const index_t bytes = len * pf.elem_size;
   for (const void* base : {pf.a, pf.b}) {
     if (!base) continue;
@@ -311,14 +313,33 @@ Visited visit_part(const Idx* idx, const Geometry& g, index_t o0, index_t o1, in
   return Visited{!bad, scattered};
 }
 
+// Destination bytes of one part of the plan (the slots one thread owns at a time).
+inline index_t part_bytes(const Geometry& g, const Plan& plan, index_t elem) {
+  switch (plan.kind) {
+    case Plan::Single: return g.slots() * elem;
+    case Plan::Outer: return plan.chunk * g.n * g.inner * elem;
+    case Plan::Columns: return g.outer * g.n * plan.block * elem;
+    default: return 0;
+  }
+}
+
+// Destination prefetch pays only where a part's destination misses L2 (the partitioned paths' own bound);
+// on a cache-resident one it is pure overhead (a [1000, 64] scatter took 2.2x as long with it).
+inline bool worth_prefetching(const Geometry& g, const Plan& plan, index_t elem) {
+  const index_t bytes = plan.kind == Plan::Narrow ? g.slots() * elem / std::max(plan.threads, 1) : part_bytes(g, plan, elem);
+  return bytes >= 8 * tiles().block_bytes;
+}
+
 template <bool Reverse, typename Idx, typename Fn, typename Bad>
 Visited visit(const Idx* idx, const Geometry& g, const Plan& plan, const Hints& pf, const Fn& fn, const Bad& bad_fn) {
   if (g.positions() == 0) return Visited{};
+  Hints hints = pf;
+  if (!worth_prefetching(g, plan, pf.elem_size)) hints.a = hints.b = nullptr;
   std::atomic<bool> ok{true}, scattered{false};
   auto part = [&](index_t o0, index_t o1, index_t i0, index_t i1, index_t b, index_t k0, index_t k1) {
     const Visited v = i1 - i0 == 1
-                          ? visit_part<Reverse, true>(idx, g, o0, o1, i0, i1, b, k0, k1, pf, fn, bad_fn)
-                          : visit_part<Reverse, false>(idx, g, o0, o1, i0, i1, b, k0, k1, pf, fn, bad_fn);
+                          ? visit_part<Reverse, true>(idx, g, o0, o1, i0, i1, b, k0, k1, hints, fn, bad_fn)
+                          : visit_part<Reverse, false>(idx, g, o0, o1, i0, i1, b, k0, k1, hints, fn, bad_fn);
     if (!v.ok) ok.store(false, std::memory_order_relaxed);
     if (v.scattered) scattered.store(true, std::memory_order_relaxed);
   };
@@ -451,16 +472,6 @@ bool mostly_scattered(const Idx* idx, const Geometry& g, const Plan& plan) {
     scattered += diff != 0;
   }
   return 2 * scattered > samples;
-}
-
-// Destination bytes of one part of the plan (the slots one thread owns at a time).
-inline index_t part_bytes(const Geometry& g, const Plan& plan, index_t elem) {
-  switch (plan.kind) {
-    case Plan::Single: return g.slots() * elem;
-    case Plan::Outer: return plan.chunk * g.n * g.inner * elem;
-    case Plan::Columns: return g.outer * g.n * plan.block * elem;
-    default: return 0;
-  }
 }
 
 // The partitioned pass over one part (outer rows [o0, o1), columns [i0, i1); stat rows from rb, as
@@ -673,7 +684,9 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx*
                   bool include_self) {
   using A = reduce_acc_t<R, T>;
   const Plan plan = make_plan(g);
-  Hints pf{acc, nullptr, int(sizeof(A)), true};
+  // No destination prefetch for assign: its stores do not wait on the line (add's loads do: -10% time on the
+  // row pattern with it), and the prefetch only made assign's time vary (143-178 ms against 147-158).
+  Hints pf{R == Reduce::Assign ? nullptr : acc, nullptr, int(sizeof(A)), true};
   if (!include_self && R != Reduce::Assign) {
     // Written slots first take the reduction's identity (a write-only pass, no per-slot flags), so
     // arr takes no part in them; slots nobody writes keep arr's value.
