@@ -1,12 +1,6 @@
 """rnnt_joint_logprobs (the fused RNN-T joiner op: log-softmax at the symbol and termination columns only) and
 the pruning gather, through the OpTest harness and against unittests/refs.py."""
 
-import inspect
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import paddle
 import pytest
@@ -222,76 +216,6 @@ def test_gather_export_and_index_check(tmp_path):
     check_export(gather, {"x": x, "index": index}, directory=str(tmp_path))
     with pytest.raises(IndexError, match=r"index value 5 is out of range \[0, 5\)"):
         gather(paddle.to_tensor(x), paddle.to_tensor(np.full((2, 3, 2), 5, np.int64)))
-
-
-def _thp_mode():
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            return f.read().split("[")[1].split("]")[0]
-    except (OSError, IndexError):
-        return None
-
-
-def _anon_huge_kib(begin, end):
-    """AnonHugePages (kB) of this process's mappings that overlap [begin, end) (/proc/self/smaps)."""
-    total, overlaps = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and ":" not in head:
-                lo, hi = (int(v, 16) for v in head.split("-"))
-                overlaps = lo < end and begin < hi
-            elif overlaps and head == "AnonHugePages:":
-                total += int(line.split()[1])
-    return total
-
-
-def _free_huge_blocks():
-    """Free 2 MiB blocks of the kernel's buddy allocator (/proc/buddyinfo orders >= 9), as parallel.h counts them."""
-    try:
-        with open("/proc/buddyinfo") as f:
-            rows = [line.split("zone")[1].split()[1:] for line in f if "zone" in line]
-    except OSError:
-        return 0
-    return sum(int(c) << (order - 9) for row in rows for order, c in enumerate(row) if order >= 9)
-
-
-def _thp_fallbacks():
-    """The kernel's count of huge-page faults that fell back to 4 KiB pages (/proc/vmstat)."""
-    with open("/proc/vmstat") as f:
-        return next((int(line.split()[1]) for line in f if line.startswith("thp_fault_fallback ")), 0)
-
-
-_HUGE_PAGE_SCRIPT = """
-import json, numpy as np, paddle, paddle_ext
-{helpers}
-x = paddle.to_tensor(np.random.default_rng(16).normal(size=(1, 3, 1 << 20)).astype(np.float32))
-index = paddle.to_tensor(np.array([[[2], [0], [2], [1]] * 4], np.int64))
-free, fallbacks = _free_huge_blocks(), _thp_fallbacks()
-out = paddle_ext._library.ops().pe_rnnt_prune_gather(x, index)  # [1, 16, 1, 2^20] float32: a fresh 64 MiB
-free = min(free, _free_huge_blocks())  # other processes may take them meanwhile
-print(json.dumps(dict(free=free, huge_kib=_anon_huge_kib(out.data_ptr(), out.data_ptr() + 4 * out.size),
-                      fallbacks=_thp_fallbacks() - fallbacks,
-                      equal=bool((out.numpy() == x.numpy()[:, index.numpy()[0, :, 0]][:, :, None]).all()))))
-"""
-
-
-@pytest.mark.skipif(_thp_mode() not in ("madvise", "always"), reason="transparent huge pages are off")
-def test_big_fresh_outputs_are_faulted_in_as_huge_pages():
-    """A >= 32 MiB output (a fresh mmap) is populated in 2 MiB pages (populate_for_write marks it MADV_HUGEPAGE
-    while the kernel has free 2 MiB blocks), so its first-touch faults cost ~4x less; the values are the plain
-    gather's. In a fresh process: in this one the allocator may hand back a cached, already resident block."""
-    helpers = "\n".join(inspect.getsource(f) for f in (_anon_huge_kib, _free_huge_blocks, _thp_fallbacks))
-    run = subprocess.run([sys.executable, "-c", _HUGE_PAGE_SCRIPT.format(helpers=helpers)], capture_output=True,
-                         text=True, timeout=300, env=dict(os.environ, GLOG_minloglevel="2"))
-    assert run.returncode == 0, run.stderr[-2000:]
-    r = json.loads(run.stdout.strip().splitlines()[-1])
-    assert r["equal"]
-    if r["free"] < 256:
-        pytest.skip("fewer than 256 free 2 MiB blocks: the kernels keep 4 KiB pages (no compaction stalls)")
-    if r["huge_kib"] < 32 * 1024 and r["fallbacks"] > 0:
-        pytest.skip(f"the kernel fell back to 4 KiB pages {r['fallbacks']} times (fragmented memory)")
-    assert r["huge_kib"] >= 32 * 1024, r  # of 64 MiB
 
 
 def test_do_rnnt_pruning_grads_match_numpy():

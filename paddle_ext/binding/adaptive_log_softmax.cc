@@ -70,8 +70,8 @@ std::vector<paddle::Tensor> AlsTargetKernel(const paddle::Tensor& logits_in, con
   check_rows(target, r.m, op, "target");
   check_same_place(logits, target, op, "logits", "target");
   check_targets(target, r.k, op);
-  paddle::Tensor out = paddle::empty({r.m}, logits.dtype(), logits.place());
-  paddle::Tensor lse = paddle::empty({r.m}, lse_dtype(logits.dtype()), logits.place());
+  paddle::Tensor out = new_output({r.m}, logits.dtype(), logits.place());
+  paddle::Tensor lse = new_output({r.m}, lse_dtype(logits.dtype()), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -97,7 +97,7 @@ std::vector<paddle::Tensor> AlsTargetGradKernel(const paddle::Tensor& logits_in,
                        out_grad = dense(out_grad_in);
   const Rows r = rows_of(logits, op);
   check_rows(out_grad, r.m, op, "out_grad");
-  paddle::Tensor logits_grad = paddle::empty(logits.shape(), logits.dtype(), logits.place());
+  paddle::Tensor logits_grad = new_output(logits.shape(), logits.dtype(), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -123,8 +123,8 @@ std::vector<paddle::Tensor> AlsFullKernel(const paddle::Tensor& logits_in, const
   check_rows(offset, r.m, op, "offset");
   check_same_place(logits, offset, op, "logits", "offset");
   PE_CHECK(offset.dtype() == logits.dtype(), op, ": offset must have the dtype of logits");
-  paddle::Tensor out = paddle::empty(logits.shape(), logits.dtype(), logits.place());
-  paddle::Tensor lse = paddle::empty({r.m}, lse_dtype(logits.dtype()), logits.place());
+  paddle::Tensor out = new_output(logits.shape(), logits.dtype(), logits.place());
+  paddle::Tensor lse = new_output({r.m}, lse_dtype(logits.dtype()), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -147,8 +147,8 @@ std::vector<paddle::Tensor> AlsFullGradKernel(const paddle::Tensor& logits_in, c
   const char* op = "adaptive_log_softmax_full_grad";
   const paddle::Tensor logits = dense(logits_in), lse = dense(lse_in), out_grad = dense(out_grad_in);
   const Rows r = rows_of(logits, op);
-  paddle::Tensor logits_grad = paddle::empty(logits.shape(), logits.dtype(), logits.place());
-  paddle::Tensor offset_grad = paddle::empty({r.m}, offset_in.dtype(), logits.place());
+  paddle::Tensor logits_grad = new_output(logits.shape(), logits.dtype(), logits.place());
+  paddle::Tensor offset_grad = new_output({r.m}, offset_in.dtype(), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;

@@ -8,6 +8,7 @@
 
 #include "paddle/common/enforce.h"
 #include "paddle/extension.h"
+#include "paddle_ext/block_cache.h"
 #include "paddle_ext/common.h"
 
 #ifdef PADDLE_EXT_WITH_CUDA
@@ -101,6 +102,19 @@ inline int64_t numel_of(const std::vector<int64_t>& shape) {
 }
 
 // The last line of defence: the Python API has already validated the axis with a clear error.
+// An output tensor (contents unset, as paddle::empty's). A CPU one of BlockCache::kMinBytes or more comes
+// from BlockCache (see there: no first-touch page faults on every call), returned to it when Paddle frees it.
+inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::DataType dtype, const paddle::Place& place) {
+  if (place.GetType() == phi::AllocationType::CPU) {
+    const size_t bytes = static_cast<size_t>(numel_of(shape)) * phi::SizeOf(dtype);
+    size_t capacity = 0;
+    if (void* block = BlockCache::instance().take(bytes, &capacity))
+      return paddle::from_blob(block, shape, dtype, phi::DataLayout::NCHW, place,
+                               [capacity](void* data) { BlockCache::instance().give(data, capacity); });
+  }
+  return paddle::empty(shape, dtype, place);
+}
+
 inline int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
   const int64_t r = rank == 0 ? 1 : rank;  // a 0-d tensor has one axis of length 1 here
   PE_CHECK(axis >= -r && axis < r, op, ": axis ", axis, " is out of range for a tensor of rank ", rank);

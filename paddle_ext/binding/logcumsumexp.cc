@@ -18,7 +18,7 @@ std::vector<paddle::Tensor> LogcumsumexpKernel(const paddle::Tensor& x_in, int a
   const paddle::Tensor x = dense(x_in);
   const AxisView v = axis_view(x.shape(), axis, flatten, "logcumsumexp");
   const std::vector<int64_t> out_shape = flatten ? std::vector<int64_t>{x.numel()} : x.shape();
-  paddle::Tensor out = paddle::empty(out_shape, x.dtype(), x.place());
+  paddle::Tensor out = new_output(out_shape, x.dtype(), x.place());
   dispatch_floating(x.dtype(), "logcumsumexp", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (x.is_cpu()) {
@@ -40,7 +40,7 @@ std::vector<paddle::Tensor> LogcumsumexpGradKernel(const paddle::Tensor& x_in, c
                                                    bool exclusive, bool reverse) {
   const paddle::Tensor x = dense(x_in), out = dense(out_in), out_grad = dense(out_grad_in);
   const AxisView v = axis_view(x.shape(), axis, flatten, "logcumsumexp_grad");
-  paddle::Tensor x_grad = paddle::empty(x.shape(), x.dtype(), x.place());
+  paddle::Tensor x_grad = new_output(x.shape(), x.dtype(), x.place());
   dispatch_floating(x.dtype(), "logcumsumexp_grad", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (x.is_cpu()) {

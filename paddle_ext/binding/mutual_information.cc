@@ -58,8 +58,8 @@ std::vector<paddle::Tensor> run_backward(const paddle::Tensor& px_in, const padd
     ans_grad = dense(*ans_grad_in);
     PE_CHECK(ans_grad.numel() == m.B, op, ": ans_grad must have B elements");
   }
-  paddle::Tensor px_grad = paddle::empty(px.shape(), px.dtype(), px.place());
-  paddle::Tensor py_grad = paddle::empty(py.shape(), py.dtype(), py.place());
+  paddle::Tensor px_grad = new_output(px.shape(), px.dtype(), px.place());
+  paddle::Tensor py_grad = new_output(py.shape(), py.dtype(), py.place());
   dispatch_float_double(px.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* ag = ans_grad_in != nullptr ? ptr<T>(ans_grad) : nullptr;
@@ -106,8 +106,8 @@ std::vector<paddle::Tensor> MutualInformationKernel(const paddle::Tensor& px_in,
   const MIShape m = mi_shape(px, py, boundary, op);
   paddle::Tensor bholder;
   const int64_t* bptr = boundary_ptr(boundary, &bholder, m, op);
-  paddle::Tensor ans = paddle::empty({m.B}, px.dtype(), px.place());
-  paddle::Tensor p = paddle::empty({m.B, m.S + 1, m.T + 1}, paddle::DataType::FLOAT64, px.place());
+  paddle::Tensor ans = new_output({m.B}, px.dtype(), px.place());
+  paddle::Tensor p = new_output({m.B, m.S + 1, m.T + 1}, paddle::DataType::FLOAT64, px.place());
   dispatch_float_double(px.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (px.is_cpu()) {

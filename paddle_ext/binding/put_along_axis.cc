@@ -171,7 +171,7 @@ void run_gpu_as(paddle::Tensor& acc, const paddle::Tensor& indices, const paddle
     if (deterministic && (reduce == Reduce::Add || reduce == Reduce::Mean)) {
       const int64_t positions = v.outer * v.m * v.inner;
       const size_t bytes = gpu::put_along_axis_sorted_workspace(positions, slots);
-      paddle::Tensor workspace = paddle::empty({(int64_t)bytes}, paddle::DataType::UINT8, acc.place());
+      paddle::Tensor workspace = new_output({(int64_t)bytes}, paddle::DataType::UINT8, acc.place());
       gpu::put_along_axis_sorted<T, A, Idx>(reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
                                             workspace.data(), bytes, v.outer, v.n, v.m, v.inner, include_self,
                                             acc.stream());
@@ -242,7 +242,7 @@ std::vector<paddle::Tensor> PutAlongAxisKernel(const paddle::Tensor& arr_in, con
     throw_no_cuda(op);
 #endif
   }
-  paddle::Tensor out = paddle::empty(arr.shape(), arr.dtype(), arr.place());
+  paddle::Tensor out = new_output(arr.shape(), arr.dtype(), arr.place());
   run_cpu(arr, out, indices, values, v, r, include_self, false, op);
   return {out};
 }
@@ -281,15 +281,15 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
                        out = dense(out_in), out_grad = dense(out_grad_in);
   const ScatterView v = scatter_view(arr, indices, values, axis, "put_along_axis_grad");
   const Reduce r = parse_reduce(reduce);
-  paddle::Tensor arr_grad = paddle::empty(arr.shape(), arr.dtype(), arr.place());
-  paddle::Tensor values_grad = paddle::empty(values.shape(), values.dtype(), values.place());
+  paddle::Tensor arr_grad = new_output(arr.shape(), arr.dtype(), arr.place());
+  paddle::Tensor values_grad = new_output(values.shape(), values.dtype(), values.place());
   // Broadcast values: the kernels write the grad of every position, summed into values_grad below; the
   // modes that read the values (and every GPU kernel) get them expanded.
   // `add` with row indices and values broadcast along inner sums the grad rows directly (add_row_values_grad).
   const bool reads_values = r == Reduce::Mul || r == Reduce::Min || r == Reduce::Max || !arr.is_cpu();
   const bool row_sums = arr.is_cpu() && r == Reduce::Add && v.idx_broadcast && (v.values_broadcast & kValuesInner);
   const paddle::Tensor values_read = reads_values ? expanded_values(values, v) : values;
-  paddle::Tensor grad_at = v.values_broadcast && !row_sums ? paddle::empty(v.positions, values.dtype(), values.place())
+  paddle::Tensor grad_at = v.values_broadcast && !row_sums ? new_output(v.positions, values.dtype(), values.place())
                                                            : values_grad;
   dispatch_floating(arr.dtype(), "put_along_axis_grad", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -317,7 +317,7 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
           winner = int_scratch(slots, paddle::DataType::INT64, -1, place);
         } else if (r == Reduce::Mul) {  // the positions sorted by slot (gpu::put_along_axis_backward)
           workspace_bytes = gpu::put_along_axis_sorted_workspace(positions, slots);
-          workspace = paddle::empty({(int64_t)workspace_bytes}, paddle::DataType::UINT8, place);
+          workspace = new_output({(int64_t)workspace_bytes}, paddle::DataType::UINT8, place);
         } else {
           count = int_scratch(slots, paddle::DataType::INT32, 0, place);
         }

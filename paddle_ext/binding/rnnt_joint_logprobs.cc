@@ -78,9 +78,9 @@ std::vector<paddle::Tensor> RnntJointKernel(const paddle::Tensor& logits_in, con
   paddle::Tensor ranges = ranges_in ? dense(*ranges_in) : paddle::Tensor();
   check_values(symbols, ranges_in ? &ranges : nullptr, d, op);
   const int64_t* rptr = ranges_in ? ranges.data<int64_t>() : nullptr;
-  paddle::Tensor px = paddle::empty({d.B, d.S, d.T}, logits.dtype(), logits.place());
-  paddle::Tensor py = paddle::empty({d.B, d.S + 1, d.T}, logits.dtype(), logits.place());
-  paddle::Tensor lse = paddle::empty({d.B, d.T, d.R, 2}, lse_dtype(logits.dtype()), logits.place());
+  paddle::Tensor px = new_output({d.B, d.S, d.T}, logits.dtype(), logits.place());
+  paddle::Tensor py = new_output({d.B, d.S + 1, d.T}, logits.dtype(), logits.place());
+  paddle::Tensor lse = new_output({d.B, d.T, d.R, 2}, lse_dtype(logits.dtype()), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -113,7 +113,7 @@ std::vector<paddle::Tensor> RnntJointGradKernel(const paddle::Tensor& logits_in,
                py_grad.shape() == std::vector<int64_t>({d.B, d.S + 1, d.T}) && lse.numel() == d.B * d.T * d.R * 2,
            op, ": px_grad, py_grad and lse must be [B, S, T], [B, S+1, T] and [B, T, R, 2]");
   const int64_t* rptr = ranges_in ? ranges.data<int64_t>() : nullptr;
-  paddle::Tensor logits_grad = paddle::empty(logits.shape(), logits.dtype(), logits.place());
+  paddle::Tensor logits_grad = new_output(logits.shape(), logits.dtype(), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -166,7 +166,7 @@ std::vector<paddle::Tensor> RnntPruneGatherKernel(const paddle::Tensor& x_in, co
   const char* op = "rnnt_prune_gather";
   const paddle::Tensor x = dense(x_in), index = dense(index_in);
   const GatherShape g = gather_shape(x, index, op);
-  paddle::Tensor out = paddle::empty({g.B, g.T, g.R, g.D}, x.dtype(), x.place());
+  paddle::Tensor out = new_output({g.B, g.T, g.R, g.D}, x.dtype(), x.place());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (x.is_cpu()) {
@@ -189,7 +189,7 @@ std::vector<paddle::Tensor> RnntPruneGatherGradKernel(const paddle::Tensor& x_in
   const paddle::Tensor x = dense(x_in), index = dense(index_in), out_grad = dense(out_grad_in);
   const GatherShape g = gather_shape(x, index, op);
   PE_CHECK(out_grad.shape() == std::vector<int64_t>({g.B, g.T, g.R, g.D}), op, ": out_grad must be [B, T, R, D]");
-  paddle::Tensor x_grad = paddle::empty(x.shape(), x.dtype(), x.place());
+  paddle::Tensor x_grad = new_output(x.shape(), x.dtype(), x.place());
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (x.is_cpu()) {

@@ -54,9 +54,9 @@ std::vector<paddle::Tensor> RnntSimpleLogprobsKernel(const paddle::Tensor& lm_in
   const char* op = "rnnt_simple_logprobs";
   const paddle::Tensor lm = dense(lm_in), am = dense(am_in), symbols = dense(symbols_in);
   const SimpleShape d = simple_shape(lm, am, symbols, termination_symbol, op);
-  paddle::Tensor px = paddle::empty({d.B, d.S, modified ? d.T : d.T + 1}, am.dtype(), am.place());
-  paddle::Tensor py = paddle::empty({d.B, d.S + 1, d.T}, am.dtype(), am.place());
-  paddle::Tensor approx = paddle::empty({d.B, d.L, d.T}, am.dtype(), am.place());
+  paddle::Tensor px = new_output({d.B, d.S, modified ? d.T : d.T + 1}, am.dtype(), am.place());
+  paddle::Tensor py = new_output({d.B, d.S + 1, d.T}, am.dtype(), am.place());
+  paddle::Tensor approx = new_output({d.B, d.L, d.T}, am.dtype(), am.place());
   dispatch_float_double(am.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (am.is_cpu()) {
@@ -90,8 +90,8 @@ std::vector<paddle::Tensor> RnntSimpleLogprobsGradKernel(const paddle::Tensor& l
   PE_CHECK(py_grad.shape() == std::vector<int64_t>({d.B, d.S + 1, d.T}), op, ": py_grad must be [B, S+1, T]");
   PE_CHECK(px_grad.shape() == std::vector<int64_t>({d.B, d.S, modified ? d.T : d.T + 1}), op,
            ": px_grad must be [B, S, T+1] (regular) or [B, S, T] (modified)");
-  paddle::Tensor lm_grad = paddle::empty(lm.shape(), lm.dtype(), lm.place());
-  paddle::Tensor am_grad = paddle::empty(am.shape(), am.dtype(), am.place());
+  paddle::Tensor lm_grad = new_output(lm.shape(), lm.dtype(), lm.place());
+  paddle::Tensor am_grad = new_output(am.shape(), am.dtype(), am.place());
   dispatch_float_double(am.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (am.is_cpu()) {

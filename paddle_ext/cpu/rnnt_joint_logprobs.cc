@@ -124,14 +124,14 @@ template <typename T>
 void rnnt_joint_backward(const T* logits, const int64_t* symbols, const int64_t* ranges, const acc_t<T>* lse,
                          const T* px_grad, const T* py_grad, T* logits_grad, const JointShape& d) {
   if (d.C == 0) return;
-  populate_for_write(logits_grad, sizeof(T) * d.B * d.T * d.R * d.C, /*huge_pages=*/true);
+  populate_for_write(logits_grad, sizeof(T) * d.B * d.T * d.R * d.C);
   for_frames(JointBackward<T>{logits, symbols, ranges, lse, px_grad, py_grad, logits_grad, d}, d);
 }
 
 template <typename T>
 void rnnt_prune_gather(const T* x, const int64_t* index, T* out, index_t B, index_t N, index_t M, index_t D) {
   if (D == 0) return;
-  populate_for_write(out, sizeof(T) * B * M * D, /*huge_pages=*/true);
+  populate_for_write(out, sizeof(T) * B * M * D);
   parallel_for(0, B * M, row_grain(D), [&](index_t r0, index_t r1) {
     for (index_t r = r0; r < r1; ++r) {
       const index_t b = r / M;

@@ -106,6 +106,16 @@ def num_threads() -> int:
     return int(ctypes.CDLL(library_path()).paddle_ext_num_threads())
 
 
+def output_cache_bytes() -> int:
+    """Bytes of freed big CPU outputs the op library keeps mapped for its next outputs (BlockCache in
+    block_cache.h; at most PADDLE_EXT_OUTPUT_CACHE_MB, default 1024, 0 turns it off)."""
+    import ctypes  # noqa: PLC0415
+
+    fn = ctypes.CDLL(library_path()).paddle_ext_output_cache_bytes
+    fn.restype = ctypes.c_size_t
+    return int(fn())
+
+
 def build_info() -> dict:
     """What setup.py recorded: whether CUDA kernels were compiled in, and against which Paddle."""
     path = pathlib.Path(__file__).with_name("build_info.json")

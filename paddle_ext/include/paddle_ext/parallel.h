@@ -186,47 +186,16 @@ void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, const Fn& f
   parallel_blocks(begin, end, std::max<int64_t>(1, n / (16 * threads)), static_cast<int>(threads), fn);
 }
 
-#ifdef __linux__
-// Free blocks of 2 MiB or more that the kernel's buddy allocator holds now (/proc/buddyinfo: counts per order
-// of 4 KiB pages, orders >= 9 counted in 2 MiB units), or -1 where it cannot be read.
-inline int64_t free_huge_page_blocks() {
-  std::FILE* f = std::fopen("/proc/buddyinfo", "r");
-  if (!f) return -1;
-  int64_t total = 0;
-  char line[512];
-  while (std::fgets(line, sizeof line, f)) {  // "Node 0, zone   Normal  c0 c1 ... c10"
-    char* p = std::strstr(line, "zone");
-    if (!p) continue;
-    p += 4;
-    while (*p == ' ') ++p;
-    while (*p && *p != ' ') ++p;  // the zone's name
-    for (int order = 0;; ++order) {
-      char* end = nullptr;
-      const long long count = std::strtoll(p, &end, 10);
-      if (end == p) break;
-      if (order >= 9) total += static_cast<int64_t>(count) << (order - 9);
-      p = end;
-    }
-  }
-  std::fclose(f);
-  return total;
-}
-#endif
-
 // Fault in a freshly allocated output before a kernel writes all of it. Allocations over 32 MiB are a
 // fresh mmap per call, and smaller ones land on fresh pages whenever glibc has trimmed its heap (e.g.
 // after another library freed a big block); first-touch faults cost ~1.2-1.5 us per 4 KiB page on this
 // machine type, and madvise(MADV_POPULATE_WRITE), split over the threads, faults the same pages in
 // ~60% of the time. Memory that is already resident (a reused allocation: its first page is) is left
 // alone, and on a kernel without MADV_POPULATE_WRITE (< 5.14) this does nothing.
-// huge_pages: a block of >= 32 MiB is first marked MADV_HUGEPAGE (transparent huge pages in "madvise"
-// mode), so that its 2 MiB-aligned interior takes one fault per 2 MiB (a 80 MiB output ~16 instead of
-// ~60 ms on 2 threads), but only while the kernel has that many free 2 MiB blocks: a huge-page fault
-// without one stalls in direct compaction (seen at 100s of ms per call when memory was short).
-inline void populate_for_write(void* data, size_t bytes, bool huge_pages = false) {
+inline void populate_for_write(void* data, size_t bytes) {
 #ifdef __linux__
-  constexpr size_t kMinBytes = size_t{1} << 20, kMinHugeBytes = size_t{32} << 20;
-  constexpr uintptr_t kBlock = uintptr_t{2} << 20;  // one huge page; the unit of work per thread
+  constexpr size_t kMinBytes = size_t{1} << 20;
+  constexpr uintptr_t kBlock = uintptr_t{2} << 20;  // the unit of work per thread
   if (bytes < kMinBytes) return;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t lo = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
@@ -237,11 +206,6 @@ inline void populate_for_write(void* data, size_t bytes, bool huge_pages = false
 #ifndef MADV_POPULATE_WRITE
   constexpr int MADV_POPULATE_WRITE = 23;
 #endif
-  if (huge_pages && bytes >= kMinHugeBytes) {
-    const uintptr_t hlo = (lo + kBlock - 1) / kBlock * kBlock, hhi = hi / kBlock * kBlock;
-    if (hhi > hlo && free_huge_page_blocks() >= static_cast<int64_t>((hhi - hlo) / kBlock))
-      madvise(reinterpret_cast<void*>(hlo), hhi - hlo, MADV_HUGEPAGE);
-  }
   // 2 MiB-aligned blocks, so that no huge page is split between two threads
   const int64_t first = static_cast<int64_t>(lo / kBlock), last = static_cast<int64_t>((hi - 1) / kBlock);
   parallel_for(first, last + 1, 1, [&](int64_t b0, int64_t b1) {
@@ -252,7 +216,6 @@ inline void populate_for_write(void* data, size_t bytes, bool huge_pages = false
 #else
   (void)data;
   (void)bytes;
-  (void)huge_pages;
 #endif
 }
 
