@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "paddle_ext/block_cache.h"
 #include "paddle_ext/parallel.h"
 #include "paddle_ext/vec_math.h"
 
@@ -71,13 +72,21 @@ constexpr index_t kHintsAhead = 8;
 // Index rows looked ahead to prefetch the slots of a row whose indices disagree (its elements' slots).
 constexpr index_t kEachAhead = 2;
 
-// Zeroed scratch; from 4 MiB on, its own mapping on transparent huge pages where the kernel offers
-// them (madvise mode): a fresh 4 KiB-page buffer of hundreds of MiB costs more in page faults than a
-// pass over it, and random accesses into it miss the TLB.
+// Scratch; from 4 MiB on, its own mapping on transparent huge pages where the kernel offers them (madvise
+// mode): a fresh 4 KiB-page buffer of hundreds of MiB costs more in page faults than a pass over it, and
+// random accesses into it miss the TLB. Zeroed (fresh zero pages, faulted in where touched) unless
+// `zeroed` is false: then a block of 32 MiB or more comes from BlockCache, resident from an earlier call
+// (a fresh huge-page mapping per call was fast back to back, but after a pause its 2 MiB blocks had gone
+// back to the VM host through free page reporting: independent `add` 513-544 ms back to back, 783-910
+// with a 3 s pause before each call; with the scratch from the cache, 500-545 either way).
 class HugeScratch {
  public:
-  explicit HugeScratch(size_t bytes) : bytes_(std::max<size_t>(bytes, 1)) {
+  explicit HugeScratch(size_t bytes, bool zeroed = true) : bytes_(std::max<size_t>(bytes, 1)) {
 #ifdef __linux__
+    if (!zeroed && (ptr_ = BlockCache::instance().take(bytes_, &cached_))) {
+      madvise(ptr_, cached_, MADV_HUGEPAGE);  // a fresh block: huge pages from its first touch on
+      return;
+    }
     mapped_ = bytes_ >= (size_t(4) << 20);
     if (mapped_) {
       ptr_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -85,12 +94,18 @@ class HugeScratch {
       madvise(ptr_, bytes_, MADV_HUGEPAGE);
       return;
     }
+#else
+    (void)zeroed;
 #endif
     ptr_ = std::calloc(bytes_, 1);
     if (!ptr_) throw std::bad_alloc();
   }
   ~HugeScratch() {
 #ifdef __linux__
+    if (cached_) {
+      BlockCache::instance().give(ptr_, cached_);
+      return;
+    }
     if (mapped_) {
       munmap(ptr_, bytes_);
       return;
@@ -105,8 +120,9 @@ class HugeScratch {
 
  private:
   size_t bytes_;
+  size_t cached_ = 0;  // capacity of a BlockCache block, else 0
   bool mapped_ = false;
-  void* ptr_;
+  void* ptr_ = nullptr;
 };
 
 // Transparent huge pages for a large output about to be faulted in (THP in madvise mode): random
@@ -506,13 +522,13 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
   const index_t total_rows = (o1 - o0) * m, rounds = (total_rows + round_rows - 1) / round_rows;
   const index_t cap = std::min(total_rows, round_rows) * len + blocks * chunk;
   static_assert(std::is_trivially_copyable<Entry<T>>::value, "entries live in raw scratch");
-  HugeScratch scratch(cap * sizeof(Entry<T>));
+  HugeScratch scratch(cap * sizeof(Entry<T>), /*zeroed=*/false);
   Entry<T>* const pool = scratch.as<Entry<T>>();
   // Gather: each position's block (kNoBlock: index out of range), so that the un-partition reads 2 bytes
   // a position instead of the index again.
   static_assert(kMaxBlocks < 0xffff, "block numbers fit 16 bits");
   constexpr uint16_t kNoBlock = 0xffff;
-  HugeScratch block_of_mem(Gather ? std::min(total_rows, round_rows) * len * sizeof(uint16_t) : 1);
+  HugeScratch block_of_mem(Gather ? std::min(total_rows, round_rows) * len * sizeof(uint16_t) : 1, /*zeroed=*/false);
   uint16_t* const block_of = block_of_mem.as<uint16_t>();
   std::vector<std::vector<uint32_t>> chunks(blocks);  // chunk numbers in the pool, per block
   std::vector<Entry<T>*> cur(blocks), end(blocks);

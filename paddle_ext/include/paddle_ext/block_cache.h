@@ -1,4 +1,5 @@
-// Big CPU output buffers kept mapped between calls.
+// Big CPU buffers kept mapped between calls: op outputs (binding/common.h's new_output) and put_along_axis's
+// partition scratch.
 //
 // Paddle's CPU allocator gets every block over glibc's mmap threshold (32 MiB) from a fresh mmap and
 // unmaps it when freed, so an op called in a training loop first-touch faults its 80-500 MiB outputs
@@ -9,7 +10,7 @@
 //
 // So big outputs come from this cache instead: a block the op library handed out and got back is kept,
 // mapped and resident, for the next output of about its size (best fit within 1.5x). What it holds is
-// bounded: PADDLE_EXT_OUTPUT_CACHE_MB (default 1024; 0 turns the cache off), the oldest blocks unmapped
+// bounded: PADDLE_EXT_OUTPUT_CACHE_MB (default 2048; 0 turns the cache off), the oldest blocks unmapped
 // first, and blocks idle for kIdleSeconds unmapped at the next call that uses the cache. A kept block is
 // marked MADV_FREE, so under memory pressure the kernel may take its pages back (a later reuse then
 // faults them in again, as a fresh block would).
@@ -121,7 +122,7 @@ class BlockCache {
 
   static size_t limit_from_env() {
     const char* s = std::getenv("PADDLE_EXT_OUTPUT_CACHE_MB");
-    if (!s || !*s) return size_t{1024} << 20;
+    if (!s || !*s) return size_t{2048} << 20;  // put_along_axis fwd+bwd at [1e6, 64] <- [2e6, 64]: ~1.3 GiB
     char* end = nullptr;
     const long long mb = std::strtoll(s, &end, 10);
     return end != s && mb > 0 ? static_cast<size_t>(mb) << 20 : 0;
