@@ -24,6 +24,8 @@ def _info(_args) -> int:
     print(f"CUDA kernels   {'built' if _library.built_with_cuda() else 'not built (CPU-only Paddle)'}")
     print(f"machine        {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(f"CPU threads    {_library.num_threads()} (PADDLE_EXT_NUM_THREADS, else OMP_NUM_THREADS, else one per core)")
+    print(f"output cache   {_library.output_cache_bytes() >> 20} MiB held (big CPU buffers kept mapped between calls; "
+          "PADDLE_EXT_OUTPUT_CACHE_MB, default 2048, 0 off)")
     print("ops (from ops/*.yaml):")
     for op in _library.manifest():
         if op["forward"]:
