@@ -8,6 +8,11 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
+
+import paddle_ext
+from op_test import check_export
+
 _PRELUDE = """
 import json, numpy as np, paddle, paddle_ext
 from paddle_ext import _library
@@ -131,3 +136,11 @@ print(json.dumps(dict(values=[a.tolist() for a in runs[0]],
     assert cached["held"] >= 3 * 32 * 2**20, cached["held"]  # am_pruned, lm_pruned and the joint grad, given back
     assert uncached["held"] == 0
     assert cached["values"] == uncached["values"]
+
+
+def test_cached_outputs_serve_an_exported_model_in_paddle_inference():
+    """A 32 MiB output through to_static, jit.save/load and paddle.inference, twice (the second export runs on
+    blocks the first gave back): the dygraph values every time. In this process: the cache is on by default."""
+    x = np.random.default_rng(4).normal(size=(8, 1 << 20)).astype(np.float32)
+    for _ in range(2):
+        check_export(lambda v: paddle_ext.logcumsumexp(v, axis=-1), {"x": x}, rtol=1e-6, atol=1e-6)
