@@ -101,7 +101,6 @@ inline int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// The last line of defence: the Python API has already validated the axis with a clear error.
 // An output tensor (contents unset, as paddle::empty's). A CPU one of BlockCache::kMinBytes or more comes
 // from BlockCache (see there: no first-touch page faults on every call), returned to it when Paddle frees it.
 inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::DataType dtype, const paddle::Place& place) {
@@ -115,6 +114,7 @@ inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::Data
   return paddle::empty(shape, dtype, place);
 }
 
+// The last line of defence: the Python API has already validated the axis with a clear error.
 inline int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
   const int64_t r = rank == 0 ? 1 : rank;  // a 0-d tensor has one axis of length 1 here
   PE_CHECK(axis >= -r && axis < r, op, ": axis ", axis, " is out of range for a tensor of rank ", rank);

@@ -339,9 +339,10 @@ inline index_t part_bytes(const Geometry& g, const Plan& plan, index_t elem) {
   }
 }
 
-// Destination prefetch pays only where a part's destination misses L2 (the partitioned paths' own bound);
-// on a cache-resident one it is pure overhead (a [1000, 64] scatter took 2.2x as long with it).
-inline bool worth_prefetching(const Geometry& g, const Plan& plan, index_t elem) {
+// Whether the destination a thread updates at a time is past L2 (8 partition blocks): where the partitioned
+// paths pay, and where a destination prefetch does (on a cache-resident one it is pure overhead: a
+// [1000, 64] scatter took 2.2x as long with it).
+inline bool misses_l2(const Geometry& g, const Plan& plan, index_t elem) {
   const index_t bytes = plan.kind == Plan::Narrow ? g.slots() * elem / std::max(plan.threads, 1) : part_bytes(g, plan, elem);
   return bytes >= 8 * tiles().block_bytes;
 }
@@ -350,7 +351,7 @@ template <bool Reverse, typename Idx, typename Fn, typename Bad>
 Visited visit(const Idx* idx, const Geometry& g, const Plan& plan, const Hints& pf, const Fn& fn, const Bad& bad_fn) {
   if (g.positions() == 0) return Visited{};
   Hints hints = pf;
-  if (!worth_prefetching(g, plan, pf.elem_size)) hints.a = hints.b = nullptr;
+  if (!misses_l2(g, plan, pf.elem_size)) hints.a = hints.b = nullptr;
   std::atomic<bool> ok{true}, scattered{false};
   auto part = [&](index_t o0, index_t o1, index_t i0, index_t i1, index_t b, index_t k0, index_t k1) {
     const Visited v = i1 - i0 == 1
@@ -660,7 +661,7 @@ bool bucket_gather(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, co
 // Partition when most index rows disagree and a part's destination is well beyond L2.
 template <typename Idx>
 bool use_buckets(const Idx* idx, const Geometry& g, const Plan& plan, index_t elem) {
-  return plan.kind != Plan::Narrow && part_bytes(g, plan, elem) >= 8 * tiles().block_bytes && mostly_scattered(idx, g, plan);
+  return plan.kind != Plan::Narrow && misses_l2(g, plan, elem) && mostly_scattered(idx, g, plan);
 }
 
 // mean_divide(sum, count) for a slot with `count` contributions (a slot with none keeps its value),
