@@ -53,16 +53,19 @@ struct Tiles {
   index_t grain;          // elements worth a second thread: large on purpose (the passes are memory-bound,
                           // and on a shared machine a fork-join can wait milliseconds for a thread that
                           // lost its core, more than a few-million-element pass costs on one thread)
-  index_t block_bytes;    // destination bytes per partition block (L2 holds it with the entries streaming through)
+  index_t block_bytes;    // destination bytes per partition block: half of L2, which holds it with the entries
+                          // streaming through (independent assign: 393 ms with 256 KiB blocks, 344 with 512,
+                          // 333 with 1 MiB, 399 with 2 MiB; add 505, 486, 550, 676)
   index_t chunk_entries;  // entries per list chunk of a block
   index_t round_entries;  // updates partitioned per round: bounds the scratch per thread
+  index_t far_bytes;      // a thread's destination from this size on is "past L2" (see misses_l2)
 };
 
 const Tiles& tiles() {
   static const Tiles t = [] {
     const char* knob = std::getenv("PADDLE_EXT_PUT_TILE");
-    if (knob && std::strcmp(knob, "small") == 0) return Tiles{16, 64, 4, 40};
-    return Tiles{PE_PUT_ALONG_AXIS_GRAIN, 256 << 10, 512, index_t(1) << 24};
+    if (knob && std::strcmp(knob, "small") == 0) return Tiles{16, 64, 4, 40, 512};
+    return Tiles{PE_PUT_ALONG_AXIS_GRAIN, 512 << 10, 512, index_t(1) << 24, 2 << 20};
   }();
   return t;
 }
@@ -339,12 +342,12 @@ inline index_t part_bytes(const Geometry& g, const Plan& plan, index_t elem) {
   }
 }
 
-// Whether the destination a thread updates at a time is past L2 (8 partition blocks): where the partitioned
+// Whether the destination a thread updates at a time is past L2 (2 MiB): where the partitioned
 // paths pay, and where a destination prefetch does (on a cache-resident one it is pure overhead: a
 // [1000, 64] scatter took 2.2x as long with it).
 inline bool misses_l2(const Geometry& g, const Plan& plan, index_t elem) {
   const index_t bytes = plan.kind == Plan::Narrow ? g.slots() * elem / std::max(plan.threads, 1) : part_bytes(g, plan, elem);
-  return bytes >= 8 * tiles().block_bytes;
+  return bytes >= tiles().far_bytes;
 }
 
 template <bool Reverse, typename Idx, typename Fn, typename Bad>
@@ -499,15 +502,17 @@ bool mostly_scattered(const Idx* idx, const Geometry& g, const Plan& plan) {
 //   walked backwards, so each slot's positions arrive in decreasing order, as in visit<true>), then
 //   a walk of the round's positions in order reads each block's list with a cursor and writes
 //   out[p] (zero for an out-of-range index): every write sequential, no random read of a large table.
-// - scatter: done(slot, rows, columns, stat_row) for each block after the last round's apply (its first
-//   slot, rows `inner` slots apart, and first stat row), while the block is in L2.
+// - scatter: hooks.begin(slot, rows, columns, stat_row) for each block before the first round's apply, and
+//   hooks.end(...) after the last round's (its first slot, rows `inner` slots apart, and first stat row),
+//   while the block is in L2. Every slot of the part lies in exactly one block: per-slot scratch that
+//   begin() clears needs no zeroed memory.
 // Returns false on an out-of-range index.
-template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn, typename Done>
+template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn, typename Hooks>
 bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, index_t o0, index_t o1,
-                 index_t i0, index_t i1, index_t rb, index_t elem, const Fn& fn, const Done& done) {
+                 index_t i0, index_t i1, index_t rb, index_t elem, const Fn& fn, const Hooks& hooks) {
   const Tiles& tl = tiles();
   const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0, rows = (o1 - o0) * n, chunk = tl.chunk_entries;
-  if (m == 0 || len == 0) return true;
+  if (len == 0) return true;
   if (rows == 0) {  // n == 0: every index is out of range
     if (Gather)
       for (index_t o = o0; o < o1; ++o)
@@ -520,7 +525,7 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
   while ((rows >> shift) >= kMaxBlocks) ++shift;
   const index_t blocks = ((rows - 1) >> shift) + 1;
   const index_t round_rows = std::max<index_t>(1, tl.round_entries / len);  // index rows per round
-  const index_t total_rows = (o1 - o0) * m, rounds = (total_rows + round_rows - 1) / round_rows;
+  const index_t total_rows = (o1 - o0) * m, rounds = std::max<index_t>(1, (total_rows + round_rows - 1) / round_rows);
   const index_t cap = std::min(total_rows, round_rows) * len + blocks * chunk;
   static_assert(std::is_trivially_copyable<Entry<T>>::value, "entries live in raw scratch");
   HugeScratch scratch(cap * sizeof(Entry<T>), /*zeroed=*/false);
@@ -570,10 +575,16 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
     }
     for (index_t b = 0; b < blocks; ++b) {  // apply, block by block
       const index_t base = (o0 * n + (b << shift)) * inner + i0, rbase = rb + (b << shift);
+      const index_t block_rows = std::min(index_t(1) << shift, rows - (b << shift));
+      if (!Gather && rr == 0) hooks.begin(base, block_rows, len, rbase);
       const index_t nc = static_cast<index_t>(chunks[b].size());
       for (index_t cc = 0; cc < nc; ++cc) {
         const index_t c = chunks[b][Reverse ? nc - 1 - cc : cc];
         Entry<T>* const first = pool + c * chunk;
+        if (cc + 1 < nc) {  // the next chunk is elsewhere in the pool: start its stream early (-4% time)
+          const char* next_chunk = reinterpret_cast<const char*>(pool + index_t(chunks[b][Reverse ? nc - 2 - cc : cc + 1]) * chunk);
+          for (int line = 0; line < 4; ++line) __builtin_prefetch(next_chunk + 64 * line);
+        }
         Entry<T>* const stop = cc == (Reverse ? 0 : nc - 1) ? cur[b] : first + chunk;
         for (index_t u = 0, count = stop - first; u < count; ++u) {
           Entry<T>* const e = Reverse ? stop - 1 - u : first + u;
@@ -583,7 +594,7 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
           else fn(s, e->v, r);
         }
       }
-      if (!Gather && rr == rounds - 1) done(base, std::min(index_t(1) << shift, rows - (b << shift)), len, rbase);
+      if (!Gather && rr == rounds - 1) hooks.end(base, block_rows, len, rbase);
     }
     if constexpr (Gather) {  // un-partition: the positions in order, each block's list read by a cursor
       std::vector<index_t> taken(blocks, 0);
@@ -611,12 +622,12 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
 }
 
 // The partitioned pass over the whole plan (same parts as visit(); not for Plan::Narrow).
-template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn, typename Done>
+template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn, typename Hooks>
 bool bucket_run(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, const Plan& plan,
-                index_t elem, const Fn& fn, const Done& done) {
+                index_t elem, const Fn& fn, const Hooks& hooks) {
   std::atomic<bool> ok{true};
   auto part = [&](index_t o0, index_t o1, index_t i0, index_t i1, index_t rb) {
-    if (!bucket_part<Gather, Reverse>(idx, values, out, zero, g, o0, o1, i0, i1, rb, elem, fn, done))
+    if (!bucket_part<Gather, Reverse>(idx, values, out, zero, g, o0, o1, i0, i1, rb, elem, fn, hooks))
       ok.store(false, std::memory_order_relaxed);
   };
   switch (plan.kind) {
@@ -638,16 +649,29 @@ bool bucket_run(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const
   return ok.load();
 }
 
-struct NoDone {
-  void operator()(index_t, index_t, index_t, index_t) const {}
+struct NoHooks {
+  void begin(index_t, index_t, index_t, index_t) const {}
+  void end(index_t, index_t, index_t, index_t) const {}
 };
+template <typename Begin, typename End>
+struct BlockHooks {
+  Begin begin_fn;
+  End end_fn;
+  void begin(index_t s, index_t rows, index_t len, index_t r) const { begin_fn(s, rows, len, r); }
+  void end(index_t s, index_t rows, index_t len, index_t r) const { end_fn(s, rows, len, r); }
+};
+template <typename Begin, typename End>
+BlockHooks<Begin, End> block_hooks(Begin begin, End end) {
+  return BlockHooks<Begin, End>{begin, end};
+}
 
 // fn(slot, value, stat_row) for every in-range position, in destination-block order (each slot's in
-// increasing position); then done(...) per block (see bucket_part). `values.data` may be null (fn then gets T()).
-template <typename T, typename Idx, typename Fn, typename Done = NoDone>
+// increasing position); hooks.begin / end per block around them (see bucket_part). `values.data` may be null
+// (fn then gets T()).
+template <typename T, typename Idx, typename Fn, typename Hooks = NoHooks>
 bool bucket_scatter(const Idx* idx, const ValuesAt<T>& values, const Geometry& g, const Plan& plan, index_t elem,
-                    const Fn& fn, const Done& done = Done()) {
-  return bucket_run<false, false>(idx, values, static_cast<T*>(nullptr), T(), g, plan, elem, fn, done);
+                    const Fn& fn, const Hooks& hooks = Hooks()) {
+  return bucket_run<false, false>(idx, values, static_cast<T*>(nullptr), T(), g, plan, elem, fn, hooks);
 }
 
 // out[p] = fn(slot, values[p], stat_row) for every position (zero where its index is out of range);
@@ -655,7 +679,7 @@ bool bucket_scatter(const Idx* idx, const ValuesAt<T>& values, const Geometry& g
 template <bool Reverse, typename T, typename Idx, typename Fn>
 bool bucket_gather(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, const Plan& plan, index_t elem,
                    const Fn& fn) {
-  return bucket_run<true, Reverse>(idx, values, out, zero, g, plan, elem, fn, NoDone());
+  return bucket_run<true, Reverse>(idx, values, out, zero, g, plan, elem, fn, NoHooks());
 }
 
 // Partition when most index rows disagree and a part's destination is well beyond L2.
@@ -674,23 +698,43 @@ inline A divide_by_count(A sum, int32_t count, int32_t self) {
   else return pick(c > 1, sum / static_cast<A>(c), sum);
 }
 
-// mean's counts on the partitioned path: a byte per slot (an int32 per slot added 8 bytes of memory
+// mean's counts on the partitioned paths: a byte per slot (an int32 per slot added 8 bytes of memory
 // traffic per slot to every round's apply), its carries in an int32 per slot whose pages are touched
 // only where some slot reaches 256 contributions (flagged per stat row). count(s) = low[s] + 256 * high[s].
+// `low` is reused memory, not zeroed: each partition block clears its rows in hooks.begin (clear()), in L2.
 struct ByteCounts {
-  HugeScratch low_mem, high_mem;  // zero pages, faulted in where touched
+  HugeScratch low_mem, high_mem;  // high: zero pages, faulted in where touched
   uint8_t* low;
   int32_t* high;
   std::unique_ptr<uint8_t[]> wrapped;
+  index_t inner;
   ByteCounts(const Geometry& g, const Plan& plan)
-      : low_mem(g.slots()), high_mem(g.slots() * sizeof(int32_t)), low(low_mem.as<uint8_t>()),
-        high(high_mem.as<int32_t>()), wrapped(new uint8_t[plan.nblocks * g.outer * g.n]()) {}
+      : low_mem(g.slots(), /*zeroed=*/false), high_mem(g.slots() * sizeof(int32_t)), low(low_mem.as<uint8_t>()),
+        high(high_mem.as<int32_t>()), wrapped(new uint8_t[plan.nblocks * g.outer * g.n]()), inner(g.inner) {}
   ByteCounts(const ByteCounts&) = delete;
   ByteCounts& operator=(const ByteCounts&) = delete;
+  void clear(index_t s0, index_t rows, index_t len) {
+    for (index_t i = 0; i < rows; ++i) std::memset(low + s0 + i * inner, 0, len);
+  }
   void add(index_t s, index_t r) {
     if (__builtin_expect(++low[s] == 0, 0)) {
       ++high[s];
       wrapped[r] = 1;
+    }
+  }
+  // fn(i, count_of) for the rows of a partition block (first slot s0, first stat row r0): count_of(t) is the
+  // count of column t of row i. Two instances of fn, so that the common one (no slot of the row past 255)
+  // vectorises.
+  template <typename Fn>
+  void for_rows(index_t s0, index_t rows, index_t r0, const Fn& fn) const {
+    for (index_t i = 0; i < rows; ++i) {
+      const uint8_t* const lo = low + s0 + i * inner;
+      if (wrapped[r0 + i]) {
+        const int32_t* const hi = high + s0 + i * inner;
+        fn(i, [lo, hi](index_t t) { return int32_t(lo[t]) + (hi[t] << 8); });
+      } else {
+        fn(i, [lo](index_t t) { return int32_t(lo[t]); });
+      }
     }
   }
 };
@@ -745,18 +789,13 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx*
           acc[s] = ReduceOp<R>::combine(acc[s], static_cast<A>(load(v)));
           c->add(s, r);
         },
-        [acc, c, self, inner](index_t s0, index_t rows, index_t len, index_t r0) {
-          for (index_t i = 0; i < rows; ++i) {
-            A* const a = acc + s0 + i * inner;
-            const uint8_t* const lo = c->low + s0 + i * inner;
-            if (c->wrapped[r0 + i]) {
-              const int32_t* const hi = c->high + s0 + i * inner;
-              for (index_t t = 0; t < len; ++t) a[t] = divide_by_count<A>(a[t], lo[t] + (hi[t] << 8), self);
-            } else {
-              for (index_t t = 0; t < len; ++t) a[t] = divide_by_count<A>(a[t], lo[t], self);
-            }
-          }
-        });
+        block_hooks([c](index_t s0, index_t rows, index_t len, index_t) { c->clear(s0, rows, len); },
+                    [acc, c, self, inner](index_t s0, index_t rows, index_t len, index_t r0) {
+                      c->for_rows(s0, rows, r0, [=](index_t i, auto count_of) {
+                        A* const a = acc + s0 + i * inner;
+                        for (index_t t = 0; t < len; ++t) a[t] = divide_by_count<A>(a[t], count_of(t), self);
+                      });
+                    }));
   }
   Counter cnt(g, plan);
   Counter* c = &cnt;
@@ -1146,6 +1185,44 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
           for (index_t t = 0; t < len; ++t) arr_grad[s + t] = h->slot[s + t] > 0 ? zero : g[s + t];
         }
       });
+    return;
+  }
+
+  if (R == Reduce::Mean && buckets) {
+    // One counting pass whose hooks turn each block's counts into the block's grads while it is in L2:
+    // arr_grad, and q = g / (count + self), the values_grad of every position aimed at the slot; values_grad
+    // is then add's gather of q. With include_self, arr_grad is q on every written slot (the only ones
+    // gathered from), and serves as q. (Was an int32 count pass, then a gather that divided at each
+    // position: independent mean's backward took 2.1x add's.)
+    ByteCounts counts(geo, plan);
+    ByteCounts* c = &counts;
+    std::unique_ptr<HugeScratch> q_mem;
+    T* q = nullptr;
+    if (vg && !(include_self && arr_grad)) {
+      q_mem.reset(new HugeScratch(geo.slots() * sizeof(T), /*zeroed=*/false));
+      q = q_mem->as<T>();
+    }
+    T* const ag = arr_grad;
+    const index_t inner = geo.inner;
+    bucket_scatter(idx, no_values, geo, plan, 1, [c](index_t s, T, index_t r) { c->add(s, r); },
+                   block_hooks([c](index_t s0, index_t rows, index_t len, index_t) { c->clear(s0, rows, len); },
+                               [c, q, ag, g, inner, include_self](index_t s0, index_t rows, index_t len, index_t r0) {
+                                 c->for_rows(s0, rows, r0, [=](index_t i, auto count_of) {
+                                   const index_t s = s0 + i * inner;
+                                   if (q)
+                                     for (index_t t = 0; t < len; ++t)
+                                       q[s + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), A(0), A(0),
+                                                                                count_of(t), 0, A(1), include_self));
+                                   if (ag)
+                                     for (index_t t = 0; t < len; ++t)
+                                       ag[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), A(0), A(0),
+                                                                              count_of(t), 0, A(1), include_self));
+                                 });
+                               }));
+    if (vg) {
+      const T* const from = q ? q : arr_grad;
+      bucket_gather<false>(idx, no_values, vg, zero, geo, plan, sizeof(T), [from](index_t s, T, index_t) { return from[s]; });
+    }
     return;
   }
 
