@@ -117,7 +117,7 @@ bool is_half(paddle::DataType dtype) {
 // CPU: out = arr scattered (out may be arr: inplace, then the indices are checked before any write).
 void run_cpu(const paddle::Tensor& arr, paddle::Tensor& out, const paddle::Tensor& indices,
              const paddle::Tensor& values, const ScatterView& v, Reduce reduce, bool include_self, bool inplace,
-             const char* op) {
+             const char* op, int32_t* counts = nullptr) {
   dispatch_floating_and_integral(arr.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_index(indices, [&](auto itag) {
@@ -125,7 +125,7 @@ void run_cpu(const paddle::Tensor& arr, paddle::Tensor& out, const paddle::Tenso
       if (inplace && v.outer * v.m * v.inner > 0) check_cpu_indices<Idx>(indices, v, op);
       const bool ok = cpu::put_along_axis_forward<T, Idx>(reduce, ptr<T>(arr), mutable_ptr<T>(out), ptr<T>(values),
                                                           ptr<Idx>(indices), v.outer, v.n, v.m, v.inner,
-                                                          include_self, v.idx_broadcast, v.values_broadcast);
+                                                          include_self, v.idx_broadcast, v.values_broadcast, counts);
       if (!ok) check_cpu_indices<Idx>(indices, v, op);  // a fresh buffer: report it, it is discarded
     });
   });
@@ -273,14 +273,49 @@ void PutAlongAxisInplaceKernel(paddle::Tensor& arr, const paddle::Tensor& indice
 #endif
 }
 
-std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in, const paddle::Tensor& indices_in,
-                                                   const paddle::Tensor& values_in, const paddle::Tensor& out_in,
-                                                   const paddle::Tensor& out_grad_in, int axis,
-                                                   const std::string& reduce, bool include_self) {
+// mean's forward with each slot's contribution count (int32, arr's shape), which the dygraph API keeps for
+// PutAlongAxisCountedVjpKernel: its backward then needs no counting pass over the indices. CPU only.
+std::vector<paddle::Tensor> PutAlongAxisCountedKernel(const paddle::Tensor& arr_in, const paddle::Tensor& indices_in,
+                                                      const paddle::Tensor& values_in, int axis, bool include_self) {
+  const char* op = "put_along_axis";
+  PE_CHECK(arr_in.is_cpu(), op, ": the counted mean is a CPU op (the API calls it only for CPU tensors)");
+  const paddle::Tensor arr = dense(arr_in), indices = dense(indices_in), values = dense(values_in);
+  check_same_place(arr, indices, op, "arr", "indices");
+  check_same_place(arr, values, op, "arr", "values");
+  const ScatterView v = scatter_view(arr, indices, values, axis, op);
+  paddle::Tensor out = new_output(arr.shape(), arr.dtype(), arr.place());
+  paddle::Tensor counts = new_output(arr.shape(), paddle::DataType::INT32, arr.place());
+  run_cpu(arr, out, indices, values, v, Reduce::Mean, include_self, false, op, mutable_ptr<int32_t>(counts));
+  return {out, counts};
+}
+
+std::vector<std::vector<int64_t>> PutAlongAxisCountedInferShape(const std::vector<int64_t>& arr,
+                                                                const std::vector<int64_t>&,
+                                                                const std::vector<int64_t>&) {
+  return {arr, arr};
+}
+
+std::vector<paddle::DataType> PutAlongAxisCountedInferDtype(const paddle::DataType& arr, const paddle::DataType&,
+                                                            const paddle::DataType&) {
+  return {arr, paddle::DataType::INT32};
+}
+
+namespace {
+// The grads; `out` may be null where the mode does not read it (mean), `counts` (mean, CPU) the forward's.
+std::vector<paddle::Tensor> grad_kernel(const paddle::Tensor& arr_in, const paddle::Tensor& indices_in,
+                                        const paddle::Tensor& values_in, const paddle::Tensor* out_in,
+                                        const paddle::Tensor& out_grad_in, int axis, Reduce r, bool include_self,
+                                        const paddle::Tensor* counts_in) {
   const paddle::Tensor arr = dense(arr_in), indices = dense(indices_in), values = dense(values_in),
-                       out = dense(out_in), out_grad = dense(out_grad_in);
+                       out = out_in ? dense(*out_in) : paddle::Tensor(), out_grad = dense(out_grad_in);
   const ScatterView v = scatter_view(arr, indices, values, axis, "put_along_axis_grad");
-  const Reduce r = parse_reduce(reduce);
+  paddle::Tensor counts;
+  if (counts_in) {
+    counts = dense(*counts_in);
+    PE_CHECK(r == Reduce::Mean && arr.is_cpu() && counts.is_cpu() && counts.dtype() == paddle::DataType::INT32 &&
+                 counts.shape() == arr.shape(),
+             "put_along_axis_grad: counts must be the CPU mean forward's int32 counts of arr's shape");
+  }
   paddle::Tensor arr_grad = new_output(arr.shape(), arr.dtype(), arr.place());
   paddle::Tensor values_grad = new_output(values.shape(), values.dtype(), values.place());
   // Broadcast values: the kernels write the grad of every position, summed into values_grad below; the
@@ -296,10 +331,11 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
     dispatch_index(indices, [&](auto itag) {
       using Idx = typename decltype(itag)::type;
       if (arr.is_cpu()) {
-        cpu::put_along_axis_backward<T, Idx>(r, ptr<T>(arr), ptr<Idx>(indices), ptr<T>(values_read), ptr<T>(out),
-                                             ptr<T>(out_grad), mutable_ptr<T>(arr_grad),
+        cpu::put_along_axis_backward<T, Idx>(r, ptr<T>(arr), ptr<Idx>(indices), ptr<T>(values_read),
+                                             out_in ? ptr<T>(out) : nullptr, ptr<T>(out_grad), mutable_ptr<T>(arr_grad),
                                              row_sums ? nullptr : mutable_ptr<T>(grad_at), v.outer, v.n, v.m, v.inner,
-                                             include_self, v.idx_broadcast);
+                                             include_self, v.idx_broadcast,
+                                             counts_in ? ptr<int32_t>(counts) : nullptr);
         if (row_sums)
           cpu::add_row_values_grad<T, Idx>(ptr<T>(out_grad), ptr<Idx>(indices), mutable_ptr<T>(values_grad), v.outer,
                                            v.n, v.m, v.inner, v.values_broadcast);
@@ -323,7 +359,7 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
         }
         if (r == Reduce::Min || r == Reduce::Max) aux = int_scratch(slots, paddle::DataType::INT32, 0, place);
         gpu::put_along_axis_backward<T, Idx>(
-            r, ptr<T>(arr), ptr<Idx>(full), ptr<T>(values_read), ptr<T>(out), ptr<T>(out_grad),
+            r, ptr<T>(arr), ptr<Idx>(full), ptr<T>(values_read), out_in ? ptr<T>(out) : nullptr, ptr<T>(out_grad),
             mutable_ptr<T>(arr_grad), mutable_ptr<T>(grad_at),
             winner.initialized() ? mutable_ptr<int64_t>(winner) : nullptr,
             count.initialized() ? mutable_ptr<int32_t>(count) : nullptr,
@@ -340,6 +376,20 @@ std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr_in,
   if (v.values_broadcast && !arr.is_cpu()) values_grad = gpu_sum_to_values(grad_at, values, v);
 #endif
   return {arr_grad, values_grad};
+}
+}  // namespace
+
+std::vector<paddle::Tensor> PutAlongAxisGradKernel(const paddle::Tensor& arr, const paddle::Tensor& indices,
+                                                   const paddle::Tensor& values, const paddle::Tensor& out,
+                                                   const paddle::Tensor& out_grad, int axis,
+                                                   const std::string& reduce, bool include_self) {
+  return grad_kernel(arr, indices, values, &out, out_grad, axis, parse_reduce(reduce), include_self, nullptr);
+}
+
+std::vector<paddle::Tensor> PutAlongAxisCountedVjpKernel(const paddle::Tensor& arr, const paddle::Tensor& indices,
+                                                         const paddle::Tensor& values, const paddle::Tensor& out_grad,
+                                                         const paddle::Tensor& counts, int axis, bool include_self) {
+  return grad_kernel(arr, indices, values, nullptr, out_grad, axis, Reduce::Mean, include_self, &counts);
 }
 
 }  // namespace paddle_ext

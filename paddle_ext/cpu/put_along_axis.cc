@@ -742,7 +742,7 @@ struct ByteCounts {
 // The hot lambdas capture pointers by value: by-reference captures are reloaded on every element.
 template <Reduce R, typename T, typename Idx>
 bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx* idx, const Geometry& g,
-                  bool include_self) {
+                  bool include_self, int32_t* counts_out) {
   using A = reduce_acc_t<R, T>;
   const Plan plan = make_plan(g);
   // No destination prefetch for assign: its stores do not wait on the line (add's loads do: -10% time on the
@@ -790,10 +790,12 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx*
           c->add(s, r);
         },
         block_hooks([c](index_t s0, index_t rows, index_t len, index_t) { c->clear(s0, rows, len); },
-                    [acc, c, self, inner](index_t s0, index_t rows, index_t len, index_t r0) {
+                    [acc, c, self, inner, counts_out](index_t s0, index_t rows, index_t len, index_t r0) {
                       c->for_rows(s0, rows, r0, [=](index_t i, auto count_of) {
                         A* const a = acc + s0 + i * inner;
                         for (index_t t = 0; t < len; ++t) a[t] = divide_by_count<A>(a[t], count_of(t), self);
+                        if (counts_out)
+                          for (index_t t = 0; t < len; ++t) counts_out[s0 + i * inner + t] = count_of(t);
                       });
                     }));
   }
@@ -804,8 +806,10 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx*
                     c->add(s, r, u);
                   }).ok;
   const bool scattered = cnt.scattered();
-  for_slots(g, plan, [acc, c, self, scattered](index_t s, index_t len, index_t r) {
+  for_slots(g, plan, [acc, c, self, scattered, counts_out](index_t s, index_t len, index_t r) {
     const int32_t rc = c->row[r];
+    if (counts_out)
+      for (index_t t = 0; t < len; ++t) counts_out[s + t] = rc + (scattered ? c->slot[s + t] : 0);
     if (!scattered) {
       if (rc == 0) return;  // untouched row: nothing to divide
       for (index_t t = 0; t < len; ++t) acc[s + t] = mean_divide<A>(acc[s + t], rc + self);
@@ -842,7 +846,7 @@ void for_outer_rows(const Geometry& g, const Plan& plan, size_t per_row, const F
 
 template <Reduce R, typename T, typename Idx>
 bool flat_forward(const T* arr, T* out, const ValuesAt<T>& values, const Idx* idx, const Geometry& g, const Plan& plan,
-                  bool include_self) {
+                  bool include_self, int32_t* counts_out) {
   using A = reduce_acc_t<R, T>;
   constexpr bool in_place = std::is_same<A, T>::value;  // else a wider row, rounded once into out
   const index_t n = g.n, m = g.m;
@@ -890,6 +894,7 @@ bool flat_forward(const T* arr, T* out, const ValuesAt<T>& values, const Idx* id
       if (R == Reduce::Mean) {
         const int32_t self = include_self ? 1 : 0;
         for (index_t k = 0; k < n; ++k) row[k] = divide_by_count<A>(row[k], cnt[k], self);
+        if (counts_out) std::memcpy(counts_out + o * n, cnt, n * sizeof(int32_t));
       }
       if (!in_place)
         for (index_t k = 0; k < n; ++k) out[o * n + k] = store<T>(row[k]);
@@ -1077,19 +1082,22 @@ void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, 
 }
 
 template <Reduce R, typename T, typename Idx>
-bool forward_of(const T* arr, T* out, const T* values_ptr, const Idx* idx, const Geometry& g, bool include_self) {
+bool forward_of(const T* arr, T* out, const T* values_ptr, const Idx* idx, const Geometry& g, bool include_self,
+                int32_t* counts) {
   using A = reduce_acc_t<R, T>;
   const Plan plan = make_plan(g);
   const ValuesAt<T> values(values_ptr, g);
-  if (flat_plan(g, plan)) return flat_forward<R, T, Idx>(arr, out, values, idx, g, plan, include_self);
+  if (R != Reduce::Mean) counts = nullptr;
+  if (counts && g.slots() > 0 && g.positions() == 0) std::memset(counts, 0, g.slots() * sizeof(int32_t));
+  if (flat_plan(g, plan)) return flat_forward<R, T, Idx>(arr, out, values, idx, g, plan, include_self, counts);
   if (std::is_same<A, T>::value) {  // reduce in out itself (arr == out for the inplace op)
     convert(arr, out, g.slots());
-    return forward_impl<R, T, Idx>(reinterpret_cast<A*>(out), values, idx, g, include_self);
+    return forward_impl<R, T, Idx>(reinterpret_cast<A*>(out), values, idx, g, include_self, counts);
   }
   // half types (float32) and integer means (int64): accumulate wider, round once
   std::unique_ptr<A[]> acc(new A[std::max<index_t>(g.slots(), 1)]);
   convert(arr, acc.get(), g.slots());
-  const bool ok = forward_impl<R, T, Idx>(acc.get(), values, idx, g, include_self);
+  const bool ok = forward_impl<R, T, Idx>(acc.get(), values, idx, g, include_self, counts);
   convert(acc.get(), out, g.slots());
   return ok;
 }
@@ -1124,7 +1132,7 @@ struct Counts {
 
 template <Reduce R, typename T, typename Idx>
 void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, const T* g, T* arr_grad,
-                   T* values_grad, const Geometry& geo, bool include_self) {
+                   T* values_grad, const Geometry& geo, bool include_self, const int32_t* counts) {
   using A = acc_t<T>;
   const Plan plan = make_plan(geo);
   if (flat_plan(geo, plan))
@@ -1188,6 +1196,33 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
     return;
   }
 
+  if (R == Reduce::Mean && counts) {
+    // The forward's counts: every slot's grads in one pass over the slots (q as below), then add's gather of q.
+    std::unique_ptr<HugeScratch> q_mem;
+    T* q = nullptr;
+    if (vg && !(include_self && arr_grad)) {
+      q_mem.reset(new HugeScratch(geo.slots() * sizeof(T), /*zeroed=*/false));
+      q = q_mem->as<T>();
+    }
+    T* const ag = arr_grad;
+    parallel_for(0, geo.slots(), tiles().grain, [=](index_t b, index_t e) {
+      if (q)
+        for (index_t s = b; s < e; ++s)
+          q[s] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), A(0), A(0), counts[s], 0, A(1), include_self));
+      if (ag)
+        for (index_t s = b; s < e; ++s)
+          ag[s] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s])), A(0), A(0), counts[s], 0, A(1), include_self));
+    });
+    if (!vg) return;
+    const T* const from = q ? q : arr_grad;
+    if (buckets)
+      bucket_gather<false>(idx, no_values, vg, zero, geo, plan, sizeof(T), [from](index_t s, T, index_t) { return from[s]; });
+    else
+      visit<false>(idx, geo, plan, Hints{from, nullptr, int(sizeof(T)), false},
+                   [vg, from](index_t s, index_t p, index_t len, index_t, auto) { std::memcpy(vg + p, from + s, len * sizeof(T)); },
+                   zero_bad);
+    return;
+  }
   if (R == Reduce::Mean && buckets) {
     // One counting pass whose hooks turn each block's counts into the block's grads while it is in L2:
     // arr_grad, and q = g / (count + self), the values_grad of every position aimed at the slot; values_grad
@@ -1527,13 +1562,13 @@ BadIndex check_indices(const Idx* indices, index_t count, index_t n) {
 template <typename T, typename Idx>
 bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values, const Idx* indices, index_t outer,
                             index_t n, index_t m, index_t inner, bool include_self, bool idx_broadcast,
-                            int values_broadcast) {
+                            int values_broadcast, int32_t* counts) {
   bool ok = true;
   advise_huge(out, outer * n * inner * sizeof(T));
   populate_for_write(out, outer * n * inner * sizeof(T));  // [1024, 1024]: 666 fresh pages after a torch call
   dispatch_reduce(reduce, [&](auto r) {
     const Geometry g{outer, n, m, inner, idx_broadcast && inner > 1, values_broadcast};
-    ok = forward_of<decltype(r)::value, T, Idx>(arr, out, values, indices, g, include_self);
+    ok = forward_of<decltype(r)::value, T, Idx>(arr, out, values, indices, g, include_self, counts);
   });
   return ok;
 }
@@ -1541,7 +1576,7 @@ bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values
 template <typename T, typename Idx>
 void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, const T* values, const T* out,
                              const T* out_grad, T* arr_grad, T* values_grad, index_t outer, index_t n,
-                             index_t m, index_t inner, bool include_self, bool idx_broadcast) {
+                             index_t m, index_t inner, bool include_self, bool idx_broadcast, const int32_t* counts) {
   // Fresh grads, written in full: faulted in up front, in bulk and on every thread (-15% of the graph
   // case's forward + backward; the forward's out needs no such help: its first pass, the copy of arr,
   // already runs on every thread).
@@ -1555,7 +1590,8 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
   }
   dispatch_reduce(reduce, [&](auto r) {
     backward_impl<decltype(r)::value, T, Idx>(arr, indices, values, out, out_grad, arr_grad, values_grad,
-                                              Geometry{outer, n, m, inner, idx_broadcast && inner > 1}, include_self);
+                                              Geometry{outer, n, m, inner, idx_broadcast && inner > 1}, include_self,
+                                              counts);
   });
 }
 
@@ -1662,10 +1698,11 @@ void add_row_values_grad(const T* out_grad, const Idx* indices, T* values_grad, 
 
 #define PE_INSTANTIATE_FWD(T, Idx)                                                                    \
   template bool put_along_axis_forward<T, Idx>(Reduce, const T*, T*, const T*, const Idx*, index_t, index_t, \
-                                               index_t, index_t, bool, bool, int);
+                                               index_t, index_t, bool, bool, int, int32_t*);
 #define PE_INSTANTIATE_BWD(T, Idx)                                                                           \
   template void put_along_axis_backward<T, Idx>(Reduce, const T*, const Idx*, const T*, const T*, const T*, \
-                                                T*, T*, index_t, index_t, index_t, index_t, bool, bool);
+                                                T*, T*, index_t, index_t, index_t, index_t, bool, bool, \
+                                                const int32_t*);
 #define PE_INSTANTIATE_ALL(T) \
   PE_INSTANTIATE_FWD(T, int32_t) PE_INSTANTIATE_FWD(T, int64_t)
 #define PE_INSTANTIATE_ROWS(T, Idx) \

@@ -352,7 +352,13 @@ class _PutAlongAxis(PyLayer):
     def forward(ctx, pair, spec):
         ctx.swap, ctx.attrs = spec["swap"], spec["attrs"]
         arr, values = _ordered(ctx, pair)
-        out = _call(_library.ops().pe_put_along_axis, arr, spec["indices"], values, *ctx.attrs)
+        axis, reduce, include_self = ctx.attrs[:3]
+        ctx.counts = None
+        if reduce == "mean" and arr.place.is_cpu_place():  # the counts, kept for a backward with no count pass
+            out, ctx.counts = _call(_library.ops().pe_put_along_axis_counted, arr, spec["indices"], values, axis,
+                                    include_self)
+        else:
+            out = _call(_library.ops().pe_put_along_axis, arr, spec["indices"], values, *ctx.attrs)
         ctx.save_for_backward(arr, spec["indices"], values, _saved_output(ctx, out))
         return out
 
@@ -360,6 +366,10 @@ class _PutAlongAxis(PyLayer):
     def backward(ctx, out_grad):
         arr, indices, values, out = ctx.saved_tensor()
         _check_saved_output(ctx, out)
+        counts, ctx.counts = ctx.counts, None
+        if counts is not None and not paddle.is_grad_enabled():
+            return _grads(ctx, *_library.ops().pe_put_along_axis_counted_vjp(arr, indices, values, out_grad, counts,
+                                                                              *ctx.attrs[:1], ctx.attrs[2]))
         return _grads(ctx, *_vjp(arr, indices, values, out, out_grad, *ctx.attrs[:3]))
 
 

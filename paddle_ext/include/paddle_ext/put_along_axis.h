@@ -215,10 +215,12 @@ BadIndex check_indices(const Idx* indices, index_t count, index_t n);
 // idx_broadcast: `indices` is [outer, m, 1], one index for the whole inner row of position (o, j, :)
 // (broadcast=True with indices [E, 1] against values [E, C], read without materialising it).
 // values_broadcast: ValuesBroadcast bits, values [outer or 1, m or 1, inner or 1] read with strides of 0.
+// counts (Mean only, may be null): each slot's number of in-range contributions, int32 [outer, n, inner],
+// for put_along_axis_backward to reuse.
 template <typename T, typename Idx>
 bool put_along_axis_forward(Reduce reduce, const T* arr, T* out, const T* values, const Idx* indices,
                             index_t outer, index_t n, index_t m, index_t inner, bool include_self,
-                            bool idx_broadcast = false, int values_broadcast = 0);
+                            bool idx_broadcast = false, int values_broadcast = 0, int32_t* counts = nullptr);
 
 // The grad of broadcast values: values_grad [outer or 1, m or 1, inner or 1] (ValuesBroadcast bits) is
 // grad [outer, m, inner] summed over the broadcast parts, in a fixed order (deterministic), in double for
@@ -235,10 +237,12 @@ void add_row_values_grad(const T* out_grad, const Idx* indices, T* values_grad, 
 
 // Grads for every mode. out_grad/arr/out: [outer, n, inner]; values/values_grad: [outer, m, inner].
 // Either grad pointer may be null (not requested). Scratch buffers are allocated inside.
+// counts: the forward's (Mean only, may be null); with them the grads need no counting pass.
 template <typename T, typename Idx>
 void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, const T* values, const T* out,
                              const T* out_grad, T* arr_grad, T* values_grad, index_t outer, index_t n,
-                             index_t m, index_t inner, bool include_self, bool idx_broadcast = false);
+                             index_t m, index_t inner, bool include_self, bool idx_broadcast = false,
+                             const int32_t* counts = nullptr);
 }  // namespace cpu
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
