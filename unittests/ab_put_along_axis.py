@@ -92,11 +92,36 @@ def _run_corpus(path):
         pi = paddle.to_tensor(idx)
         res = ops.pe_put_along_axis(pa, pi, pv, axis, reduce, inc, False)
         out[key + "/out"] = _bytes(res)
+        counted = reduce == "mean" and hasattr(ops, "pe_put_along_axis_counted")
+        if counted:  # the dygraph API's mean (CPU): the same output, and counts for its backward
+            res_c, counts = ops.pe_put_along_axis_counted(pa, pi, pv, axis, inc)
+            _same(key, "counted forward", res_c, res)
+            _same(key, "counts", counts, _reference_counts(a_shape, idx, axis))
         if dtype in FLOATS:
             g = paddle.to_tensor(_values(rng, "float32", a_shape, False)).astype(dtype)
             ag, vg = ops.pe_put_along_axis_vjp(pa, pi, pv, res, g, axis, reduce, inc)
             out[key + "/arr_grad"], out[key + "/values_grad"] = _bytes(ag), _bytes(vg)
+            if counted:
+                ag_c, vg_c = ops.pe_put_along_axis_counted_vjp(pa, pi, pv, g, counts, axis, inc)
+                _same(key, "counted arr_grad", ag_c, ag)
+                _same(key, "counted values_grad", vg_c, vg)
     np.savez(path, **out)
+
+
+def _same(key, what, got, want):
+    """Within one build: the counted mean's results must be the plain ops', byte for byte."""
+    want = want if isinstance(want, np.ndarray) else want.numpy()
+    if got.numpy().tobytes() != want.tobytes():
+        raise AssertionError(f"{key}: {what} differs")
+
+
+def _reference_counts(a_shape, idx, axis):
+    """Each slot's number of contributions (every index of the corpus is in range)."""
+    coords = list(np.indices(idx.shape, sparse=True))
+    coords[axis] = np.mod(idx.astype(np.int64), a_shape[axis])
+    counts = np.zeros(a_shape, np.int32)
+    np.add.at(counts, tuple(coords), 1)
+    return counts
 
 
 def _bytes(t):

@@ -1315,3 +1315,37 @@ def test_destination_prefetch_is_compiled_into_the_row_path():
         elif in_visit and "prefetch" in line:
             prefetches += 1
     assert prefetches > 0, "no prefetch instruction in any visit_part instance of the op library"
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("arr_shape, idx_shape, axis", [((40, 16), (90, 16), 0), ((6, 30), (6, 45), 1)])
+def test_dygraph_mean_backward_reuses_the_forward_counts(monkeypatch, arr_shape, idx_shape, axis, include_self):
+    """A CPU mean under autograd keeps its forward's counts: its backward calls the counted vjp (no count
+    pass over the indices), whose grads are the plain vjp's, bit for bit."""
+    ops = paddle_ext._library.ops()
+    rng = np.random.default_rng(7)
+    n = arr_shape[axis]
+    arr = paddle.to_tensor(rng.standard_normal(arr_shape).astype("float32"), stop_gradient=False)
+    values = paddle.to_tensor(rng.standard_normal(idx_shape).astype("float32"), stop_gradient=False)
+    idx = paddle.to_tensor(rng.integers(-n, n, idx_shape))
+    grad = paddle.to_tensor(rng.standard_normal(arr_shape).astype("float32"))
+    out_plain = ops.pe_put_along_axis(arr, idx, values, axis, "mean", include_self, False)
+    want = ops.pe_put_along_axis_vjp(arr, idx, values, out_plain, grad, axis, "mean", include_self)
+
+    def no_plain_vjp(*args):
+        raise AssertionError("the mean backward counted again")
+
+    monkeypatch.setattr(ops, "pe_put_along_axis_vjp", no_plain_vjp)
+    out = paddle_ext.put_along_axis(arr, idx, values, axis, reduce="mean", include_self=include_self)
+    got = paddle.grad([out], [arr, values], [grad])
+    np.testing.assert_array_equal(out.numpy(), out_plain.numpy())
+    for g, w in zip(got, want):
+        assert g.numpy().tobytes() == w.numpy().tobytes()
+
+
+def test_counted_vjp_rejects_counts_of_another_shape():
+    ops = paddle_ext._library.ops()
+    arr, values = paddle.zeros([4, 3]), paddle.ones([5, 3])
+    idx = paddle.zeros([5, 3], dtype="int64")
+    with pytest.raises(ValueError, match="counts must be the CPU mean forward's int32 counts"):
+        ops.pe_put_along_axis_counted_vjp(arr, idx, values, paddle.ones([4, 3]), paddle.zeros([3, 3], "int32"), 0, True)
