@@ -509,7 +509,10 @@ bool mostly_scattered(const Idx* idx, const Geometry& g, const Plan& plan) {
 // Returns false on an out-of-range index.
 template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn, typename Hooks>
 bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, index_t o0, index_t o1,
-                 index_t i0, index_t i1, index_t rb, index_t elem, const Fn& fn, const Hooks& hooks) {
+                 index_t i0, index_t i1, index_t rb, index_t elem, const Fn& fn_in, const Hooks& hooks) {
+  // A local copy: its captures can live in registers (mean's byte stores may alias any memory, so captures
+  // read through a reference are reloaded after each one).
+  const Fn fn = fn_in;
   const Tiles& tl = tiles();
   const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0, rows = (o1 - o0) * n, chunk = tl.chunk_entries;
   if (len == 0) return true;
@@ -716,11 +719,11 @@ struct ByteCounts {
   void clear(index_t s0, index_t rows, index_t len) {
     for (index_t i = 0; i < rows; ++i) std::memset(low + s0 + i * inner, 0, len);
   }
-  void add(index_t s, index_t r) {
-    if (__builtin_expect(++low[s] == 0, 0)) {
-      ++high[s];
-      wrapped[r] = 1;
-    }
+  // Counting is `if (++low[s] == 0) carry(s, r)` at the call sites, with `low` captured by value (in a
+  // register: a byte store may alias any memory, so `c->low` would be reloaded after each one).
+  void carry(index_t s, index_t r) {
+    ++high[s];
+    wrapped[r] = 1;
   }
   // fn(i, count_of) for the rows of a partition block (first slot s0, first stat row r0): count_of(t) is the
   // count of column t of row i. Two instances of fn, so that the common one (no slot of the row past 255)
@@ -785,9 +788,9 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx*
     const index_t inner = g.inner;
     return bucket_scatter(
         idx, values, g, plan, sizeof(A) + 1,
-        [acc, c](index_t s, T v, index_t r) {
+        [acc, c, low = c->low](index_t s, T v, index_t r) {
           acc[s] = ReduceOp<R>::combine(acc[s], static_cast<A>(load(v)));
-          c->add(s, r);
+          if (__builtin_expect(++low[s] == 0, 0)) c->carry(s, r);
         },
         block_hooks([c](index_t s0, index_t rows, index_t len, index_t) { c->clear(s0, rows, len); },
                     [acc, c, self, inner, counts_out](index_t s0, index_t rows, index_t len, index_t r0) {
@@ -1239,7 +1242,10 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
     }
     T* const ag = arr_grad;
     const index_t inner = geo.inner;
-    bucket_scatter(idx, no_values, geo, plan, 1, [c](index_t s, T, index_t r) { c->add(s, r); },
+    bucket_scatter(idx, no_values, geo, plan, 1,
+                   [c, low = c->low](index_t s, T, index_t r) {
+                     if (__builtin_expect(++low[s] == 0, 0)) c->carry(s, r);
+                   },
                    block_hooks([c](index_t s0, index_t rows, index_t len, index_t) { c->clear(s0, rows, len); },
                                [c, q, ag, g, inner, include_self](index_t s0, index_t rows, index_t len, index_t r0) {
                                  c->for_rows(s0, rows, r0, [=](index_t i, auto count_of) {
