@@ -1199,23 +1199,48 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
     return;
   }
 
-  if (R == Reduce::Mean && counts) {
-    // The forward's counts: every slot's grads in one pass over the slots (q as below), then add's gather of q.
+  if (R == Reduce::Mean && (counts || buckets)) {
+    // Every slot's grads from its count: arr_grad, and q = g / (count + self), the values_grad of every
+    // position aimed at the slot; values_grad is then add's gather of q. With include_self, arr_grad is q
+    // on every written slot (the only ones gathered from), and serves as q. The counts are the forward's
+    // (the dygraph API keeps them: one pass over the slots), else one partitioned byte-count pass whose end
+    // hook writes each block's grads while it is in L2. (Was an int32 count pass, then a gather that divided
+    // at each position: independent mean's backward took 2.1x add's.)
     std::unique_ptr<HugeScratch> q_mem;
     T* q = nullptr;
     if (vg && !(include_self && arr_grad)) {
       q_mem.reset(new HugeScratch(geo.slots() * sizeof(T), /*zeroed=*/false));
       q = q_mem->as<T>();
     }
-    T* const ag = arr_grad;
-    parallel_for(0, geo.slots(), tiles().grain, [=](index_t b, index_t e) {
+    auto write_grads = [q, ag = arr_grad, g, include_self](index_t s, index_t len, auto count_of) {
       if (q)
-        for (index_t s = b; s < e; ++s)
-          q[s] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), A(0), A(0), counts[s], 0, A(1), include_self));
+        for (index_t t = 0; t < len; ++t)
+          q[s + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), A(0), A(0), count_of(t), 0, A(1),
+                                                   include_self));
       if (ag)
-        for (index_t s = b; s < e; ++s)
-          ag[s] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s])), A(0), A(0), counts[s], 0, A(1), include_self));
-    });
+        for (index_t t = 0; t < len; ++t)
+          ag[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), A(0), A(0), count_of(t), 0, A(1),
+                                                 include_self));
+    };
+    if (counts) {
+      parallel_for(0, geo.slots(), tiles().grain, [=](index_t b, index_t e) {
+        write_grads(b, e - b, [c = counts + b](index_t t) { return c[t]; });
+      });
+    } else {
+      ByteCounts byte_counts(geo, plan);
+      ByteCounts* c = &byte_counts;
+      const index_t inner = geo.inner;
+      bucket_scatter(idx, no_values, geo, plan, 1,
+                     [c, low = c->low](index_t s, T, index_t r) {
+                       if (__builtin_expect(++low[s] == 0, 0)) c->carry(s, r);
+                     },
+                     block_hooks([c](index_t s0, index_t rows, index_t len, index_t) { c->clear(s0, rows, len); },
+                                 [c, inner, write_grads](index_t s0, index_t rows, index_t len, index_t r0) {
+                                   c->for_rows(s0, rows, r0, [=](index_t i, auto count_of) {
+                                     write_grads(s0 + i * inner, len, count_of);
+                                   });
+                                 }));
+    }
     if (!vg) return;
     const T* const from = q ? q : arr_grad;
     if (buckets)
@@ -1224,46 +1249,6 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
       visit<false>(idx, geo, plan, Hints{from, nullptr, int(sizeof(T)), false},
                    [vg, from](index_t s, index_t p, index_t len, index_t, auto) { std::memcpy(vg + p, from + s, len * sizeof(T)); },
                    zero_bad);
-    return;
-  }
-  if (R == Reduce::Mean && buckets) {
-    // One counting pass whose hooks turn each block's counts into the block's grads while it is in L2:
-    // arr_grad, and q = g / (count + self), the values_grad of every position aimed at the slot; values_grad
-    // is then add's gather of q. With include_self, arr_grad is q on every written slot (the only ones
-    // gathered from), and serves as q. (Was an int32 count pass, then a gather that divided at each
-    // position: independent mean's backward took 2.1x add's.)
-    ByteCounts counts(geo, plan);
-    ByteCounts* c = &counts;
-    std::unique_ptr<HugeScratch> q_mem;
-    T* q = nullptr;
-    if (vg && !(include_self && arr_grad)) {
-      q_mem.reset(new HugeScratch(geo.slots() * sizeof(T), /*zeroed=*/false));
-      q = q_mem->as<T>();
-    }
-    T* const ag = arr_grad;
-    const index_t inner = geo.inner;
-    bucket_scatter(idx, no_values, geo, plan, 1,
-                   [c, low = c->low](index_t s, T, index_t r) {
-                     if (__builtin_expect(++low[s] == 0, 0)) c->carry(s, r);
-                   },
-                   block_hooks([c](index_t s0, index_t rows, index_t len, index_t) { c->clear(s0, rows, len); },
-                               [c, q, ag, g, inner, include_self](index_t s0, index_t rows, index_t len, index_t r0) {
-                                 c->for_rows(s0, rows, r0, [=](index_t i, auto count_of) {
-                                   const index_t s = s0 + i * inner;
-                                   if (q)
-                                     for (index_t t = 0; t < len; ++t)
-                                       q[s + t] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s + t])), A(0), A(0),
-                                                                                count_of(t), 0, A(1), include_self));
-                                   if (ag)
-                                     for (index_t t = 0; t < len; ++t)
-                                       ag[s + t] = store<T>(arr_grad_of<R, A>(static_cast<A>(load(g[s + t])), A(0), A(0),
-                                                                              count_of(t), 0, A(1), include_self));
-                                 });
-                               }));
-    if (vg) {
-      const T* const from = q ? q : arr_grad;
-      bucket_gather<false>(idx, no_values, vg, zero, geo, plan, sizeof(T), [from](index_t s, T, index_t) { return from[s]; });
-    }
     return;
   }
 
