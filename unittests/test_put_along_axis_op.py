@@ -1349,3 +1349,23 @@ def test_counted_vjp_rejects_counts_of_another_shape():
     idx = paddle.zeros([5, 3], dtype="int64")
     with pytest.raises(ValueError, match="counts must be the CPU mean forward's int32 counts"):
         ops.pe_put_along_axis_counted_vjp(arr, idx, values, paddle.ones([4, 3]), paddle.zeros([3, 3], "int32"), 0, True)
+
+
+def test_mean_byte_counts_in_reused_memory_start_from_zero():
+    """mean's partitioned byte counts (a byte per slot: 33 MiB here) come from BlockCache, whose blocks hold
+    what the last call left in them; each partition block clears its counts first. So a second call, which
+    gets the first call's blocks, must give the same output and grads."""
+    ops = paddle_ext._library.ops()
+    rng = np.random.default_rng(3)
+    n = 540_000
+    arr = paddle.to_tensor(rng.standard_normal((n, 64), dtype=np.float32))
+    idx = paddle.to_tensor(rng.integers(0, n, (n, 64)))
+    values = paddle.to_tensor(rng.standard_normal((n, 64), dtype=np.float32))
+    grad = paddle.ones([n, 64])
+    runs = []
+    for _ in range(2):
+        out = ops.pe_put_along_axis(arr, idx, values, 0, "mean", True, False)
+        arr_grad, values_grad = ops.pe_put_along_axis_vjp(arr, idx, values, out, grad, 0, "mean", True)
+        runs.append([t.numpy().tobytes() for t in (out, arr_grad, values_grad)])
+        del out, arr_grad, values_grad
+    assert runs[0] == runs[1]
