@@ -233,7 +233,36 @@ def bench_adaptive_log_softmax(rows, torch, quick):
         release_pending()
 
 
-def bench_mutual_information(rows, quick):
+def load_fast_rnnt_cuda(src):
+    """Builds k2-fsa/fast_rnnt's CUDA mutual-information kernel from a source checkout `src` with
+    torch.utils.cpp_extension (on the GPU machine; its sources are never part of this repository).
+    Returns the raw extension module (mutual_information_forward / _backward), or None with a reason."""
+    import shutil
+    import tempfile
+
+    import torch.utils.cpp_extension as ext
+
+    build = os.path.join(tempfile.gettempdir(), "fast_rnnt_cuda_build")
+    os.makedirs(build, exist_ok=True)
+    sources = []
+    for rel, suffix in (("fast_rnnt/csrc/mutual_information_cpu.cu", ".cc"),
+                        ("fast_rnnt/csrc/mutual_information_cuda.cu", ".cu"),
+                        ("fast_rnnt/python/csrc/mutual_information.cu", ".cc"),
+                        ("fast_rnnt/python/csrc/fast_rnnt.cu", ".cc")):
+        dst = os.path.join(build, rel.replace("/", "_")[:-3] + suffix)  # the CPU-side .cu files are plain C++
+        shutil.copyfile(os.path.join(src, rel), dst)
+        sources.append(dst)
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    try:
+        return ext.load(name="_fast_rnnt", sources=sources, extra_include_paths=[src],
+                        extra_cflags=["-O3", "-DFT_WITH_CUDA"], extra_cuda_cflags=["-O3", "-DFT_WITH_CUDA"],
+                        build_directory=build, verbose=False)
+    except Exception as exc:  # the peer is optional: report and go on
+        print(f"fast_rnnt CUDA peer not built: {exc}"[:2000], flush=True)
+        return None
+
+
+def bench_mutual_information(rows, quick, torch=None, fast_rnnt=None):
     lib = library()
     for B, S, T, dtype in ([(4, 20, 50, "float32")] if quick else [(32, 100, 500, "float32"), (8, 50, 1500, "float32"),
                                                                    (32, 100, 500, "float64")]):
@@ -252,6 +281,18 @@ def bench_mutual_information(rows, quick):
                                                          _p(dgy), I64(B), I64(S), I64(T), 0)
         row = {"op": "mutual_information", "case": f"B={B} S={S} T={T} {dtype}", "fwd ms": time_ms(fwd, iters=5),
                "bwd ms": time_ms(bwd, iters=5)}
+        if fast_rnnt is not None and torch is not None:  # the same recursion in k2-fsa/fast_rnnt's CUDA kernel
+            tpx, tpy = torch.from_numpy(px).cuda(), torch.from_numpy(py).cuda()
+            tp = torch.empty((B, S + 1, T + 1), dtype=tpx.dtype, device="cuda")
+            tans = fast_rnnt.mutual_information_forward(tpx, tpy, None, tp)
+            tgrad = torch.ones_like(tans)
+            row["fast_rnnt fwd ms"] = torch_ms(lambda: fast_rnnt.mutual_information_forward(tpx, tpy, None, tp), iters=5)
+            row["fast_rnnt bwd ms"] = torch_ms(
+                lambda: fast_rnnt.mutual_information_backward(tpx, tpy, None, tp, tgrad.clone()), iters=5)
+            row["fwd speedup vs fast_rnnt"] = row["fast_rnnt fwd ms"] / row["fwd ms"]
+            row["bwd speedup vs fast_rnnt"] = row["fast_rnnt bwd ms"] / row["bwd ms"]
+            ours = dans.get().astype(np.float64)
+            row["max abs diff vs fast_rnnt"] = float(np.max(np.abs(ours - tans.double().cpu().numpy())))
         rows.append(row)
         print(row, flush=True)
         release_pending()
@@ -274,6 +315,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--fast-rnnt-src", help="a k2-fsa/fast_rnnt source checkout: build its CUDA kernel with "
+                                                "torch.utils.cpp_extension and time it next to mutual_information")
     parser.add_argument("--op", action="append", help="logcumsumexp, put_along_axis, adaptive_log_softmax, "
                                                       "mutual_information (default: all)")
     args = parser.parse_args(argv)
@@ -293,7 +336,8 @@ def main(argv=None):
         if "adaptive_log_softmax" in ops:
             bench_adaptive_log_softmax(rows, torch, args.quick)
         if "mutual_information" in ops:
-            bench_mutual_information(rows, args.quick)
+            peer = load_fast_rnnt_cuda(args.fast_rnnt_src) if args.fast_rnnt_src and torch is not None else None
+            bench_mutual_information(rows, args.quick, torch, peer)
         if "put_along_axis" in ops:
             bench_put_along_axis(rows, torch, args.quick)
     finally:

@@ -39,7 +39,13 @@ def _driver_present() -> bool:
 
 
 def build_library() -> pathlib.Path:
-    """Compiles the shared library if its sources changed (also usable without a GPU, to build ahead)."""
+    """Compiles the shared library if its sources changed (also usable without a GPU, to build ahead).
+
+    PADDLE_EXT_GPU_LIB names a library built elsewhere instead (say, an older commit's, for a before/after
+    benchmark on the same GPU in one run).
+    """
+    if os.environ.get("PADDLE_EXT_GPU_LIB"):
+        return pathlib.Path(os.environ["PADDLE_EXT_GPU_LIB"])
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not os.path.exists(nvcc):
         pytest.skip("nvcc not found")
