@@ -80,10 +80,12 @@ def library() -> ctypes.CDLL:
 
 
 def to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
-    """float -> bfloat16 bits (round to nearest even), as uint16."""
-    f = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (f + 0x7FFF + ((f >> 16) & 1)) >> 16
-    return rounded.astype(np.uint16)
+    """float -> bfloat16 bits (round to nearest even), as uint16. NaN stays a quiet NaN of its sign: rounding
+    the bits of CUDA's canonical NaN (0x7FFFFFFF) would carry into the sign and give -0."""
+    x32 = np.asarray(x, dtype=np.float32)
+    f = x32.view(np.uint32).astype(np.uint64)
+    rounded = ((f + 0x7FFF + ((f >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x32), ((f >> 16) | 0x0040).astype(np.uint16), rounded)
 
 
 def from_bfloat16_bits(bits: np.ndarray) -> np.ndarray:
