@@ -311,6 +311,22 @@ def to_markdown(rows):
     return "\n".join(out)
 
 
+def compare(before_path, after_path):
+    """Markdown rows of two runs' JSON (say, the previous build's and this one's on the same GPU): each time
+    column before -> after and the speed-up."""
+    with open(before_path) as f:
+        before = {(r["op"], r["case"]): r for r in json.load(f)}
+    with open(after_path) as f:
+        after = json.load(f)
+    out = ["| op | case | column | before | after | after vs before |", "|---|---|---|---|---|---|"]
+    for r in after:
+        b = before.get((r["op"], r["case"]), {})
+        for k, v in r.items():
+            if k.endswith(" ms") and not k.startswith(("torch", "fast_rnnt")) and isinstance(b.get(k), float):
+                out.append(f"| {r['op']} | {r['case']} | {k} | {b[k]:.4g} | {v:.4g} | {b[k] / v:.2f}x |")
+    return "\n".join(out)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
@@ -319,7 +335,12 @@ def main(argv=None):
                                                 "torch.utils.cpp_extension and time it next to mutual_information")
     parser.add_argument("--op", action="append", help="logcumsumexp, put_along_axis, adaptive_log_softmax, "
                                                       "mutual_information (default: all)")
+    parser.add_argument("--compare", nargs=2, metavar=("BEFORE_JSON", "AFTER_JSON"),
+                        help="print the before/after table of two runs' --json output and exit (no GPU needed)")
     args = parser.parse_args(argv)
+    if args.compare:
+        print(compare(*args.compare))
+        return
     lib = library()
     lib.pe_d2d.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     lib.pe_memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
