@@ -221,7 +221,8 @@ __global__ void __launch_bounds__(kThreads) target_backward_kernel(const T* logi
     const T* x = logits + r * k + j0;
     T* dx = logits_grad + r * k + j0;
     const A l = lse[r], g = load(out_grad[r]);
-    const int64_t t = target[r] - j0;  // the target's index in this tile (any value when elsewhere)
+    const int64_t target_r = target[r];
+    const index_t t = target_r >= j0 && target_r < j0 + n ? target_r - j0 : -1;  // the target's index in the tile
     const index_t head = vec ? vector_head(x, n) : n;
     const index_t nvec = (n - head) / N;
     for (index_t j = threadIdx.x; j < head; j += kThreads) dx[j] = store<T>(als_target_grad<A>(load(x[j]), l, g, j == t));
