@@ -336,3 +336,56 @@ def test_float_tiles_long_rows_look_back_far(dtype, exclusive, reverse):
     _assert_same_specials_and_close(got, ref, dtype)
     if dtype == "float32":
         assert _max_rel_err(got, ref) <= 1e-6
+
+
+# A strided axis (inner >= 32, n >= 256) in float32/float16/bfloat16 takes column tiles: 32 columns x 128
+# steps, a carry per column, every decision per column. Columns get the patterns of the row tiles above
+# (on 128-step tiles); inner = 45 leaves 19 idle lanes in the second column group, n = 1000 ends on a
+# partial tile.
+CTILE = 128
+
+
+def _column_patterns(n, inner, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 3, size=(n, inner))
+    x[:300, 0] = -np.inf  # two whole -inf tiles, then one starting with -inf
+    x[CTILE + 17, 1] = np.nan
+    x[CTILE - 1, 2] = np.inf
+    x[2 * CTILE + 5, 3], x[2 * CTILE + 6, 3] = 700.0, -700.0
+    x[:CTILE, 4] -= 200.0  # carry far below the next tile
+    x[:CTILE, 5] += 200.0  # far above
+    x[CTILE:2 * CTILE, 6] = -np.inf  # an all -inf tile after a finite carry
+    x[:, 7] = -np.inf
+    x[:, 8] = rng.normal(0, 1, size=n)
+    x[CTILE + 60, 8] = 70.0  # a spike: the outputs before it are redone from the inexact carry
+    x[:, 9] = rng.normal(0, 1, size=n)
+    x[:, 9] -= np.logaddexp.reduce(x[:, 9])  # log-probabilities: rescanned
+    x[:, 10] = rng.normal(-6, 1, size=n)  # outputs cross 0 after the first tile: rescanned
+    x[::7, 11] = -np.inf
+    x[CTILE:, 12] = x[CTILE - 1, 12]
+    x[:, 33] = np.linspace(-1e-3, 1e-3, n)  # outputs near 0 in the first tile: redone exactly
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("shape3", [(2, 1000, 45), (1, 256, 64)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_forward_column_tiles_every_path(dtype, shape3, exclusive, reverse):
+    outer, n, inner = shape3
+    x = np.stack([_column_patterns(n, inner, seed=20 + o) for o in range(outer)])
+    x64 = to_float64(host_array(x, dtype), dtype)
+    got = _run("pe_logcumsumexp_forward", dtype, [x], shape3, exclusive, reverse)
+    ref = refs.logcumsumexp(x64, 1, exclusive, reverse)
+    _assert_same_specials_and_close(got, ref, dtype)
+    if dtype == "float32":
+        assert _max_rel_err(got, ref) <= 1e-6
+
+
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_float32_column_tiles_within_1e6(exclusive, reverse):
+    # Axis 0 of [2048, 512]: 16 step tiles per column group, 16 groups.
+    x = np.random.default_rng(21).normal(0, 3, size=(1, 2048, 512)).astype(np.float32)
+    got = _run("pe_logcumsumexp_forward", "float32", [x], x.shape, exclusive, reverse)
+    ref = refs.logcumsumexp(x.astype(np.float64), 1, exclusive, reverse)
+    assert np.array_equal(np.isneginf(got), np.isneginf(ref))
+    assert _max_rel_err(got, ref) <= 1e-6
