@@ -740,28 +740,25 @@ __global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, 
     }
     if (fail) atomicMax(&last_fail_shared, t0 + kTileItems - 1);
     if (__syncthreads_or(fail) && !__syncthreads_or(hard)) {
-      // Recompute positions up to the last failing one in double: e = exp(x - Md), exact sums.
+      // Recompute positions [0, last] of the tile (whole threads' groups, up to the last failing output)
+      // in double, e = exp(x - Md) with exact sums: the block takes kRowThreads consecutive positions
+      // at a time, one each (one exp and one log per thread and step: a row's near-0 outputs are
+      // usually within its first few dozen positions, so this is one step).
       const int last = last_fail_shared;
       const double Md = fmax(static_cast<double>(mx), carry);
-      const double cd = carry == -kInfD ? 0.0 : exp(carry - Md);
-      const bool mine = t0 <= last;  // these threads write their outputs here
-      double run = 0.0;
-      if (mine) {
-#pragma unroll 1
-        for (int k = 0; k < kTileItems; ++k) run += exp(static_cast<double>(load_position(x, base, n, s + k, reverse)) - Md);
-      }
-      double total;
-      double acc = cd + block_exclusive_scan(run, PlusOp<double>(), 0.0, dscan, &total);
-      if (mine) {
-        written = true;
-#pragma unroll 1
-        for (int k = 0; k < kTileItems && s + k < n; ++k) {
-          const double e = exp(static_cast<double>(load_position(x, base, n, s + k, reverse)) - Md);
-          if (!exclusive) acc += e;
-          out[base + (reverse ? n - 1 - (s + k) : s + k)] = store<T>(Md + log(acc));
-          if (exclusive) acc += e;
+      double acc = carry == -kInfD ? 0.0 : exp(carry - Md);  // the same in every thread
+      for (int first = 0; first <= last; first += kRowThreads) {
+        const int q = first + threadIdx.x;
+        const index_t sq = j * kTile + q;
+        const double e = q <= last ? exp(static_cast<double>(load_position(x, base, n, sq, reverse)) - Md) : 0.0;
+        double total;
+        const double before = acc + block_exclusive_scan(e, PlusOp<double>(), 0.0, dscan, &total);
+        if (q <= last && sq < n) {
+          out[base + (reverse ? n - 1 - sq : sq)] = store<T>(Md + log(exclusive ? before : before + e));
         }
+        acc += total;
       }
+      written = t0 <= last;  // those outputs were stored above
       hard = 0;
     }
   } else {  // exact: the log-add-exp scan in double from the carry
@@ -1111,12 +1108,8 @@ __global__ void __launch_bounds__(kRowThreads, 3) forward_column_tiles_kernel(co
   ssum[warp][lane] = run;
   sd[warp][lane] = log_run;
   __syncthreads();
-  float q0 = 0.0f;
-  double exact_off = -kInfD;
-  for (int w = 0; w < warp; ++w) {
-    q0 += ssum[w][lane];
-    exact_off = lae(exact_off, sd[w][lane]);
-  }
+  float q0 = 0.0f;  // the column's float sum over the warps before
+  for (int w = 0; w < warp; ++w) q0 += ssum[w][lane];
   if (warp == 0) {
     double aggregate;
     if (fast) {
