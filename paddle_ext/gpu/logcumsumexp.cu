@@ -780,10 +780,10 @@ __global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, 
   }
   if (!written) store_group(out, base, n, s, reverse, p);
 
-  // The row's last tile to finish rescans it in double when some tile asked for it.
+  // The row's last tile to finish rescans it in double when some tile asked for it. The barrier, then
+  // thread 0's fence before its atomic, order every thread's stores above before the rescan's (the
+  // pattern of a cooperative-groups grid sync), so no thread needs a fence of its own.
   hard = __syncthreads_or(hard);
-  __threadfence();
-  __syncthreads();
   if (threadIdx.x == 0) {
     if (hard) store_volatile(ws.redo + row, 1);
     __threadfence();
@@ -1256,11 +1256,12 @@ __global__ void __launch_bounds__(kRowThreads, 3) forward_column_tiles_kernel(co
   }
 
   // The last tile of a column group to finish rescans its columns that asked for it, a thread each.
+  // (The barriers and thread 0's fences order every thread's stores before the rescan's, as in the rows.)
   __syncthreads();
   if (warp == 0 && hard_sh[lane] && live) store_volatile(ws.redo + o * inner + c, 1);
-  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
+    __threadfence();
     const bool last = atomicAdd(ws.done + g, 1) == (int)step_tiles - 1;
     __threadfence();
     last_shared = last;
