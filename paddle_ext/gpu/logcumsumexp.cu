@@ -703,7 +703,7 @@ __global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, 
     }
     if (lane == 0) {
       carry_shared = carry;
-      exact_shared = !inexact;
+      exact_shared = !inexact || carry == -kInfD;
       if (fast && !all_ninf) {  // the scale of the linear outputs (used only when they are linear)
         const double B = fmax(static_cast<double>(mx), carry);
         const float Bf = static_cast<float>(B);
@@ -1157,7 +1157,7 @@ __global__ void __launch_bounds__(kRowThreads, 3) forward_column_tiles_kernel(co
       }
     }
     carry_sh[lane] = carry;
-    exact_sh[lane] = !inexact;
+    exact_sh[lane] = !inexact || carry == -kInfD;  // the tile flags are per tile; an empty carry is exact
     if (fast && !all_ninf) {
       const float Bf = static_cast<float>(fmax(static_cast<double>(mx), carry));
       scale_sh[0][lane] = Bf;
