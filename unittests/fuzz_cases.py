@@ -229,8 +229,8 @@ def logcumsumexp_tile_cases(n=None):
             x[:, edge] = special
         x = round_to(x, dtype)
         yield dict(id=f"lcse-tile-{seed}-{dtype}-{mix}-{shape}-{special}@{edge}", x=x,
-                   g=values(rng, shape, "normal", dtype), axis=0 if strided else 1, exclusive=bool(seed & 1),
-                   reverse=bool(seed & 2), dtype=dtype, view=None)
+                   g=values(rng, shape, "normal", dtype), axis=0 if strided else 1,
+                   exclusive=bool(rng.random() < 0.5), reverse=bool(rng.random() < 0.5), dtype=dtype, view=None)
 
 
 # ------------------------------------------------------------------------------------ put_along_axis
