@@ -13,6 +13,10 @@
 //     and no transpose buffer is needed. When there are few lines (e.g. axis 0 of [4096, 4096]), each
 //     column's axis is split over 32 threads of a block (sum, combine the pieces, rescan), so the
 //     device has enough warps.
+// Forward float32/float16/bfloat16 on rows of >= 2048 and on strided axes of >= 256 steps x >= 32 columns
+// take the float tiles instead (forward_tiles_kernel, forward_column_tiles_kernel below): float exps and
+// sums, a float64 carry from a single-pass decoupled look-back, a per-output error bound with a float64
+// redo. The kernels above stay for the other shapes, for float64 and for the backward.
 // The per-element math lives in paddle_ext/logcumsumexp.h and log_math.h, shared with the CPU.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
