@@ -203,6 +203,36 @@ def logcumsumexp_thread_cases():
                        exclusive=bool(i & 1), reverse=dtype == "float32", dtype=dtype, view=None)
 
 
+def logcumsumexp_tile_cases(n=None):
+    """float32/float16/bfloat16 lines long enough for the CUDA float tiles (contiguous rows of >= 2048 in
+    tiles of 4096 with a look-back; strided axes of >= 256 steps and >= 32 columns in tiles of 128 steps):
+    lengths on the tile edges, every value mixture, one special on a tile edge (run by the GPU fuzz)."""
+    name = "logcumsumexp_tile"
+    n = count(24) if n is None else n
+    for seed in range(n):
+        rng = rng_for(name, seed)
+        dtype = ("float32", "float16", "bfloat16")[seed % 3]
+        mix = MIXES[seed % len(MIXES)]
+        strided = seed % 4 == 3
+        if strided:
+            length = int(rng.choice([256, 383, 384, 1000]))
+            shape = (length, int(rng.choice([32, 45, 96])))
+        else:
+            length = int(rng.choice([2048, 4095, 4096, 4097, 8193, 12300]))
+            shape = (int(rng.integers(1, 4)), length)
+        x = values(rng, shape, mix, dtype)
+        edge = int(rng.choice([0, 127, 128, 4095, 4096, length - 1])) % length
+        special = float(rng.choice([np.nan, np.inf, -np.inf, 700.0, -700.0, 60.0]))
+        if strided:
+            x[edge, :] = special
+        else:
+            x[:, edge] = special
+        x = round_to(x, dtype)
+        yield dict(id=f"lcse-tile-{seed}-{dtype}-{mix}-{shape}-{special}@{edge}", x=x,
+                   g=values(rng, shape, "normal", dtype), axis=0 if strided else 1,
+                   exclusive=bool(rng.random() < 0.5), reverse=bool(rng.random() < 0.5), dtype=dtype, view=None)
+
+
 # ------------------------------------------------------------------------------------ put_along_axis
 INDEX_PATTERNS = ("random", "dup_heavy", "dup_free", "row_uniform", "negative")
 

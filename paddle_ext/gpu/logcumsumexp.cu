@@ -13,9 +13,15 @@
 //     and no transpose buffer is needed. When there are few lines (e.g. axis 0 of [4096, 4096]), each
 //     column's axis is split over 32 threads of a block (sum, combine the pieces, rescan), so the
 //     device has enough warps.
+// Forward float32/float16/bfloat16 on rows of >= 2048 and on strided axes of >= 256 steps x >= 32 columns
+// take the float tiles instead (forward_tiles_kernel, forward_column_tiles_kernel below): float exps and
+// sums, a float64 carry from a single-pass decoupled look-back, a per-output error bound with a float64
+// redo. The kernels above stay for the other shapes, for float64 and for the backward.
 // The per-element math lives in paddle_ext/logcumsumexp.h and log_math.h, shared with the CPU.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <limits>
+#include <type_traits>
 
 #include "paddle_ext/gpu/cuda_utils.cuh"
 #include "paddle_ext/logcumsumexp.h"
@@ -283,39 +289,37 @@ constexpr int kWarpItems = 8;
 constexpr index_t kWarpRowMax = 16384;
 constexpr index_t kWarpRowsMin = 512;
 
-template <typename T>
-struct alignas(sizeof(T) * kWarpItems) ItemGroup {
-  T v[kWarpItems];
+template <typename T, int K>
+struct alignas(sizeof(T) * K) ItemGroup {
+  T v[K];
 };
 
-// Positions s .. s + kWarpItems - 1 of the row at `base` (element s, or n - 1 - s when reversed).
-template <typename T, typename A>
-__device__ inline void load_group(const T* x, index_t base, index_t n, index_t s, bool reverse,
-                                  A (&v)[kWarpItems]) {
-  const T* first = x + (reverse ? base + n - s - kWarpItems : base + s);  // the group's lowest address
-  if (s + kWarpItems <= n && reinterpret_cast<uintptr_t>(first) % sizeof(ItemGroup<T>) == 0) {
-    const ItemGroup<T> g = *reinterpret_cast<const ItemGroup<T>*>(first);
+// Positions s .. s + K - 1 of the row at `base` (element s, or n - 1 - s when reversed); past n: -inf.
+template <typename T, typename A, int K>
+__device__ inline void load_group(const T* x, index_t base, index_t n, index_t s, bool reverse, A (&v)[K]) {
+  const T* first = x + (reverse ? base + n - s - K : base + s);  // the group's lowest address
+  if (s + K <= n && reinterpret_cast<uintptr_t>(first) % sizeof(ItemGroup<T, K>) == 0) {
+    const ItemGroup<T, K> g = *reinterpret_cast<const ItemGroup<T, K>*>(first);
 #pragma unroll
-    for (int k = 0; k < kWarpItems; ++k) v[k] = static_cast<A>(load(g.v[reverse ? kWarpItems - 1 - k : k]));
+    for (int k = 0; k < K; ++k) v[k] = static_cast<A>(load(g.v[reverse ? K - 1 - k : k]));
   } else {
 #pragma unroll
-    for (int k = 0; k < kWarpItems; ++k) {
+    for (int k = 0; k < K; ++k) {
       v[k] = s + k < n ? static_cast<A>(load(x[base + (reverse ? n - 1 - (s + k) : s + k)])) : neg_inf<A>();
     }
   }
 }
-template <typename T, typename A>
-__device__ inline void store_group(T* out, index_t base, index_t n, index_t s, bool reverse,
-                                   const A (&v)[kWarpItems]) {
-  T* first = out + (reverse ? base + n - s - kWarpItems : base + s);
-  if (s + kWarpItems <= n && reinterpret_cast<uintptr_t>(first) % sizeof(ItemGroup<T>) == 0) {
-    ItemGroup<T> g;
+template <typename T, typename A, int K>
+__device__ inline void store_group(T* out, index_t base, index_t n, index_t s, bool reverse, const A (&v)[K]) {
+  T* first = out + (reverse ? base + n - s - K : base + s);
+  if (s + K <= n && reinterpret_cast<uintptr_t>(first) % sizeof(ItemGroup<T, K>) == 0) {
+    ItemGroup<T, K> g;
 #pragma unroll
-    for (int k = 0; k < kWarpItems; ++k) g.v[reverse ? kWarpItems - 1 - k : k] = store<T>(v[k]);
-    *reinterpret_cast<ItemGroup<T>*>(first) = g;
+    for (int k = 0; k < K; ++k) g.v[reverse ? K - 1 - k : k] = store<T>(v[k]);
+    *reinterpret_cast<ItemGroup<T, K>*>(first) = g;
   } else {
 #pragma unroll
-    for (int k = 0; k < kWarpItems; ++k) {
+    for (int k = 0; k < K; ++k) {
       if (s + k < n) out[base + (reverse ? n - 1 - (s + k) : s + k)] = store<T>(v[k]);
     }
   }
@@ -482,6 +486,319 @@ __global__ void __launch_bounds__(kRowThreads) forward_chunks_kernel(const T* x,
     forward_row_span<T, A>(x, out, row * n, n, s0, s1, carry, exclusive, reverse, temp, &stats_shared,
                            &carry_shared);
     __syncthreads();
+  }
+}
+
+// ---- Float tiles with a decoupled look-back: float32, float16 and bfloat16 rows of >= kTileRowMin ----
+// A tile is kTile positions of one row (kTileItems contiguous ones per thread, vector loads). Its terms
+// are float exps of x - M (M the tile's max); a float prefix sum inside the thread, a float block scan
+// across threads. The tile's log-sum (its aggregate, in double) is published at once; the carry (the
+// log-sum of the row before the tile, in double) comes from a warp-wide look-back over the tiles before
+// it: aggregates are log-add-exp'ed until a tile that already holds its inclusive prefix. Tile ids come
+// from an atomic counter, so every tile a block waits for belongs to a block already running (no
+// deadlock whatever the block scheduling). One read and one write per element, nothing else.
+// Exactness, as on the CPU (cpu/logcumsumexp.cc, float_unsafe): each output o = B + l (l = log of the
+// scaled running sum) carries a bound on its float error (see kFloatSlack); an output it cannot certify
+// to 1e-6 |o| is recomputed in double. While no float rounding has entered the carry (the row's first
+// tiles), that redo (positions up to the last failing one) is exact. After that the carry itself is
+// within kCarrySlack u; outputs too close to 0 for that mark the row, and the last tile of the row to
+// finish rescans it in double with the exact tile scan (forward_row_span). Tiles holding NaN/+inf, or a
+// range exp(x - M) cannot span in float, or a carry far below them, take the exact log-add-exp scan
+// in double.
+constexpr int kTileItems = 16;
+constexpr index_t kTile = (index_t)kRowThreads * kTileItems;  // 4096 positions
+constexpr index_t kTileRowMin = 2048;                          // shorter rows keep the kernels above
+constexpr int kWarps = kRowThreads / 32;
+// The float error bound (u = 2^-24): exp within 2 ulp (4u), the roundings of the prefix sums (at most
+// 15 in the thread, 5 in the warp, 7 across warps, 2 to combine: 29u), of x - M weighted by the terms
+// (u (log 4096 + max(0, -l))), of c + r q (fma) and of c and r (3u): the scaled sum within
+// (45.3 + max(0, -l)) u; the carry's share is within kCarrySlack u (below). log within 1 ulp (2u |l|),
+// o = B + l rounded (u |o|). So |o - exact| <= u (45.3 + 3 |l| + |o|), within 1e-6 |o| = 16.78 u |o|
+// when 15 |o| >= kFloatSlack + 3 |l|.
+constexpr float kFloatSlack = 48.0f;
+// A carry made of float tiles: each aggregate within (4 + 27 + 8.32) u of its exact log-sum (the
+// log-add-exp of aggregates in double adds nothing visible); an output recomputed in double from such a
+// carry is within u (39.3 + |o|), below 1e-6 |o| when 15 |o| >= kCarrySlack.
+constexpr float kCarrySlack = 44.0f;
+// Tile status flags: 0 nothing yet; kAggregate: aggregate[] holds the tile's log-sum; kInclusive:
+// inclusive[] holds the log-sum of the row up to and including the tile; kInexact: float rounding
+// entered that value.
+constexpr int kAggregate = 1, kInclusive = 2, kInexact = 4;
+
+struct TileScratch {
+  double* aggregate;  // [tiles]
+  double* inclusive;  // [tiles]
+  unsigned* counter;  // the next tile id; these ints start at zero (one memset)
+  int* redo;          // [rows] the row needs the double rescan
+  int* done;          // [rows] tiles of the row finished
+  int* flags;         // [tiles]
+};
+
+template <typename V>
+__device__ inline V load_volatile(const V* p) {
+  return *reinterpret_cast<const volatile V*>(p);
+}
+template <typename V>
+__device__ inline void store_volatile(V* p, V v) {
+  *reinterpret_cast<volatile V*>(p) = v;
+}
+
+// Exclusive scan of one value per thread over the block (`shared`: kWarps slots, reused after a
+// barrier); *total gets the op of all of them. Called by every thread.
+template <typename V, typename Op>
+__device__ inline V block_exclusive_scan(V v, Op op, V identity, V* shared, V* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const V inclusive = warp_inclusive_scan(v, op);
+  if (lane == 31) shared[warp] = inclusive;
+  __syncthreads();
+  V before = identity, all = identity;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    if (w == warp) before = all;
+    all = op(all, shared[w]);
+  }
+  __syncthreads();
+  *total = all;
+  return op(before, warp_shift_up(inclusive, identity));
+}
+
+// Position s of the row at `base` as float (-inf past n). The rare double paths below re-read their
+// inputs through this (an L2 hit) rather than index the register array with a loop variable.
+template <typename T>
+__device__ inline float load_position(const T* x, index_t base, index_t n, index_t s, bool reverse) {
+  return s < n ? static_cast<float>(load(x[base + (reverse ? n - 1 - s : s)])) : neg_inf<float>();
+}
+
+// The exact log-add-exp scan in double over positions [s, s + kTileItems): the log-sum of the tile's
+// positions before this thread's (returned) and of the whole tile (*total). Called by every thread.
+template <typename T>
+__device__ inline double exact_thread_offset(const T* x, index_t base, index_t n, index_t s, bool reverse,
+                                             double* shared, double* total) {
+  const LogAddExpOp<double> op;
+  double run = neg_inf<double>();
+#pragma unroll 1
+  for (int k = 0; k < kTileItems; ++k) run = op(run, static_cast<double>(load_position(x, base, n, s + k, reverse)));
+  return block_exclusive_scan(run, op, neg_inf<double>(), shared, total);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, T* out, index_t n,
+                                                                   index_t tiles_per_row, TileScratch ws,
+                                                                   bool exclusive, bool reverse) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  constexpr double kInfD = std::numeric_limits<double>::infinity();
+  const LogAddExpOp<double> lae;
+  __shared__ RowTemp<T, double> row_temp;  // the row rescan (forward_row_span)
+  __shared__ TileStats<double> row_stats;
+  __shared__ double row_carry;
+  __shared__ float fscan[kWarps], wmax[kWarps], wmin[kWarps];
+  __shared__ double dscan[kWarps];
+  __shared__ unsigned tile_shared;
+  __shared__ double carry_shared;
+  __shared__ float scale_shared[3];  // B, c, r of the linear outputs
+  __shared__ int exact_shared, last_fail_shared, last_shared;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+
+  if (threadIdx.x == 0) {
+    tile_shared = atomicAdd(ws.counter, 1u);
+    last_fail_shared = -1;
+  }
+  __syncthreads();
+  const index_t tile = tile_shared;
+  const index_t row = tile / tiles_per_row, j = tile % tiles_per_row, first_tile = row * tiles_per_row;
+  const index_t base = row * n;
+  const int t0 = threadIdx.x * kTileItems;  // this thread's first position in the tile
+  const index_t s = j * kTile + t0;
+  float v[kTileItems];
+  load_group(x, base, n, s, reverse, v);  // -inf past the row's end
+
+  // Tile stats: max and min of the finite terms, NaN/+inf present.
+  float mx = -kInf, mn = kInf;
+  int bad = 0;
+#pragma unroll
+  for (int k = 0; k < kTileItems; ++k) {
+    if (nan_or_pos_inf(v[k])) {
+      bad = 1;
+    } else if (v[k] != -kInf) {
+      mx = fmaxf(mx, v[k]);
+      mn = fminf(mn, v[k]);
+    }
+  }
+  mx = warp_reduce(mx, MaxOp<float>());
+  mn = warp_reduce(mn, MinOp<float>());
+  if (lane == 0) {
+    wmax[warp] = mx;
+    wmin[warp] = mn;
+  }
+  bad = __syncthreads_or(bad);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    mx = fmaxf(mx, wmax[w]);
+    mn = fminf(mn, wmin[w]);
+  }
+  const bool all_ninf = mx == -kInf;  // the tile holds nothing but -inf (when !bad)
+  const bool fast = !bad && (all_ninf || (mx - mn <= linear_range<float>() && fabsf(mx) < 1e30f));
+
+  // The aggregate, and what the outputs need of it: p (the float prefix sums in the thread) and q0 (the
+  // float sum of the threads before) for a linear tile, the log offset in double for an exact one.
+  float p[kTileItems];
+  float q0 = 0.0f;
+  double exact_off = neg_inf<double>(), aggregate;
+  if (fast) {
+    float run = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kTileItems; ++k) {
+      const float e = all_ninf ? 0.0f : expf(v[k] - mx);  // -inf gives 0
+      if (exclusive) {
+        p[k] = run;
+        run += e;
+      } else {
+        run += e;
+        p[k] = run;
+      }
+    }
+    float total;
+    q0 = block_exclusive_scan(run, PlusOp<float>(), 0.0f, fscan, &total);
+    aggregate = all_ninf ? -kInfD : static_cast<double>(mx) + log(static_cast<double>(total));
+  } else {
+    exact_off = exact_thread_offset(x, base, n, s, reverse, dscan, &aggregate);
+  }
+  const int aggregate_bits = fast && !all_ninf ? kInexact : 0;
+
+  // Publish the aggregate (the inclusive prefix for a row's first tile), then look back.
+  if (threadIdx.x == 0) {
+    if (j == 0) {
+      ws.inclusive[tile] = aggregate;
+      __threadfence();
+      store_volatile(ws.flags + tile, kInclusive | aggregate_bits);
+    } else {
+      ws.aggregate[tile] = aggregate;
+      __threadfence();
+      store_volatile(ws.flags + tile, kAggregate | aggregate_bits);
+    }
+  }
+  if (warp == 0) {
+    double carry = -kInfD;
+    int inexact = 0;
+    if (j > 0) {
+      for (index_t k = j - 1;; k -= 32) {  // lane l looks at tile k - l of the row
+        const index_t q = k - lane;
+        int flag = kInclusive;  // before the row: the empty prefix
+        double value = -kInfD;
+        if (q >= 0) {
+          do {
+            flag = load_volatile(ws.flags + first_tile + q);
+          } while (flag == 0);
+          __threadfence();
+          value = load_volatile((flag & kInclusive ? ws.inclusive : ws.aggregate) + first_tile + q);
+        }
+        const unsigned inclusive = __ballot_sync(0xffffffffu, flag & kInclusive);
+        const int stop = __ffs(inclusive) - 1;  // the nearest tile with its inclusive prefix; -1: none
+        const bool take = stop < 0 || lane <= stop;
+        inexact |= __any_sync(0xffffffffu, take && (flag & kInexact));
+        carry = lae(carry, warp_reduce(take ? value : -kInfD, lae));
+        if (stop >= 0) break;
+      }
+      if (lane == 0) {
+        ws.inclusive[tile] = lae(carry, aggregate);
+        __threadfence();
+        store_volatile(ws.flags + tile, kInclusive | (inexact ? kInexact : aggregate_bits));
+      }
+    }
+    if (lane == 0) {
+      carry_shared = carry;
+      exact_shared = !inexact || carry == -kInfD;
+      if (fast && !all_ninf) {  // the scale of the linear outputs (used only when they are linear)
+        const double B = fmax(static_cast<double>(mx), carry);
+        const float Bf = static_cast<float>(B);
+        scale_shared[0] = Bf;
+        scale_shared[1] = carry == -kInfD ? 0.0f : static_cast<float>(exp(carry - static_cast<double>(Bf)));
+        scale_shared[2] = static_cast<float>(exp(static_cast<double>(mx) - static_cast<double>(Bf)));
+      }
+    }
+  }
+  __syncthreads();
+  const double carry = carry_shared;
+  const bool carry_exact = exact_shared;
+  const bool carry_special = carry != carry || carry == kInfD;
+  // Outputs: p[k] becomes the output of position t0 + k (as float). `hard`: an output that neither float
+  // nor a double redo from this carry can certify (the row rescan).
+  int fail = 0, hard = 0;
+  bool written = false;  // the double paths store their outputs themselves
+  if (fast && all_ninf) {  // every output is the carry
+#pragma unroll
+    for (int k = 0; k < kTileItems; ++k) p[k] = static_cast<float>(carry);
+    hard = !carry_exact && fabs(carry) < kInfD && !(15.0 * fabs(carry) >= kCarrySlack);
+  } else if (fast && !carry_special &&
+             (carry == -kInfD || (fabs(carry) < 1e30 && static_cast<double>(mx) - carry <= linear_range<float>()))) {
+    const float B = scale_shared[0], c = scale_shared[1], r = scale_shared[2];
+#pragma unroll
+    for (int k = 0; k < kTileItems; ++k) {
+      const float l = logf(fmaf(r, q0 + p[k], c));  // an empty sum gives -inf
+      const float o = B + l;
+      p[k] = o;
+      if (fabsf(o) < kInf && !(15.0f * fabsf(o) >= kFloatSlack + 3.0f * fabsf(l))) {
+        fail = 1;
+        hard |= !carry_exact && !(15.0f * fabsf(o) >= kCarrySlack);
+      }
+    }
+    if (fail) atomicMax(&last_fail_shared, t0 + kTileItems - 1);
+    if (__syncthreads_or(fail) && !__syncthreads_or(hard)) {
+      // Recompute positions [0, last] of the tile (whole threads' groups, up to the last failing output)
+      // in double, e = exp(x - Md) with exact sums: the block takes kRowThreads consecutive positions
+      // at a time, one each (one exp and one log per thread and step: a row's near-0 outputs are
+      // usually within its first few dozen positions, so this is one step).
+      const int last = last_fail_shared;
+      const double Md = fmax(static_cast<double>(mx), carry);
+      double acc = carry == -kInfD ? 0.0 : exp(carry - Md);  // the same in every thread
+      for (int first = 0; first <= last; first += kRowThreads) {
+        const int q = first + threadIdx.x;
+        const index_t sq = j * kTile + q;
+        const double e = q <= last ? exp(static_cast<double>(load_position(x, base, n, sq, reverse)) - Md) : 0.0;
+        double total;
+        const double before = acc + block_exclusive_scan(e, PlusOp<double>(), 0.0, dscan, &total);
+        if (q <= last && sq < n) {
+          out[base + (reverse ? n - 1 - sq : sq)] = store<T>(Md + log(exclusive ? before : before + e));
+        }
+        acc += total;
+      }
+      written = t0 <= last;  // those outputs were stored above
+      hard = 0;
+    }
+  } else {  // exact: the log-add-exp scan in double from the carry
+    if (fast) {
+      double total;
+      exact_off = exact_thread_offset(x, base, n, s, reverse, dscan, &total);
+    }
+    written = true;
+    double run = lae(carry, exact_off);
+#pragma unroll 1
+    for (int k = 0; k < kTileItems && s + k < n; ++k) {
+      const double vk = static_cast<double>(load_position(x, base, n, s + k, reverse));
+      if (!exclusive) run = lae(run, vk);
+      const double o = run;
+      out[base + (reverse ? n - 1 - (s + k) : s + k)] = store<T>(o);
+      hard |= !carry_exact && fabs(o) < kInfD && !(15.0 * fabs(o) >= kCarrySlack);
+      if (exclusive) run = lae(run, vk);
+    }
+  }
+  if (!written) store_group(out, base, n, s, reverse, p);
+
+  // The row's last tile to finish rescans it in double when some tile asked for it. The barrier, then
+  // thread 0's fence before its atomic, order every thread's stores above before the rescan's (the
+  // pattern of a cooperative-groups grid sync), so no thread needs a fence of its own.
+  hard = __syncthreads_or(hard);
+  if (threadIdx.x == 0) {
+    if (hard) store_volatile(ws.redo + row, 1);
+    __threadfence();
+    const bool last = atomicAdd(ws.done + row, 1) == (int)tiles_per_row - 1;
+    __threadfence();
+    last_shared = last && load_volatile(ws.redo + row) != 0;
+  }
+  __syncthreads();
+  if (last_shared) {
+    forward_row_span<T, double>(x, out, base, n, 0, n, -kInfD, exclusive, reverse, row_temp, &row_stats,
+                                &row_carry);
   }
 }
 
@@ -689,6 +1006,320 @@ void launch_columns(const IO& io, index_t outer, index_t n, index_t inner, bool 
   check_launch(what);
 }
 
+// ---- Float tiles on a strided axis (inner >= 32): the same scheme, 32 columns x kColTile steps a tile ----
+// Lane l of every warp holds column l of the tile; warp w holds steps w * kTileItems .. + kTileItems - 1
+// (each load: 32 neighbouring columns, coalesced). The warps' partial sums meet in shared memory; the
+// carry is one log value per column. Tiles are numbered step-tile-major (tile j of every column group
+// before tile j + 1), so the tile a look-back waits for was claimed about one column-group count
+// earlier and is usually complete: the look-back walks one tile at a time. Every decision (linear or
+// exact, the redo, the rescan) is per column, with the error bounds of the row tiles (the float sums here
+// are shallower: 15 in the thread, 7 across warps, 2 to combine).
+constexpr index_t kColTile = (index_t)kWarps * kTileItems;  // 128 steps
+constexpr index_t kColTileMinSteps = 256;                    // shorter axes keep the column kernels above
+
+struct ColumnScratch {
+  double* aggregate;  // [tiles][32]
+  double* inclusive;  // [tiles][32]
+  unsigned* counter;  // zeroed from here on
+  int* redo;          // [outer * inner] the column needs the double rescan
+  int* done;          // [outer * groups] tiles of the column group finished
+  int* flags;         // [tiles]
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads, 3) forward_column_tiles_kernel(const T* x, T* out, index_t outer,
+                                                                          index_t n, index_t inner,
+                                                                          index_t step_tiles, ColumnScratch ws,
+                                                                          bool exclusive, bool reverse) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  constexpr double kInfD = std::numeric_limits<double>::infinity();
+  const LogAddExpOp<double> lae;
+  __shared__ float smax[kWarps][32], smin[kWarps][32], ssum[kWarps][32];
+  __shared__ int sbad[kWarps][32];
+  __shared__ double sd[kWarps][32];
+  __shared__ double carry_sh[32];
+  __shared__ float scale_sh[3][32];
+  __shared__ int exact_sh[32], last_fail_sh[32], hard_sh[32];
+  __shared__ unsigned tile_shared;
+  __shared__ int last_shared;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+
+  if (threadIdx.x == 0) tile_shared = atomicAdd(ws.counter, 1u);
+  if (threadIdx.x < 32) {
+    last_fail_sh[lane] = -1;
+    hard_sh[lane] = 0;
+  }
+  __syncthreads();
+  const index_t groups = (inner + 31) / 32, lines = outer * groups;  // lines: (outer, column group) pairs
+  const index_t tile = tile_shared;
+  const index_t j = tile / lines, g = tile % lines, o = g / groups, c = (g % groups) * 32 + lane;
+  const bool live = c < inner;
+  const index_t base = o * n * inner + (live ? c : 0);
+  const int t0 = warp * kTileItems;  // this thread's first step in the tile
+  const index_t s = j * kColTile + t0;
+  auto at = [&](index_t step) { return base + (reverse ? n - 1 - step : step) * inner; };
+  float v[kTileItems];
+#pragma unroll
+  for (int k = 0; k < kTileItems; ++k) v[k] = live && s + k < n ? static_cast<float>(load(x[at(s + k)])) : -kInf;
+
+  // Column stats over the tile.
+  float mx = -kInf, mn = kInf;
+  int bad = 0;
+#pragma unroll
+  for (int k = 0; k < kTileItems; ++k) {
+    if (nan_or_pos_inf(v[k])) {
+      bad = 1;
+    } else if (v[k] != -kInf) {
+      mx = fmaxf(mx, v[k]);
+      mn = fminf(mn, v[k]);
+    }
+  }
+  smax[warp][lane] = mx;
+  smin[warp][lane] = mn;
+  sbad[warp][lane] = bad;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    mx = fmaxf(mx, smax[w][lane]);
+    mn = fminf(mn, smin[w][lane]);
+    bad |= sbad[w][lane];
+  }
+  const bool all_ninf = mx == -kInf;
+  const bool fast = !bad && (all_ninf || (mx - mn <= linear_range<float>() && fabsf(mx) < 1e30f));
+
+  // Partial sums: float for a linear column, the log-add-exp in double for an exact one.
+  float p[kTileItems];
+  float run = 0.0f;
+  double log_run = -kInfD;
+  if (fast) {
+#pragma unroll
+    for (int k = 0; k < kTileItems; ++k) {
+      const float e = all_ninf ? 0.0f : expf(v[k] - mx);
+      if (exclusive) {
+        p[k] = run;
+        run += e;
+      } else {
+        run += e;
+        p[k] = run;
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int k = 0; k < kTileItems; ++k) {
+      log_run = lae(log_run, live && s + k < n ? static_cast<double>(load(x[at(s + k)])) : -kInfD);
+    }
+  }
+  ssum[warp][lane] = run;
+  sd[warp][lane] = log_run;
+  __syncthreads();
+  float q0 = 0.0f;  // the column's float sum over the warps before
+  for (int w = 0; w < warp; ++w) q0 += ssum[w][lane];
+  if (warp == 0) {
+    double aggregate;
+    if (fast) {
+      float total = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) total += ssum[w][lane];
+      aggregate = all_ninf ? -kInfD : static_cast<double>(mx) + log(static_cast<double>(total));
+    } else {
+      aggregate = -kInfD;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) aggregate = lae(aggregate, sd[w][lane]);
+    }
+    const bool aggregate_inexact = fast && !all_ninf;
+    const int bits = __any_sync(0xffffffffu, aggregate_inexact) ? kInexact : 0;
+    (j == 0 ? ws.inclusive : ws.aggregate)[tile * 32 + lane] = aggregate;
+    __threadfence();
+    __syncwarp();
+    if (lane == 0) {
+      __threadfence();
+      store_volatile(ws.flags + tile, (j == 0 ? kInclusive : kAggregate) | bits);
+    }
+    // Look back one tile at a time (the same column group, the step tiles before).
+    double carry = -kInfD;
+    int inexact = 0;
+    for (index_t k = j - 1; k >= 0; --k) {
+      const index_t before = k * lines + g;
+      int flag;
+      do {
+        flag = load_volatile(ws.flags + before);
+      } while (flag == 0);
+      __threadfence();
+      carry = lae(load_volatile((flag & kInclusive ? ws.inclusive : ws.aggregate) + before * 32 + lane), carry);
+      inexact |= flag & kInexact;
+      if (flag & kInclusive) break;
+    }
+    __syncwarp();
+    if (j > 0) {
+      const int incl_bits = __any_sync(0xffffffffu, inexact || aggregate_inexact) ? kInexact : 0;
+      ws.inclusive[tile * 32 + lane] = lae(carry, aggregate);
+      __threadfence();
+      __syncwarp();
+      if (lane == 0) {
+        __threadfence();
+        store_volatile(ws.flags + tile, kInclusive | incl_bits);
+      }
+    }
+    carry_sh[lane] = carry;
+    exact_sh[lane] = !inexact || carry == -kInfD;  // the tile flags are per tile; an empty carry is exact
+    if (fast && !all_ninf) {
+      const float Bf = static_cast<float>(fmax(static_cast<double>(mx), carry));
+      scale_sh[0][lane] = Bf;
+      scale_sh[1][lane] = carry == -kInfD ? 0.0f : static_cast<float>(exp(carry - static_cast<double>(Bf)));
+      scale_sh[2][lane] = static_cast<float>(exp(static_cast<double>(mx) - static_cast<double>(Bf)));
+    }
+  }
+  __syncthreads();
+  const double carry = carry_sh[lane];
+  const bool carry_exact = exact_sh[lane];
+  const bool carry_special = carry != carry || carry == kInfD;
+  const bool linear = fast && !all_ninf && !carry_special &&
+                      (carry == -kInfD || (fabs(carry) < 1e30 && static_cast<double>(mx) - carry <= linear_range<float>()));
+  const bool exact = !(fast && all_ninf) && !linear;
+  int fail = 0, hard = 0;
+  bool written = false;
+  if (fast && all_ninf) {
+#pragma unroll
+    for (int k = 0; k < kTileItems; ++k) p[k] = static_cast<float>(carry);
+    hard = !carry_exact && fabs(carry) < kInfD && !(15.0 * fabs(carry) >= kCarrySlack);
+  } else if (linear) {
+    const float B = scale_sh[0][lane], cs = scale_sh[1][lane], r = scale_sh[2][lane];
+#pragma unroll
+    for (int k = 0; k < kTileItems; ++k) {
+      const float l = logf(fmaf(r, q0 + p[k], cs));
+      const float out_k = B + l;
+      p[k] = out_k;
+      if (fabsf(out_k) < kInf && !(15.0f * fabsf(out_k) >= kFloatSlack + 3.0f * fabsf(l))) {
+        fail = 1;
+        hard |= !carry_exact && !(15.0f * fabsf(out_k) >= kCarrySlack);
+      }
+    }
+    if (fail) atomicMax(&last_fail_sh[lane], t0 + kTileItems - 1);
+  }
+  if (hard) atomicOr(&hard_sh[lane], 1);
+  // Redo in double the failing columns' steps up to their last failing one (columns the carry cannot
+  // certify are rescanned below instead).
+  if (__syncthreads_or(fail)) {
+    const int last = last_fail_sh[lane];
+    const bool mine = linear && last >= 0 && !hard_sh[lane] && t0 <= last;
+    const double Md = fmax(static_cast<double>(mx), carry);
+    double dsum = 0.0;
+    if (mine) {
+#pragma unroll 1
+      for (int k = 0; k < kTileItems; ++k) {
+        dsum += s + k < n ? exp(static_cast<double>(load(x[at(s + k)])) - Md) : 0.0;
+      }
+    }
+    sd[warp][lane] = dsum;
+    __syncthreads();
+    if (mine) {
+      double acc = carry == -kInfD ? 0.0 : exp(carry - Md);
+      for (int w = 0; w < warp; ++w) acc += sd[w][lane];
+      written = true;
+#pragma unroll 1
+      for (int k = 0; k < kTileItems && s + k < n; ++k) {
+        const double e = exp(static_cast<double>(load(x[at(s + k)])) - Md);
+        if (!exclusive) acc += e;
+        out[at(s + k)] = store<T>(Md + log(acc));
+        if (exclusive) acc += e;
+      }
+    }
+    __syncthreads();  // sd is reused below
+  }
+  // Exact columns: the log-add-exp scan in double from the carry.
+  if (__syncthreads_or(exact && live)) {
+    if (exact && fast) {  // no log partial sums yet
+      log_run = -kInfD;
+#pragma unroll 1
+      for (int k = 0; k < kTileItems; ++k) {
+        log_run = lae(log_run, live && s + k < n ? static_cast<double>(load(x[at(s + k)])) : -kInfD);
+      }
+    }
+    sd[warp][lane] = log_run;
+    __syncthreads();
+    if (exact && live) {
+      double acc = carry;
+      for (int w = 0; w < warp; ++w) acc = lae(acc, sd[w][lane]);
+      written = true;
+#pragma unroll 1
+      for (int k = 0; k < kTileItems && s + k < n; ++k) {
+        const double vk = static_cast<double>(load(x[at(s + k)]));
+        if (!exclusive) acc = lae(acc, vk);
+        out[at(s + k)] = store<T>(acc);
+        hard |= !carry_exact && fabs(acc) < kInfD && !(15.0 * fabs(acc) >= kCarrySlack);
+        if (exclusive) acc = lae(acc, vk);
+      }
+    }
+    if (hard) atomicOr(&hard_sh[lane], 1);
+  }
+  if (live && !written) {
+#pragma unroll
+    for (int k = 0; k < kTileItems; ++k) {
+      if (s + k < n) out[at(s + k)] = store<T>(p[k]);
+    }
+  }
+
+  // The last tile of a column group to finish rescans its columns that asked for it, a thread each.
+  // (The barriers and thread 0's fences order every thread's stores before the rescan's, as in the rows.)
+  __syncthreads();
+  if (warp == 0 && hard_sh[lane] && live) store_volatile(ws.redo + o * inner + c, 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const bool last = atomicAdd(ws.done + g, 1) == (int)step_tiles - 1;
+    __threadfence();
+    last_shared = last;
+  }
+  __syncthreads();
+  if (last_shared && warp == 0 && live && load_volatile(ws.redo + o * inner + c) != 0) {
+    const ForwardIO<T, double> io{x, out};
+    scan_column_piece(io, LogAddExpOp<double>(), -kInfD, o * n * inner + c, 0, n, n, inner, exclusive, reverse);
+  }
+}
+
+template <typename T>
+void launch_forward_column_tiles(const T* x, T* out, index_t outer, index_t n, index_t inner, bool exclusive,
+                                 bool reverse, cudaStream_t stream) {
+  const index_t step_tiles = (n + kColTile - 1) / kColTile, groups = outer * ((inner + 31) / 32);
+  const index_t tiles = step_tiles * groups;
+  const index_t ints = 1 + outer * inner + groups + tiles;  // counter, redo, done, flags: zeroed
+  DeviceScratch<double> scratch(2 * 32 * tiles + (ints + 1) / 2, stream);
+  ColumnScratch ws;
+  ws.aggregate = scratch.ptr;
+  ws.inclusive = scratch.ptr + 32 * tiles;
+  int* zeroed = reinterpret_cast<int*>(scratch.ptr + 2 * 32 * tiles);
+  const cudaError_t err = cudaMemsetAsync(zeroed, 0, sizeof(int) * ints, stream);
+  if (err != cudaSuccess) throw std::runtime_error(std::string("logcumsumexp: ") + cudaGetErrorString(err));
+  ws.counter = reinterpret_cast<unsigned*>(zeroed);
+  ws.redo = zeroed + 1;
+  ws.done = zeroed + 1 + outer * inner;
+  ws.flags = zeroed + 1 + outer * inner + groups;
+  forward_column_tiles_kernel<T><<<(unsigned)tiles, kRowThreads, 0, stream>>>(x, out, outer, n, inner, step_tiles,
+                                                                              ws, exclusive, reverse);
+  check_launch("logcumsumexp");
+}
+
+template <typename T>
+void launch_forward_tiles(const T* x, T* out, index_t outer, index_t n, index_t tiles_per_row, bool exclusive,
+                          bool reverse, cudaStream_t stream) {
+  const index_t tiles = outer * tiles_per_row;
+  const index_t ints = 1 + 2 * outer + tiles;  // counter, redo, done, flags: zeroed
+  DeviceScratch<double> scratch(2 * tiles + (ints + 1) / 2, stream);
+  TileScratch ws;
+  ws.aggregate = scratch.ptr;
+  ws.inclusive = scratch.ptr + tiles;
+  int* zeroed = reinterpret_cast<int*>(scratch.ptr + 2 * tiles);
+  const cudaError_t err = cudaMemsetAsync(zeroed, 0, sizeof(int) * ints, stream);
+  if (err != cudaSuccess) throw std::runtime_error(std::string("logcumsumexp: ") + cudaGetErrorString(err));
+  ws.counter = reinterpret_cast<unsigned*>(zeroed);
+  ws.redo = zeroed + 1;
+  ws.done = zeroed + 1 + outer;
+  ws.flags = zeroed + 1 + 2 * outer;
+  forward_tiles_kernel<T><<<(unsigned)tiles, kRowThreads, 0, stream>>>(x, out, n, tiles_per_row, ws, exclusive,
+                                                                       reverse);
+  check_launch("logcumsumexp");
+}
+
 }  // namespace
 
 template <typename T>
@@ -697,6 +1328,18 @@ void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t 
   using A = typename LogcumsumexpAcc<T>::type;
   if (outer == 0 || n == 0 || inner == 0) return;
   const index_t chunks = (n + kChunk - 1) / kChunk;
+  const index_t tiles_per_row = (n + kTile - 1) / kTile;
+  if constexpr (!std::is_same<T, double>::value) {
+    if (inner == 1 && n >= kTileRowMin && outer * tiles_per_row < (1 << 30)) {
+      launch_forward_tiles(x, out, outer, n, tiles_per_row, exclusive, reverse, stream);
+      return;
+    }
+    const index_t column_tiles = outer * ((inner + 31) / 32) * ((n + kColTile - 1) / kColTile);
+    if (inner >= 32 && n >= kColTileMinSteps && column_tiles < (1 << 26) && outer * inner < (index_t(1) << 30)) {
+      launch_forward_column_tiles(x, out, outer, n, inner, exclusive, reverse, stream);
+      return;
+    }
+  }
   if (inner == 1 && chunks > 1 && outer < kFewRows) {
     DeviceScratch<A> sums(outer * chunks, stream);
     forward_chunk_sums_kernel<T><<<grid_size(outer * chunks, 1), kRowThreads, 0, stream>>>(x, sums.ptr, outer, n,

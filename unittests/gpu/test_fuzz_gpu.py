@@ -2,7 +2,7 @@
 seeded adversarial cases through the ctypes shims, against the float64 references (skips without a GPU;
 needs no Paddle). PADDLE_EXT_FUZZ=long runs the long mode here too.
 
-Covered: logcumsumexp forward (every dtype) and backward (float64/float32), put_along_axis forward
+Covered: logcumsumexp forward (every dtype; the float tiles' lines too) and backward (float64/float32), put_along_axis forward
 (every dtype the shims take; cases whose indices the Python API would broadcast are expanded here, the
 broadcast=False-with-smaller-indices cases are API-level and skipped), mutual_information forward and
 backward, adaptive_log_softmax target/full forward and backward.
@@ -40,7 +40,7 @@ def _shape3(shape, axis):
 
 
 @pytest.mark.parametrize("case", _params(list(fc.logcumsumexp_cases()) + list(fc.logcumsumexp_block_cases())
-                                         + list(fc.logcumsumexp_thread_cases())))
+                                         + list(fc.logcumsumexp_thread_cases()) + list(fc.logcumsumexp_tile_cases())))
 def test_logcumsumexp_gpu(case):
     c = case
     x, g, axis, dtype = c["x"], c["g"], c["axis"], c["dtype"]

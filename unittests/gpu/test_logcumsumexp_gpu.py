@@ -263,3 +263,129 @@ def test_backward_wide_ranges(dtype, shape3, kind, exclusive, reverse):
     rtol = 64 * 2.0 ** -52 * scale + (0.0 if dtype == "float64" else 2e-6)
     atol = rtol * np.abs(g).sum(axis=1, keepdims=True) + (2.0 ** -149 if dtype == "float32" else 0.0)
     assert np.all(np.abs(got - ref) <= atol + rtol * np.abs(ref))
+
+
+# float32/float16/bfloat16 rows of >= 2048 take float tiles of 4096 with a decoupled look-back (the carry
+# from the tiles before, in double): float exps and sums with an error bound per output; outputs it cannot
+# certify to 1e-6 are redone in double (the positions up to the last failing one while the carry is exact
+# or large enough, else the whole row). Each row below selects one path; n = 12288 loads vectors, 12388
+# (not a multiple of 16) scalars and ends on a partial tile.
+TILE = 4096
+
+
+def _tile_rows(n, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 3, size=(13, n))
+    x[0, :5000] = -np.inf  # a whole -inf tile, then one starting with -inf
+    x[1, TILE + 17] = np.nan  # an exact tile in the middle; the NaN carry makes later tiles exact
+    x[2, TILE - 1] = np.inf  # last position of the first tile: a +inf carry
+    x[3, 2 * TILE + 5], x[3, 2 * TILE + 6] = 700.0, -700.0  # a range float exp cannot span: exact tile
+    x[4, :TILE] -= 200.0  # the carry far below the next tile: its outputs take the exact scan
+    x[5, :TILE] += 200.0  # far above: linear outputs, the tile's scale underflows to 0
+    x[6, TILE:2 * TILE] = -np.inf  # an all -inf tile after a finite carry: every output is the carry
+    x[7, :] = -np.inf
+    x[8] = rng.normal(0, 1, size=n)
+    x[8, TILE + 2000] = 70.0  # outputs before the spike fail the float bound: redone from the inexact carry
+    x[9] = rng.normal(0, 1, size=n)
+    x[9] -= np.logaddexp.reduce(x[9])  # log-probabilities: late outputs near 0, the row is rescanned
+    x[10] = rng.normal(-9, 1, size=n)  # the outputs cross 0 in the second tile: rescanned
+    x[11, ::7] = -np.inf  # scattered -inf stays linear
+    x[12, TILE:] = x[12, TILE - 1]  # ties across tiles
+    return x
+
+
+def _max_rel_err(got, ref):
+    finite = np.isfinite(ref)
+    return float(np.max(np.abs(got[finite] - ref[finite]) / np.abs(ref[finite]).clip(1e-30)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("n", [12288, 12388])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_forward_float_tiles_every_path(dtype, n, exclusive, reverse):
+    x = _tile_rows(n, seed=11)
+    x64 = to_float64(host_array(x, dtype), dtype)
+    got = _run("pe_logcumsumexp_forward", dtype, [x], (13, n, 1), exclusive, reverse).reshape(13, n)
+    ref = refs.logcumsumexp(x64, 1, exclusive, reverse)
+    _assert_same_specials_and_close(got, ref, dtype)
+    if dtype == "float32":
+        assert _max_rel_err(got, ref) <= 1e-6
+
+
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_float32_tiles_within_1e6_on_many_rows(exclusive, reverse):
+    # One tile per row (no look-back): the first outputs of nearly every row are near 0 and are redone in
+    # double; a relative error above 1e-6 there means the redo did not happen or was wrong.
+    x = np.random.default_rng(12).normal(0, 3, size=(600, TILE)).astype(np.float32)
+    x[:, 0] = np.linspace(-1e-3, 1e-3, 600)  # first outputs as small as 1e-6
+    got = _run("pe_logcumsumexp_forward", "float32", [x], (600, TILE, 1), exclusive, reverse).reshape(600, TILE)
+    ref = refs.logcumsumexp(x.astype(np.float64), 1, exclusive, reverse)
+    assert np.array_equal(np.isneginf(got), np.isneginf(ref))
+    assert _max_rel_err(got, ref) <= 1e-6
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_float_tiles_long_rows_look_back_far(dtype, exclusive, reverse):
+    # 3 rows of 64 tiles: a tile's look-back spans many windows of 32 tiles when its neighbours are slow.
+    x = np.random.default_rng(13).normal(0, 2, size=(3, 64 * TILE + 3))
+    x[1, : 40 * TILE] = -np.inf
+    x64 = to_float64(host_array(x, dtype), dtype)
+    got = _run("pe_logcumsumexp_forward", dtype, [x], (3, x.shape[1], 1), exclusive, reverse).reshape(x.shape)
+    ref = refs.logcumsumexp(x64, 1, exclusive, reverse)
+    _assert_same_specials_and_close(got, ref, dtype)
+    if dtype == "float32":
+        assert _max_rel_err(got, ref) <= 1e-6
+
+
+# A strided axis (inner >= 32, n >= 256) in float32/float16/bfloat16 takes column tiles: 32 columns x 128
+# steps, a carry per column, every decision per column. Columns get the patterns of the row tiles above
+# (on 128-step tiles); inner = 45 leaves 19 idle lanes in the second column group, n = 1000 ends on a
+# partial tile.
+CTILE = 128
+
+
+def _column_patterns(n, inner, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 3, size=(n, inner))
+    x[:300, 0] = -np.inf  # two whole -inf tiles, then one starting with -inf
+    x[CTILE + 17, 1] = np.nan
+    x[CTILE - 1, 2] = np.inf
+    x[2 * CTILE + 5, 3], x[2 * CTILE + 6, 3] = 700.0, -700.0
+    x[:CTILE, 4] -= 200.0  # carry far below the next tile
+    x[:CTILE, 5] += 200.0  # far above
+    x[CTILE:2 * CTILE, 6] = -np.inf  # an all -inf tile after a finite carry
+    x[:, 7] = -np.inf
+    x[:, 8] = rng.normal(0, 1, size=n)
+    x[CTILE + 60, 8] = 70.0  # a spike: the outputs before it are redone from the inexact carry
+    x[:, 9] = rng.normal(0, 1, size=n)
+    x[:, 9] -= np.logaddexp.reduce(x[:, 9])  # log-probabilities: rescanned
+    x[:, 10] = rng.normal(-6, 1, size=n)  # outputs cross 0 after the first tile: rescanned
+    x[::7, 11] = -np.inf
+    x[CTILE:, 12] = x[CTILE - 1, 12]
+    x[:, 33] = np.linspace(-1e-3, 1e-3, n)  # outputs near 0 in the first tile: redone exactly
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("shape3", [(2, 1000, 45), (1, 384, 64)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_forward_column_tiles_every_path(dtype, shape3, exclusive, reverse):
+    outer, n, inner = shape3
+    x = np.stack([_column_patterns(n, inner, seed=20 + o) for o in range(outer)])
+    x64 = to_float64(host_array(x, dtype), dtype)
+    got = _run("pe_logcumsumexp_forward", dtype, [x], shape3, exclusive, reverse)
+    ref = refs.logcumsumexp(x64, 1, exclusive, reverse)
+    _assert_same_specials_and_close(got, ref, dtype)
+    if dtype == "float32":
+        assert _max_rel_err(got, ref) <= 1e-6
+
+
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_float32_column_tiles_within_1e6(exclusive, reverse):
+    # Axis 0 of [2048, 512]: 16 step tiles per column group, 16 groups.
+    x = np.random.default_rng(21).normal(0, 3, size=(1, 2048, 512)).astype(np.float32)
+    got = _run("pe_logcumsumexp_forward", "float32", [x], x.shape, exclusive, reverse)
+    ref = refs.logcumsumexp(x.astype(np.float64), 1, exclusive, reverse)
+    assert np.array_equal(np.isneginf(got), np.isneginf(ref))
+    assert _max_rel_err(got, ref) <= 1e-6
