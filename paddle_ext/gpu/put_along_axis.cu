@@ -66,15 +66,6 @@ __device__ inline void atomic_add(int64_t* a, int64_t v) {  // two's complement:
   atomicAdd(reinterpret_cast<unsigned long long*>(a), (unsigned long long)v);
 }
 
-template <Reduce R, typename A>
-__device__ inline void atomic_combine(A* addr, A v) {
-  if constexpr (R == Reduce::Add || R == Reduce::Mean) {
-    atomic_add(addr, v);
-  } else {
-    atomic_update(addr, [v](A s) { return ReduceOp<R>::combine(s, v); });
-  }
-}
-
 // Position p of indices/values -> its slot in arr, or -1 when the index is out of range.
 template <typename Idx>
 __device__ inline index_t slot_of(const Idx* idx, index_t p, index_t n, index_t m, index_t inner) {
@@ -183,13 +174,40 @@ __device__ inline void combine_pack(A* acc, int32_t* count, const Pack<Idx, VW>&
     }
   }
 #endif
+  index_t slot[VW];
 #pragma unroll
   for (int u = 0; u < VW; ++u) {
     const index_t k = static_cast<index_t>(ix.v[u]);
-    if (!index_in_range(k, n)) continue;
-    const index_t s = (srow + wrap_index(k, n)) * inner + e + u;
-    atomic_combine<R, A>(acc + s, static_cast<A>(load(vs.v[u])));
-    if (count) atomicAdd(count + s, 1);
+    slot[u] = index_in_range(k, n) ? (srow + wrap_index(k, n)) * inner + e + u : -1;
+  }
+  if constexpr (R == Reduce::Add || R == Reduce::Mean) {
+#pragma unroll
+    for (int u = 0; u < VW; ++u) {
+      if (slot[u] < 0) continue;
+      atomic_add(acc + slot[u], static_cast<A>(load(vs.v[u])));
+      if (count) atomicAdd(count + slot[u], 1);
+    }
+  } else {
+    // Compare-and-swap, with the pack's loads and first CAS attempts issued back to back (independent
+    // round trips in flight together); an attempt that lost a race retries alone (atomic_update).
+    using Bits = typename std::conditional<sizeof(A) == 4, unsigned int, unsigned long long>::type;
+    Bits old[VW];
+    bool done[VW];
+#pragma unroll
+    for (int u = 0; u < VW; ++u) old[u] = slot[u] >= 0 ? *reinterpret_cast<const Bits*>(acc + slot[u]) : Bits(0);
+#pragma unroll
+    for (int u = 0; u < VW; ++u) {
+      done[u] = true;
+      if (slot[u] < 0) continue;
+      const Bits next = to_bits<Bits>(ReduceOp<R>::combine(from_bits<A>(old[u]), static_cast<A>(load(vs.v[u]))));
+      if (next != old[u]) done[u] = atomicCAS(reinterpret_cast<Bits*>(acc + slot[u]), old[u], next) == old[u];
+    }
+#pragma unroll
+    for (int u = 0; u < VW; ++u) {
+      if (done[u]) continue;
+      const A v = static_cast<A>(load(vs.v[u]));
+      atomic_update(acc + slot[u], [v](A x) { return ReduceOp<R>::combine(x, v); });
+    }
   }
 }
 
@@ -378,26 +396,28 @@ void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, void*
 }
 
 // ------------------------------------------------------------------------- deterministic add / mean
-template <typename Idx>
-__global__ void sort_keys_kernel(const Idx* idx, int64_t* keys, int64_t* order, index_t positions, index_t n,
-                                 index_t m, index_t inner, index_t slots) {
+// Keys (slot, or `slots` for an out-of-range index) and positions sort as K: uint32 where both fit
+// (half the bytes through the radix sort), else int64.
+template <typename Idx, typename K>
+__global__ void sort_keys_kernel(const Idx* idx, K* keys, K* order, index_t positions, index_t n, index_t m,
+                                 index_t inner, index_t slots) {
   PE_GRID_LOOP(p, positions) {
     const index_t s = slot_of(idx, p, n, m, inner);
-    keys[p] = s >= 0 ? s : slots;  // out of range: sorted past every slot and skipped
-    order[p] = p;
+    keys[p] = static_cast<K>(s >= 0 ? s : slots);  // out of range: sorted past every slot and skipped
+    order[p] = static_cast<K>(p);
   }
 }
 
 // Thread q starts a segment when its key differs from the previous one and folds the segment.
-template <Reduce R, typename T, typename A>
-__global__ void fold_segments_kernel(A* acc, const T* values, const int64_t* keys, const int64_t* order,
-                                     index_t positions, index_t slots, bool include_self) {
+template <Reduce R, typename T, typename A, typename K>
+__global__ void fold_segments_kernel(A* acc, const T* values, const K* keys, const K* order, index_t positions,
+                                     index_t slots, bool include_self) {
   PE_GRID_LOOP(q, positions) {
-    const int64_t key = keys[q];
-    if (key >= slots || (q > 0 && keys[q - 1] == key)) continue;
+    const index_t key = static_cast<index_t>(keys[q]);
+    if (key >= slots || (q > 0 && keys[q - 1] == keys[q])) continue;
     A s = include_self ? acc[key] : static_cast<A>(load(values[order[q]]));
     int32_t count = include_self ? 1 : 0;
-    for (index_t r = q + (include_self ? 0 : 1); r < positions && keys[r] == key; ++r) {
+    for (index_t r = q + (include_self ? 0 : 1); r < positions && keys[r] == keys[q]; ++r) {
       s = ReduceOp<Reduce::Add>::combine(s, static_cast<A>(load(values[order[r]])));
       ++count;
     }
@@ -406,8 +426,11 @@ __global__ void fold_segments_kernel(A* acc, const T* values, const int64_t* key
   }
 }
 
+// keys/order in and out, each positions x K; `prefix`: 8 bytes per position (mul's grads); cub's temp.
+template <typename K>
 struct SortedWorkspace {
-  int64_t *keys_in, *keys_out, *order_in, *order_out;
+  K *keys_in, *keys_out, *order_in, *order_out;
+  void* prefix;
   void* temp;
   size_t temp_bytes;
 };
@@ -418,25 +441,59 @@ inline int key_bits(index_t slots) {
   return bits;
 }
 
-inline SortedWorkspace carve(void* base, index_t positions, size_t temp_bytes) {
+template <typename K>
+size_t cub_sort_bytes(index_t positions, index_t slots) {
+  size_t bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const K*)nullptr, (K*)nullptr, (const K*)nullptr, (K*)nullptr,
+                                  (int)positions, 0, key_bits(slots));
+  return bytes;
+}
+
+template <typename K>
+size_t sorted_bytes(index_t positions, index_t slots) {
+  return 4 * align_up(sizeof(K) * (size_t)positions) + align_up(8 * (size_t)positions) +
+         cub_sort_bytes<K>(positions, slots);
+}
+
+template <typename K>
+SortedWorkspace<K> carve(void* base, index_t positions, index_t slots) {
   char* p = static_cast<char*>(base);
-  const size_t arr = align_up(sizeof(int64_t) * (size_t)positions);
-  SortedWorkspace w;
-  w.keys_in = reinterpret_cast<int64_t*>(p);
-  w.keys_out = reinterpret_cast<int64_t*>(p + arr);
-  w.order_in = reinterpret_cast<int64_t*>(p + 2 * arr);
-  w.order_out = reinterpret_cast<int64_t*>(p + 3 * arr);
-  w.temp = p + 4 * arr;
-  w.temp_bytes = temp_bytes;
+  const size_t arr = align_up(sizeof(K) * (size_t)positions);
+  SortedWorkspace<K> w;
+  w.keys_in = reinterpret_cast<K*>(p);
+  w.keys_out = reinterpret_cast<K*>(p + arr);
+  w.order_in = reinterpret_cast<K*>(p + 2 * arr);
+  w.order_out = reinterpret_cast<K*>(p + 3 * arr);
+  w.prefix = p + 4 * arr;
+  w.temp = p + 4 * arr + align_up(8 * (size_t)positions);
+  w.temp_bytes = cub_sort_bytes<K>(positions, slots);
   return w;
 }
 
-inline size_t cub_sort_bytes(index_t positions, index_t slots) {
-  size_t bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int64_t*)nullptr, (int64_t*)nullptr,
-                                  (const int64_t*)nullptr, (int64_t*)nullptr, (int)positions, 0,
-                                  key_bits(slots));
-  return bytes;
+inline bool narrow_keys(index_t positions, index_t slots) {
+  return positions <= (index_t)INT32_MAX && slots < (index_t)UINT32_MAX;
+}
+
+// fn(SortedWorkspace<K>) with the positions sorted by slot (stable: each slot's in position order).
+template <typename Idx, typename Fn>
+void sort_by_slot(const Idx* idx, void* workspace, size_t workspace_bytes, index_t outer, index_t n, index_t m,
+                  index_t inner, cudaStream_t stream, const char* what, Fn&& fn) {
+  const index_t positions = outer * m * inner, slots = outer * n * inner;
+  if (positions > (index_t)INT32_MAX) throw std::runtime_error(std::string(what) + " needs < 2^31 indices");
+  if (workspace_bytes < put_along_axis_sorted_workspace(positions, slots))
+    throw std::runtime_error(std::string(what) + ": workspace too small");
+  auto run = [&](auto ktag) {
+    using K = decltype(ktag);
+    SortedWorkspace<K> w = carve<K>(workspace, positions, slots);
+    sort_keys_kernel<Idx, K><<<grid_size(positions, kThreads), kThreads, 0, stream>>>(idx, w.keys_in, w.order_in,
+                                                                                      positions, n, m, inner, slots);
+    size_t temp_bytes = w.temp_bytes;
+    cub::DeviceRadixSort::SortPairs(w.temp, temp_bytes, w.keys_in, w.keys_out, w.order_in, w.order_out,
+                                    (int)positions, 0, key_bits(slots), stream);
+    fn(w);
+  };
+  if (narrow_keys(positions, slots)) run(uint32_t{});
+  else run(int64_t{});
 }
 
 template <Reduce R, typename T, typename A, typename Idx>
@@ -444,18 +501,11 @@ void sorted_impl(A* acc, const T* values, const Idx* idx, void* workspace, size_
                  index_t outer, index_t n, index_t m, index_t inner, bool include_self, cudaStream_t stream) {
   const index_t positions = outer * m * inner, slots = outer * n * inner;
   if (positions == 0 || n == 0) return;
-  if (positions > (index_t)INT32_MAX) throw std::runtime_error("put_along_axis: deterministic path needs < 2^31 indices");
-  const size_t temp = cub_sort_bytes(positions, slots);
-  if (workspace_bytes < put_along_axis_sorted_workspace(positions, slots))
-    throw std::runtime_error("put_along_axis: deterministic workspace too small");
-  SortedWorkspace w = carve(workspace, positions, temp);
-  const unsigned grid = grid_size(positions, kThreads);
-  sort_keys_kernel<Idx><<<grid, kThreads, 0, stream>>>(idx, w.keys_in, w.order_in, positions, n, m, inner, slots);
-  size_t temp_bytes = w.temp_bytes;
-  cub::DeviceRadixSort::SortPairs(w.temp, temp_bytes, w.keys_in, w.keys_out, w.order_in, w.order_out, (int)positions,
-                                  0, key_bits(slots), stream);
-  fold_segments_kernel<R, T, A><<<grid, kThreads, 0, stream>>>(acc, values, w.keys_out, w.order_out, positions,
-                                                               slots, include_self);
+  sort_by_slot(idx, workspace, workspace_bytes, outer, n, m, inner, stream, "put_along_axis: deterministic path",
+               [&](const auto& w) {
+                 fold_segments_kernel<R, T, A><<<grid_size(positions, kThreads), kThreads, 0, stream>>>(
+                     acc, values, w.keys_out, w.order_out, positions, slots, include_self);
+               });
   check_launch("put_along_axis deterministic");
 }
 
@@ -600,19 +650,18 @@ __global__ void arr_grad_kernel(const T* arr, const T* out, const T* g, const in
 // gives every factor the product of the others, prefix x suffix with multiplications only (exact at
 // zeros and non-finite values, as the CPU's exact path); `prefix` holds each position's prefix.
 // Written slots get arr's grad here, unwritten ones keep the g that copy_grad_kernel put there.
-template <typename T, typename A>
-__global__ void mul_grad_segments_kernel(const T* arr, const T* values, const T* g, const int64_t* keys,
-                                         const int64_t* order, A* prefix, T* arr_grad, T* values_grad,
+template <typename T, typename A, typename K>
+__global__ void mul_grad_segments_kernel(const T* arr, const T* values, const T* g, const K* keys, const K* order, A* prefix, T* arr_grad, T* values_grad,
                                          index_t positions, index_t slots, bool include_self) {
   PE_GRID_LOOP(q, positions) {
-    const int64_t key = keys[q];
+    const index_t key = static_cast<index_t>(keys[q]);
     if (key >= slots) {  // out of range
       if (values_grad) values_grad[order[q]] = store<T>(A(0));
       continue;
     }
-    if (q > 0 && keys[q - 1] == key) continue;
+    if (q > 0 && keys[q - 1] == keys[q]) continue;
     index_t end = q + 1;
-    while (end < positions && keys[end] == key) ++end;
+    while (end < positions && keys[end] == keys[q]) ++end;
     const A gs = static_cast<A>(load(g[key]));
     if (values_grad) {
       A run = include_self ? static_cast<A>(load(arr[key])) : A(1);
@@ -623,7 +672,7 @@ __global__ void mul_grad_segments_kernel(const T* arr, const T* values, const T*
     }
     A run = A(1);
     for (index_t r = end; r-- > q;) {
-      const int64_t p = order[r];
+      const index_t p = static_cast<index_t>(order[r]);
       if (values_grad)
         values_grad[p] = store<T>(values_grad_of<Reduce::Mul, A>(gs, A(0), A(0), 1, 0, prefix[r] * run, include_self));
       run *= static_cast<A>(load(values[p]));
@@ -643,23 +692,21 @@ void mul_backward(const T* arr, const Idx* idx, const T* values, const T* g, T* 
                   void* workspace, size_t workspace_bytes, index_t outer, index_t n, index_t m, index_t inner,
                   bool include_self, cudaStream_t stream) {
   using A = acc_t<T>;
-  static_assert(sizeof(A) <= sizeof(int64_t), "prefix products live in the workspace's int64 keys");
+  static_assert(sizeof(A) <= 8, "prefix products take 8 bytes per position in the workspace");
   const index_t positions = outer * m * inner, slots = outer * n * inner;
   if (arr_grad && slots > 0) copy_grad_kernel<T><<<grid_size(slots, kThreads), kThreads, 0, stream>>>(g, arr_grad, slots);
-  if (positions == 0 || n == 0) return;
-  if (positions > (index_t)INT32_MAX) throw std::runtime_error("put_along_axis: mul grads need < 2^31 indices");
-  if (workspace_bytes < put_along_axis_sorted_workspace(positions, slots))
-    throw std::runtime_error("put_along_axis: mul grad workspace too small");
-  SortedWorkspace w = carve(workspace, positions, cub_sort_bytes(positions, slots));
-  const unsigned grid = grid_size(positions, kThreads);
-  sort_keys_kernel<Idx><<<grid, kThreads, 0, stream>>>(idx, w.keys_in, w.order_in, positions, n, m, inner, slots);
-  size_t temp_bytes = w.temp_bytes;
-  cub::DeviceRadixSort::SortPairs(w.temp, temp_bytes, w.keys_in, w.keys_out, w.order_in, w.order_out, (int)positions,
-                                  0, key_bits(slots), stream);
-  // keys_in is free once sorted: it holds the prefixes
-  mul_grad_segments_kernel<T, A><<<grid, kThreads, 0, stream>>>(arr, values, g, w.keys_out, w.order_out,
-                                                                reinterpret_cast<A*>(w.keys_in), arr_grad,
-                                                                values_grad, positions, slots, include_self);
+  if (positions == 0 || n == 0) {
+    // every index out of range (n == 0): no contribution, zero grads
+    if (values_grad && positions > 0) check_copy(cudaMemsetAsync(values_grad, 0, sizeof(T) * (size_t)positions, stream));
+    return;
+  }
+  sort_by_slot(idx, workspace, workspace_bytes, outer, n, m, inner, stream, "put_along_axis: mul grads",
+               [&](const auto& w) {
+                 using K = std::remove_pointer_t<decltype(w.keys_out)>;
+                 mul_grad_segments_kernel<T, A, K><<<grid_size(positions, kThreads), kThreads, 0, stream>>>(
+                     arr, values, g, w.keys_out, w.order_out, static_cast<A*>(w.prefix), arr_grad, values_grad,
+                     positions, slots, include_self);
+               });
 }
 
 template <Reduce R, typename T, typename Idx>
@@ -736,7 +783,7 @@ size_t put_along_axis_winner_scratch(index_t outer, index_t n, index_t inner) {
 }
 
 size_t put_along_axis_sorted_workspace(index_t positions, index_t slots) {
-  return 4 * align_up(sizeof(int64_t) * (size_t)positions) + cub_sort_bytes(positions, slots);
+  return narrow_keys(positions, slots) ? sorted_bytes<uint32_t>(positions, slots) : sorted_bytes<int64_t>(positions, slots);
 }
 
 template <typename T, typename A, typename Idx>
