@@ -320,23 +320,48 @@ __global__ void __launch_bounds__(kThreads) winner_write_rows_kernel(A* acc, con
   }
 }
 
-template <typename Idx>
-__global__ void pick_winner_kernel(const Idx* idx, int64_t* winner, index_t positions, index_t n, index_t m,
-                                   index_t inner, const int* flag) {
+// Flag up (some update row's indices differ): the per-slot winners, the largest j per slot (the slot
+// fixes o and i, so the largest j is the largest position).
+template <typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) slot_winner_rows_kernel(const Idx* idx, int64_t* slot_win, const int* flag, Rows sh,
+                                                                    int logG) {
   if (skip(flag, true)) return;
-  PE_GRID_LOOP(p, positions) {
-    const index_t s = slot_of(idx, p, n, m, inner);
-    if (s >= 0) atomicMax(reinterpret_cast<long long*>(winner + s), (long long)p);
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
+      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+#pragma unroll
+      for (int u = 0; u < VW; ++u) {
+        const index_t k = static_cast<index_t>(ix.v[u]);
+        if (index_in_range(k, sh.n))
+          atomicMax(reinterpret_cast<long long*>(slot_win + (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u),
+                    (long long)j);
+      }
+    }
   }
 }
 
-template <typename T, typename A, typename Idx>
-__global__ void assign_winner_kernel(A* acc, const T* values, const Idx* idx, const int64_t* winner,
-                                     index_t positions, index_t n, index_t m, index_t inner, const int* flag) {
+// Flag up: only each slot's winner writes.
+template <typename T, typename A, typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) slot_assign_rows_kernel(A* acc, const T* values, const Idx* idx, const int64_t* slot_win,
+                                                                    const int* flag, Rows sh, int logG) {
   if (skip(flag, true)) return;
-  PE_GRID_LOOP(p, positions) {
-    const index_t s = slot_of(idx, p, n, m, inner);
-    if (s >= 0 && winner[s] == p) acc[s] = static_cast<A>(load(values[p]));
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
+      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+#pragma unroll
+      for (int u = 0; u < VW; ++u) {
+        const index_t k = static_cast<index_t>(ix.v[u]);
+        if (!index_in_range(k, sh.n)) continue;
+        const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
+        if (slot_win[s] == j) acc[s] = static_cast<A>(load(values[p0 + e + u]));
+      }
+    }
   }
 }
 
@@ -351,7 +376,7 @@ __global__ void mean_divide_kernel(A* acc, const int32_t* count, int32_t self, i
 // the per-slot winners (those passes exit at once while the flag is down).
 template <typename Idx>
 WinnerScratch pick_winners(const Idx* idx, void* scratch, const Rows& sh, cudaStream_t stream) {
-  const index_t targets = sh.outer * sh.n, positions = sh.outer * sh.m * sh.inner, slots = targets * sh.inner;
+  const index_t targets = sh.outer * sh.n, slots = targets * sh.inner;
   const WinnerScratch w = carve_winners(scratch, sh.outer, sh.n);
   winner_init_kernel<<<grid_size(targets, kThreads), kThreads, 0, stream>>>(w.flag, w.row_win, targets);
   const RowPlan plan = row_plan(sh.outer * sh.m, sh.inner, aligned4(idx, sizeof(Idx)));
@@ -359,7 +384,10 @@ WinnerScratch pick_winners(const Idx* idx, void* scratch, const Rows& sh, cudaSt
     winner_scan_rows_kernel<Idx, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(idx, w.row_win, w.flag, sh, plan.logG);
   });
   fill_kernel<int64_t><<<guarded_grid(), kThreads, 0, stream>>>(w.slot_win, int64_t(-1), slots, w.flag);
-  pick_winner_kernel<Idx><<<guarded_grid(), kThreads, 0, stream>>>(idx, w.slot_win, positions, sh.n, sh.m, sh.inner, w.flag);
+  with_pack(plan, [&](auto vw) {
+    slot_winner_rows_kernel<Idx, decltype(vw)::value><<<guarded_grid(), kThreads, 0, stream>>>(idx, w.slot_win, w.flag, sh,
+                                                                                               plan.logG);
+  });
   return w;
 }
 
@@ -376,8 +404,11 @@ void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, void*
       winner_write_rows_kernel<T, A, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(acc, values, w.row_win, w.flag, sh,
                                                                                           plan.logG);
     });
-    assign_winner_kernel<T, A, Idx><<<guarded_grid(), kThreads, 0, stream>>>(acc, values, idx, w.slot_win, positions, n, m, inner,
-                                                                             w.flag);
+    const RowPlan slot_plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)));
+    with_pack(slot_plan, [&](auto vw) {
+      slot_assign_rows_kernel<T, A, Idx, decltype(vw)::value><<<guarded_grid(), kThreads, 0, stream>>>(
+          acc, values, idx, w.slot_win, w.flag, sh, slot_plan.logG);
+    });
     check_launch("put_along_axis assign");
   } else {
     int32_t* mean_count = R == Reduce::Mean ? count : nullptr;
@@ -510,13 +541,26 @@ void sorted_impl(A* acc, const T* values, const Idx* idx, void* workspace, size_
 }
 
 // ---------------------------------------------------------------------------------------- backward
-template <typename T, typename Idx>
-__global__ void assign_grad_kernel(const Idx* idx, const T* g, const int64_t* winner, T* values_grad,
-                                   index_t positions, index_t n, index_t m, index_t inner, const int* flag) {
+// Flag up: each position's grad is g at its slot where it won, else 0.
+template <typename T, typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) slot_values_grad_rows_kernel(const Idx* idx, const T* g, const int64_t* slot_win,
+                                                                         const int* flag, T* values_grad, Rows sh, int logG) {
   if (skip(flag, true)) return;
-  PE_GRID_LOOP(p, positions) {
-    const index_t s = slot_of(idx, p, n, m, inner);
-    values_grad[p] = (s >= 0 && winner[s] == p) ? g[s] : store<T>(0.0f);
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
+      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+      Pack<T, VW> vg;
+#pragma unroll
+      for (int u = 0; u < VW; ++u) {
+        const index_t k = static_cast<index_t>(ix.v[u]);
+        const index_t s = index_in_range(k, sh.n) ? (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u : -1;
+        vg.v[u] = (s >= 0 && slot_win[s] == j) ? g[s] : store<T>(0.0f);
+      }
+      store_pack<VW>(values_grad + p0 + e, vg);
+    }
   }
 }
 
@@ -721,13 +765,16 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   if constexpr (R == Reduce::Assign) {
     const WinnerScratch w = pick_winners(idx, winner, sh, stream);
     if (values_grad && positions > 0) {
-      const RowPlan plan = row_plan(outer * m, inner, aligned4(g, sizeof(T)) && aligned4(values_grad, sizeof(T)));
+      const RowPlan plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)) && aligned4(g, sizeof(T)) &&
+                                                          aligned4(values_grad, sizeof(T)));
       with_pack(plan, [&](auto vw) {
         winner_values_grad_rows_kernel<T, Idx, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(
             idx, g, w.row_win, w.flag, values_grad, sh, plan.logG);
       });
-      assign_grad_kernel<T, Idx><<<guarded_grid(), kThreads, 0, stream>>>(idx, g, w.slot_win, values_grad, positions, n,
-                                                                          m, inner, w.flag);
+      with_pack(plan, [&](auto vw) {
+        slot_values_grad_rows_kernel<T, Idx, decltype(vw)::value><<<guarded_grid(), kThreads, 0, stream>>>(
+            idx, g, w.slot_win, w.flag, values_grad, sh, plan.logG);
+      });
     }
     if (arr_grad && slots > 0) {
       const RowPlan plan = row_plan(outer * n, inner, aligned4(g, sizeof(T)) && aligned4(arr_grad, sizeof(T)));

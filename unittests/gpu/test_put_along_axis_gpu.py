@@ -441,3 +441,16 @@ def test_forward_runs_twice_on_the_same_scratch(reduce):
     np.testing.assert_allclose(results[0], want, rtol=2e-5, atol=2e-5)
     if reduce == "assign":
         np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+@pytest.mark.parametrize("include_self", [True, False])
+def test_backward_with_an_empty_axis_zeroes_values_grad(reduce, include_self):
+    # arr of size 0 along the axis: every index is out of range, nothing is scattered, every value's grad
+    # is 0 (mul's grads returned early and left values_grad unwritten)
+    shape4 = (2, 0, 5, 4)
+    arr, vals = np.zeros((2, 0, 4)), np.ones((2, 5, 4))
+    idx = np.zeros((2, 5, 4), np.int64)
+    got_a, got_v = _backward("float32", reduce, arr, idx, vals, arr, arr, shape4, include_self)
+    assert got_a.shape == (2, 0, 4)
+    np.testing.assert_array_equal(got_v, np.zeros(vals.shape))
