@@ -380,9 +380,11 @@ WinnerScratch pick_winners(const Idx* idx, void* scratch, const Rows& sh, cudaSt
   const WinnerScratch w = carve_winners(scratch, sh.outer, sh.n);
   winner_init_kernel<<<grid_size(targets, kThreads), kThreads, 0, stream>>>(w.flag, w.row_win, targets);
   const RowPlan plan = row_plan(sh.outer * sh.m, sh.inner, aligned4(idx, sizeof(Idx)));
-  with_pack(plan, [&](auto vw) {
-    winner_scan_rows_kernel<Idx, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(idx, w.row_win, w.flag, sh, plan.logG);
-  });
+  if (sh.outer * sh.m * sh.inner > 0)  // (inner == 0: no row has a first index to read)
+    with_pack(plan, [&](auto vw) {
+      winner_scan_rows_kernel<Idx, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(idx, w.row_win, w.flag, sh,
+                                                                                             plan.logG);
+    });
   fill_kernel<int64_t><<<guarded_grid(), kThreads, 0, stream>>>(w.slot_win, int64_t(-1), slots, w.flag);
   with_pack(plan, [&](auto vw) {
     slot_winner_rows_kernel<Idx, decltype(vw)::value><<<guarded_grid(), kThreads, 0, stream>>>(idx, w.slot_win, w.flag, sh,

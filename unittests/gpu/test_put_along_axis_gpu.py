@@ -454,3 +454,16 @@ def test_backward_with_an_empty_axis_zeroes_values_grad(reduce, include_self):
     got_a, got_v = _backward("float32", reduce, arr, idx, vals, arr, arr, shape4, include_self)
     assert got_a.shape == (2, 0, 4)
     np.testing.assert_array_equal(got_v, np.zeros(vals.shape))
+
+
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+def test_backward_with_empty_rows_passes_grad_through(reduce):
+    # inner == 0 (no positions, no slots) and m == 0 (no positions): nothing to read in the indices;
+    # every slot is unwritten, so arr's grad is g
+    for shape4 in [(2, 3, 5, 0), (2, 3, 0, 4)]:
+        outer, n, m, inner = shape4
+        arr, vals, idx = np.ones((outer, n, inner)), np.ones((outer, m, inner)), np.zeros((outer, m, inner), np.int64)
+        g = np.arange(arr.size, dtype=np.float64).reshape(arr.shape)
+        got_a, got_v = _backward("float32", reduce, arr, idx, vals, arr, g, shape4, True)
+        np.testing.assert_array_equal(got_a, g)
+        assert got_v.shape == vals.shape
