@@ -166,9 +166,9 @@ __device__ inline void combine_pack(A* acc, int32_t* count, const Pack<Idx, VW>&
       const index_t s = (srow + wrap_index(ix.v[0], n)) * inner + e;
       atomicAdd(reinterpret_cast<float4*>(acc + s), make_float4(static_cast<float>(load(vs.v[0])), static_cast<float>(load(vs.v[1])),
                                                                 static_cast<float>(load(vs.v[2])), static_cast<float>(load(vs.v[3]))));
-      if (count) {
-#pragma unroll
-        for (int u = 0; u < VW; ++u) atomicAdd(count + s + u, 1);
+      if (count) {  // two counts per 64-bit add (a count < 2^31 never carries into its neighbour)
+        atomicAdd(reinterpret_cast<unsigned long long*>(count + s), 0x100000001ull);
+        atomicAdd(reinterpret_cast<unsigned long long*>(count + s + 2), 0x100000001ull);
       }
       return;
     }
@@ -415,7 +415,7 @@ void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, void*
   } else {
     int32_t* mean_count = R == Reduce::Mean ? count : nullptr;
     const RowPlan plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)) && aligned4(values, sizeof(T)) &&
-                                                        aligned4(acc, sizeof(A)));
+                                                        aligned4(acc, sizeof(A)) && aligned4(mean_count, sizeof(int32_t)));
     with_pack(plan, [&](auto vw) {
       constexpr int VW = decltype(vw)::value;
       if (!include_self) reset_rows_kernel<R, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(acc, idx, sh, plan.logG);
