@@ -143,16 +143,23 @@ inline void with_pack(const RowPlan& plan, Fn&& fn) {
   else fn(std::integral_constant<int, 1>{});
 }
 
-// Kernels that run or not depending on a flag the device set (no host sync): blocks that find nothing
-// to do exit at once, so their grids are kept small (grid-stride loops do the rest).
-inline unsigned guarded_grid() {
-  static const unsigned blocks = [] {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0)
-      sms = 132;
-    return (unsigned)sms * 8;
+// One full wave of resident blocks for `kernel` (grid-stride loops do the rest): the size for kernels
+// that run or not depending on a flag the device set (no host sync), whose blocks then exit at once,
+// and for the scan, whose groups poll that flag between rows.
+inline int sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+      n = 132;
+    return n;
   }();
-  return blocks;
+  return sms;
+}
+template <typename Kernel>
+unsigned resident_grid(Kernel kernel) {
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0) != cudaSuccess || blocks <= 0) blocks = 4;
+  return (unsigned)(sm_count() * blocks);
 }
 __device__ inline bool skip(const int* flag, bool when_set) { return flag && ((*flag != 0) != when_set); }
 
@@ -282,7 +289,7 @@ __global__ void __launch_bounds__(kThreads) winner_scan_rows_kernel(const Idx* i
   const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
   unsigned polls = 0;
   for (index_t r = gr.first; r < rows; r += gr.stride) {
-    if ((++polls & 15u) == 0 && *reinterpret_cast<volatile int*>(flag)) return;
+    if ((polls++ & 15u) == 0 && *reinterpret_cast<volatile int*>(flag)) return;
     const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
     const Idx first = idx[p0];
     bool mixed = false;
@@ -382,12 +389,14 @@ WinnerScratch pick_winners(const Idx* idx, void* scratch, const Rows& sh, cudaSt
   const RowPlan plan = row_plan(sh.outer * sh.m, sh.inner, aligned4(idx, sizeof(Idx)));
   if (sh.outer * sh.m * sh.inner > 0)  // (inner == 0: no row has a first index to read)
     with_pack(plan, [&](auto vw) {
-      winner_scan_rows_kernel<Idx, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(idx, w.row_win, w.flag, sh,
+      const auto kernel = winner_scan_rows_kernel<Idx, decltype(vw)::value>;
+      kernel<<<std::min(plan.grid, resident_grid(kernel)), kThreads, 0, stream>>>(idx, w.row_win, w.flag, sh,
                                                                                              plan.logG);
     });
-  fill_kernel<int64_t><<<guarded_grid(), kThreads, 0, stream>>>(w.slot_win, int64_t(-1), slots, w.flag);
+  fill_kernel<int64_t><<<resident_grid(fill_kernel<int64_t>), kThreads, 0, stream>>>(w.slot_win, int64_t(-1), slots, w.flag);
   with_pack(plan, [&](auto vw) {
-    slot_winner_rows_kernel<Idx, decltype(vw)::value><<<guarded_grid(), kThreads, 0, stream>>>(idx, w.slot_win, w.flag, sh,
+    const auto kernel = slot_winner_rows_kernel<Idx, decltype(vw)::value>;
+    kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(idx, w.slot_win, w.flag, sh,
                                                                                                plan.logG);
   });
   return w;
@@ -408,7 +417,8 @@ void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, void*
     });
     const RowPlan slot_plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)));
     with_pack(slot_plan, [&](auto vw) {
-      slot_assign_rows_kernel<T, A, Idx, decltype(vw)::value><<<guarded_grid(), kThreads, 0, stream>>>(
+      const auto kernel = slot_assign_rows_kernel<T, A, Idx, decltype(vw)::value>;
+      kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(
           acc, values, idx, w.slot_win, w.flag, sh, slot_plan.logG);
     });
     check_launch("put_along_axis assign");
@@ -774,7 +784,8 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
             idx, g, w.row_win, w.flag, values_grad, sh, plan.logG);
       });
       with_pack(plan, [&](auto vw) {
-        slot_values_grad_rows_kernel<T, Idx, decltype(vw)::value><<<guarded_grid(), kThreads, 0, stream>>>(
+        const auto kernel = slot_values_grad_rows_kernel<T, Idx, decltype(vw)::value>;
+        kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(
             idx, g, w.slot_win, w.flag, values_grad, sh, plan.logG);
       });
     }
@@ -784,7 +795,8 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
         winner_arr_grad_rows_kernel<T, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(g, w.row_win, w.flag, arr_grad,
                                                                                             sh, plan.logG);
       });
-      assign_arr_grad_kernel<T><<<guarded_grid(), kThreads, 0, stream>>>(g, w.slot_win, arr_grad, slots, w.flag);
+      assign_arr_grad_kernel<T><<<resident_grid(assign_arr_grad_kernel<T>), kThreads, 0, stream>>>(g, w.slot_win, arr_grad,
+                                                                                                   slots, w.flag);
     }
   } else if constexpr (R == Reduce::Mul) {
     mul_backward<T, Idx>(arr, idx, values, g, arr_grad, values_grad, workspace, workspace_bytes, outer, n, m, inner,
