@@ -19,6 +19,7 @@
 // Out-of-range indices are skipped by every pass (nothing outside arr is written, no host sync).
 // The per-element math (combine, identities, mean rounding, the grad formulas) is in put_along_axis.h.
 #include <cstring>
+#include <unordered_map>
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -149,17 +150,27 @@ inline void with_pack(const RowPlan& plan, Fn&& fn) {
 inline int sm_count() {
   static const int sms = [] {
     int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        n <= 0) {
+      cudaGetLastError();
       n = 132;
+    }
     return n;
   }();
   return sms;
 }
 template <typename Kernel>
 unsigned resident_grid(Kernel kernel) {
+  static thread_local std::unordered_map<const void*, unsigned> cache;  // per kernel: no query per launch
+  const void* key = reinterpret_cast<const void*>(kernel);
+  const auto hit = cache.find(key);
+  if (hit != cache.end()) return hit->second;
   int blocks = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0) != cudaSuccess || blocks <= 0) blocks = 4;
-  return (unsigned)(sm_count() * blocks);
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0) != cudaSuccess || blocks <= 0) {
+    cudaGetLastError();  // not a launch error: fall back to a safe size
+    blocks = 4;
+  }
+  return cache[key] = (unsigned)(sm_count() * blocks);
 }
 __device__ inline bool skip(const int* flag, bool when_set) { return flag && ((*flag != 0) != when_set); }
 
