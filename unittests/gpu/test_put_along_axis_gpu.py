@@ -333,6 +333,8 @@ def _check_forward(dtype, reduce, arr, idx, vals, shape4, include_self, misalign
 def test_forward_row_pattern_matches_reference(dtype, reduce, include_self, shape4):
     if reduce == "mul" and shape4[2] > (3 if dtype.startswith("int") else 30) * shape4[1]:
         pytest.skip("long products overflow (integers wrap) or underflow")
+    if shape4[0] * shape4[2] * shape4[3] > 20000 and dtype not in ("float32", "float16", "int32"):
+        pytest.skip("large shapes: one dtype per accumulation kind (GPU time)")
     arr, idx, vals = _row_inputs(dtype, shape4, index_dtype=np.int32 if shape4[3] == 12 else np.int64)
     _check_forward(dtype, reduce, arr, idx, vals, shape4, include_self)
 
@@ -384,6 +386,8 @@ BWD_ROW_SHAPES = [(2, 6, 40, 8), (1, 30, 120, 64), (2, 5, 30, 3), (1, 40, 500, 1
 @pytest.mark.parametrize("include_self", [True, False])
 @pytest.mark.parametrize("shape4", BWD_ROW_SHAPES)
 def test_backward_row_pattern_matches_reference(dtype, reduce, include_self, shape4):
+    if shape4[3] == 64 and dtype != "float32":
+        pytest.skip("64 features: float32 only (GPU time)")
     arr, idx, vals = _row_inputs("float64", shape4, seed=9)
     if dtype == "float16":
         a64, v64 = to_float64(host_array(arr, dtype), dtype), to_float64(host_array(vals, dtype), dtype)
