@@ -143,6 +143,12 @@ paddle::Tensor gpu_indices(const paddle::Tensor& indices, const ScatterView& v) 
   return v.idx_broadcast ? paddle::experimental::expand(indices, v.positions) : indices;
 }
 
+// assign's winner tables (gpu::put_along_axis_winner_scratch bytes): uninitialised, the launchers prepare them.
+paddle::Tensor winner_scratch(const ScatterView& v, const paddle::Place& place) {
+  const int64_t bytes = (int64_t)gpu::put_along_axis_winner_scratch(v.outer, v.n, v.inner);
+  return new_output({(bytes + 7) / 8}, paddle::DataType::INT64, place);
+}
+
 // The grad of broadcast values from the positions' grads, summed on the device (in float32 for the half types).
 paddle::Tensor gpu_sum_to_values(const paddle::Tensor& grad, const paddle::Tensor& values, const ScatterView& v) {
   std::vector<int64_t> axes;
@@ -178,7 +184,7 @@ void run_gpu_as(paddle::Tensor& acc, const paddle::Tensor& indices, const paddle
     } else {
       paddle::Tensor count, winner;
       if (reduce == Reduce::Mean) count = int_scratch(slots, paddle::DataType::INT32, 0, acc.place());
-      if (reduce == Reduce::Assign) winner = int_scratch(slots, paddle::DataType::INT64, -1, acc.place());
+      if (reduce == Reduce::Assign) winner = winner_scratch(v, acc.place());
       gpu::put_along_axis_forward<T, A, Idx>(
           reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
           reduce == Reduce::Mean ? mutable_ptr<int32_t>(count) : nullptr,
@@ -350,11 +356,11 @@ std::vector<paddle::Tensor> grad_kernel(const paddle::Tensor& arr_in, const padd
         paddle::Tensor winner, count, aux, workspace;
         size_t workspace_bytes = 0;
         if (r == Reduce::Assign) {
-          winner = int_scratch(slots, paddle::DataType::INT64, -1, place);
+          winner = winner_scratch(v, place);
         } else if (r == Reduce::Mul) {  // the positions sorted by slot (gpu::put_along_axis_backward)
           workspace_bytes = gpu::put_along_axis_sorted_workspace(positions, slots);
           workspace = new_output({(int64_t)workspace_bytes}, paddle::DataType::UINT8, place);
-        } else {
+        } else if (!(r == Reduce::Add && include_self)) {  // add with include_self: both grads are g
           count = int_scratch(slots, paddle::DataType::INT32, 0, place);
         }
         if (r == Reduce::Min || r == Reduce::Max) aux = int_scratch(slots, paddle::DataType::INT32, 0, place);

@@ -1,17 +1,25 @@
-// CUDA put_along_axis: one thread per position of `indices`, atomics into the accumulation buffer.
-//   add / mean      atomicAdd (float32 accumulation for the half types, int64 for an integer mean),
-//                   then a divide pass for mean;
+// CUDA put_along_axis. Most passes walk the update rows (o, j) of `inner` positions: a group of G lanes
+// per row (G a power of two <= 32, so no division per element), each lane loading packs of 4 indices
+// and 4 values (16-byte aligned vector loads) where inner % 4 == 0 and the pointers allow, else 1.
+//   add / mean      atomicAdd per element (float32 accumulation for the half types, int64 for an integer
+//                   mean), one float4 atomicAdd for a pack of 4 equal indices on sm_90; mean counts in
+//                   the same pass, then a divide pass;
 //   mul, amin, amax a compare-and-swap loop around the shared ReduceOp<R>::combine (NaN-aware);
-//   assign          two passes: atomicMax of the position per slot, then only the winner writes, so
-//                   "the largest position wins" exactly as on the CPU, run to run;
+//   assign          deterministic, "the largest position wins" as on the CPU: a scan pass takes each
+//                   update row's largest j per target row (o, k) with atomicMax into a small row table
+//                   and raises a flag when a row's indices differ (the row pattern [E, 1] -> [E, C]
+//                   broken); without the flag one pass per target row copies its winner's values row;
+//                   with it (read on the device, no host sync) the per-slot passes run instead: atomicMax
+//                   of the position per slot, then only the winner writes;
 //   include_self=False: a first pass sets every written slot to the reduction's identity;
 //   deterministic add / mean: a stable radix sort of (slot, position), then one thread per slot folds
 //                   its values in position order (the CPU's order, so the same bits).
-// Grads: per-slot statistics with atomics (counts, winners, ties), except mul's, which sort the
-// positions by slot the same way and take exclusive prefix x suffix products per slot.
+// Grads: per-slot statistics with atomics (counts, ties), assign's from the same winner tables as its
+// forward, except mul's, which sort the positions by slot and take exclusive prefix x suffix products.
 // Out-of-range indices are skipped by every pass (nothing outside arr is written, no host sync).
 // The per-element math (combine, identities, mean rounding, the grad formulas) is in put_along_axis.h.
 #include <cstring>
+#include <unordered_map>
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -59,15 +67,6 @@ __device__ inline void atomic_add(int64_t* a, int64_t v) {  // two's complement:
   atomicAdd(reinterpret_cast<unsigned long long*>(a), (unsigned long long)v);
 }
 
-template <Reduce R, typename A>
-__device__ inline void atomic_combine(A* addr, A v) {
-  if constexpr (R == Reduce::Add || R == Reduce::Mean) {
-    atomic_add(addr, v);
-  } else {
-    atomic_update(addr, [v](A s) { return ReduceOp<R>::combine(s, v); });
-  }
-}
-
 // Position p of indices/values -> its slot in arr, or -1 when the index is out of range.
 template <typename Idx>
 __device__ inline index_t slot_of(const Idx* idx, index_t p, index_t n, index_t m, index_t inner) {
@@ -77,46 +76,310 @@ __device__ inline index_t slot_of(const Idx* idx, index_t p, index_t n, index_t 
   return (o * n + wrap_index(k, n)) * inner + i;
 }
 
+inline void check_copy(cudaError_t err) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string("put_along_axis_grad: ") + cudaGetErrorString(err));
+}
+
 #define PE_GRID_LOOP(var, count) \
   for (index_t var = blockIdx.x * (index_t)blockDim.x + threadIdx.x; var < (count); var += (index_t)gridDim.x * blockDim.x)
 
-template <typename Idx>
-__global__ void pick_winner_kernel(const Idx* idx, int64_t* winner, index_t positions, index_t n, index_t m,
-                                   index_t inner) {
-  PE_GRID_LOOP(p, positions) {
-    const index_t s = slot_of(idx, p, n, m, inner);
-    if (s >= 0) atomicMax(reinterpret_cast<long long*>(winner + s), (long long)p);
+// ------------------------------------------------------------------------------------ row passes
+// Rows of `inner` positions: update rows r = o * m + j (indices, values) or target rows R = o * n + k
+// (arr); lane `lane` of the row's group of 2^logG lanes takes the packs e = lane * VW, + G * VW, ...
+struct Rows {
+  index_t outer, n, m, inner;
+};
+
+struct Group {
+  int lane;
+  index_t first, stride;
+  __device__ explicit Group(int logG) {
+    const index_t t = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    lane = (int)(t & ((index_t(1) << logG) - 1));
+    first = t >> logG;
+    stride = ((index_t)gridDim.x * blockDim.x) >> logG;
+  }
+};
+
+template <typename V, int N>
+struct alignas(sizeof(V) * N) Pack {
+  V v[N];
+};
+template <int N, typename V>
+__device__ inline Pack<V, N> load_pack(const V* p) {
+  return *reinterpret_cast<const Pack<V, N>*>(p);
+}
+template <int N, typename V>
+__device__ inline void store_pack(V* p, const Pack<V, N>& x) {
+  *reinterpret_cast<Pack<V, N>*>(p) = x;
+}
+template <typename Idx, int N>
+__device__ inline bool uniform(const Pack<Idx, N>& ix) {
+  bool same = true;
+#pragma unroll
+  for (int u = 1; u < N; ++u) same &= ix.v[u] == ix.v[0];
+  return same;
+}
+
+// Host: the pack width (4 where inner % 4 == 0 and every pointer is aligned to 4 elements) and the group size.
+struct RowPlan {
+  bool vec;
+  int logG;
+  unsigned grid;
+};
+inline bool aligned4(const void* p, size_t elem) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % (4 * elem) == 0; }
+inline RowPlan row_plan(index_t rows, index_t inner, bool pointers_aligned) {
+  RowPlan plan;
+  plan.vec = pointers_aligned && inner % 4 == 0;
+  const index_t packs = plan.vec ? inner / 4 : inner;
+  plan.logG = 0;
+  while (plan.logG < 5 && (index_t(1) << plan.logG) < packs) ++plan.logG;
+  plan.grid = grid_size(std::max<index_t>(rows, 1) << plan.logG, kThreads);
+  return plan;
+}
+// fn(std::integral_constant<int, VW>) for the plan's pack width.
+template <typename Fn>
+inline void with_pack(const RowPlan& plan, Fn&& fn) {
+  if (plan.vec) fn(std::integral_constant<int, 4>{});
+  else fn(std::integral_constant<int, 1>{});
+}
+
+// One full wave of resident blocks for `kernel` (grid-stride loops do the rest): the size for kernels
+// that run or not depending on a flag the device set (no host sync), whose blocks then exit at once,
+// and for the scan, whose groups poll that flag between rows.
+inline int sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        n <= 0) {
+      cudaGetLastError();
+      n = 132;
+    }
+    return n;
+  }();
+  return sms;
+}
+template <typename Kernel>
+unsigned resident_grid(Kernel kernel) {
+  static thread_local std::unordered_map<const void*, unsigned> cache;  // per kernel: no query per launch
+  const void* key = reinterpret_cast<const void*>(kernel);
+  const auto hit = cache.find(key);
+  if (hit != cache.end()) return hit->second;
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0) != cudaSuccess || blocks <= 0) {
+    cudaGetLastError();  // not a launch error: fall back to a safe size
+    blocks = 4;
+  }
+  return cache[key] = (unsigned)(sm_count() * blocks);
+}
+__device__ inline bool skip(const int* flag, bool when_set) { return flag && ((*flag != 0) != when_set); }
+
+// One contribution pack into acc (count: mean's per-slot counts, or null).
+template <Reduce R, typename A, typename Idx, typename T, int VW>
+__device__ inline void combine_pack(A* acc, int32_t* count, const Pack<Idx, VW>& ix, const Pack<T, VW>& vs,
+                                    index_t srow, index_t n, index_t inner, index_t e) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (VW == 4 && (R == Reduce::Add || R == Reduce::Mean) && std::is_same<A, float>::value) {
+    if (uniform(ix) && index_in_range(ix.v[0], n)) {  // 4 neighbouring slots: one vector atomic
+      const index_t s = (srow + wrap_index(ix.v[0], n)) * inner + e;
+      atomicAdd(reinterpret_cast<float4*>(acc + s), make_float4(static_cast<float>(load(vs.v[0])), static_cast<float>(load(vs.v[1])),
+                                                                static_cast<float>(load(vs.v[2])), static_cast<float>(load(vs.v[3]))));
+      if (count) {  // two counts per 64-bit add (a count < 2^31 never carries into its neighbour)
+        atomicAdd(reinterpret_cast<unsigned long long*>(count + s), 0x100000001ull);
+        atomicAdd(reinterpret_cast<unsigned long long*>(count + s + 2), 0x100000001ull);
+      }
+      return;
+    }
+  }
+#endif
+  index_t slot[VW];
+#pragma unroll
+  for (int u = 0; u < VW; ++u) {
+    const index_t k = static_cast<index_t>(ix.v[u]);
+    slot[u] = index_in_range(k, n) ? (srow + wrap_index(k, n)) * inner + e + u : -1;
+  }
+  if constexpr (R == Reduce::Add || R == Reduce::Mean) {
+#pragma unroll
+    for (int u = 0; u < VW; ++u) {
+      if (slot[u] < 0) continue;
+      atomic_add(acc + slot[u], static_cast<A>(load(vs.v[u])));
+      if (count) atomicAdd(count + slot[u], 1);
+    }
+  } else {
+    // Compare-and-swap, with the pack's loads and first CAS attempts issued back to back (independent
+    // round trips in flight together); an attempt that lost a race retries alone (atomic_update).
+    using Bits = typename std::conditional<sizeof(A) == 4, unsigned int, unsigned long long>::type;
+    Bits old[VW];
+    bool done[VW];
+#pragma unroll
+    for (int u = 0; u < VW; ++u) old[u] = slot[u] >= 0 ? *reinterpret_cast<const Bits*>(acc + slot[u]) : Bits(0);
+#pragma unroll
+    for (int u = 0; u < VW; ++u) {
+      done[u] = true;
+      if (slot[u] < 0) continue;
+      const Bits next = to_bits<Bits>(ReduceOp<R>::combine(from_bits<A>(old[u]), static_cast<A>(load(vs.v[u]))));
+      if (next != old[u]) done[u] = atomicCAS(reinterpret_cast<Bits*>(acc + slot[u]), old[u], next) == old[u];
+    }
+#pragma unroll
+    for (int u = 0; u < VW; ++u) {
+      if (done[u]) continue;
+      const A v = static_cast<A>(load(vs.v[u]));
+      atomic_update(acc + slot[u], [v](A x) { return ReduceOp<R>::combine(x, v); });
+    }
   }
 }
 
-template <typename T, typename A, typename Idx>
-__global__ void assign_winner_kernel(A* acc, const T* values, const Idx* idx, const int64_t* winner,
-                                     index_t positions, index_t n, index_t m, index_t inner) {
-  PE_GRID_LOOP(p, positions) {
-    const index_t s = slot_of(idx, p, n, m, inner);
-    if (s >= 0 && winner[s] == p) acc[s] = static_cast<A>(load(values[p]));
+template <Reduce R, typename T, typename A, typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) combine_rows_kernel(A* acc, const T* values, const Idx* idx, int32_t* count, Rows sh, int logG) {
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step)
+      combine_pack<R, A>(acc, count, load_pack<VW>(idx + p0 + e), load_pack<VW>(values + p0 + e), o * sh.n, sh.n,
+                         sh.inner, e);
   }
 }
 
-// include_self=False: written slots start from the identity (all writers store the same value);
-// also counts contributions for mean.
-template <Reduce R, typename A, typename Idx>
-__global__ void init_slots_kernel(A* acc, int32_t* count, const Idx* idx, bool reset, index_t positions, index_t n,
-                                  index_t m, index_t inner) {
-  PE_GRID_LOOP(p, positions) {
-    const index_t s = slot_of(idx, p, n, m, inner);
-    if (s < 0) continue;
-    if (reset) acc[s] = reduce_identity<R, A>();
-    if (count) atomicAdd(count + s, 1);
+// include_self=False: written slots start from the identity (all writers store the same value).
+template <Reduce R, typename A, typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) reset_rows_kernel(A* acc, const Idx* idx, Rows sh, int logG) {
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
+      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+#pragma unroll
+      for (int u = 0; u < VW; ++u) {
+        const index_t k = static_cast<index_t>(ix.v[u]);
+        if (index_in_range(k, sh.n)) acc[(o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u] = reduce_identity<R, A>();
+      }
+    }
   }
 }
 
-template <Reduce R, typename T, typename A, typename Idx>
-__global__ void combine_kernel(A* acc, const T* values, const Idx* idx, index_t positions, index_t n, index_t m,
-                               index_t inner) {
-  PE_GRID_LOOP(p, positions) {
-    const index_t s = slot_of(idx, p, n, m, inner);
-    if (s >= 0) atomic_combine<R, A>(acc + s, static_cast<A>(load(values[p])));
+// -------------------------------------------------------------------------- assign's winner tables
+// Scratch (put_along_axis_winner_scratch bytes, uninitialised; the launchers prepare it):
+//   flag      int32: set when some update row's indices are not all equal;
+//   row_win   int64 [outer * n]: the largest j of the uniform update rows aimed at target row (o, k), -1 if none;
+//   slot_win  int64 [outer * n * inner]: the per-slot winners (largest position), only when the flag is set.
+inline size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
+
+struct WinnerScratch {
+  int* flag;
+  int64_t* row_win;
+  int64_t* slot_win;
+};
+
+inline WinnerScratch carve_winners(void* base, index_t outer, index_t n) {
+  char* p = static_cast<char*>(base);
+  WinnerScratch w;
+  w.flag = reinterpret_cast<int*>(p);
+  w.row_win = reinterpret_cast<int64_t*>(p + 256);
+  w.slot_win = reinterpret_cast<int64_t*>(p + 256 + align_up(sizeof(int64_t) * (size_t)(outer * n)));
+  return w;
+}
+
+__global__ void winner_init_kernel(int* flag, int64_t* row_win, index_t targets) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *flag = 0;
+  PE_GRID_LOOP(t, targets) { row_win[t] = -1; }
+}
+
+template <typename T>
+__global__ void fill_kernel(T* dst, T value, index_t count, const int* flag) {
+  if (skip(flag, true)) return;
+  PE_GRID_LOOP(i, count) { dst[i] = value; }
+}
+
+// Each update row: its indices all equal (else the flag), and if so its j into row_win at its target.
+// Once the flag is up the rest of the scan is moot (the per-slot passes rerun): groups poll it.
+template <typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) winner_scan_rows_kernel(const Idx* idx, int64_t* row_win, int* flag, Rows sh, int logG) {
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  unsigned polls = 0;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    if ((polls++ & 15u) == 0 && *reinterpret_cast<volatile int*>(flag)) return;
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
+    const Idx first = idx[p0];
+    bool mixed = false;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
+      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+#pragma unroll
+      for (int u = 0; u < VW; ++u) mixed |= ix.v[u] != first;
+    }
+    if (mixed) *reinterpret_cast<volatile int*>(flag) = 1;
+    else if (gr.lane == 0 && index_in_range(static_cast<index_t>(first), sh.n))
+      atomicMax(reinterpret_cast<long long*>(row_win + o * sh.n + wrap_index(static_cast<index_t>(first), sh.n)), (long long)j);
+  }
+}
+
+// Flag down: each target row with a winner takes that update row's values.
+template <typename T, typename A, int VW>
+__global__ void __launch_bounds__(kThreads) winner_write_rows_kernel(A* acc, const T* values, const int64_t* row_win, const int* flag, Rows sh,
+                                         int logG) {
+  if (skip(flag, false)) return;
+  const Group gr(logG);
+  const index_t targets = sh.outer * sh.n, step = index_t(VW) << logG;
+  for (index_t t = gr.first; t < targets; t += gr.stride) {
+    const int64_t w = row_win[t];
+    if (w < 0) continue;
+    const index_t o = sh.outer == 1 ? 0 : t / sh.n;
+    const T* src = values + (o * sh.m + w) * sh.inner;
+    A* dst = acc + t * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
+      const Pack<T, VW> v = load_pack<VW>(src + e);
+      Pack<A, VW> a;
+#pragma unroll
+      for (int u = 0; u < VW; ++u) a.v[u] = static_cast<A>(load(v.v[u]));
+      store_pack<VW>(dst + e, a);
+    }
+  }
+}
+
+// Flag up (some update row's indices differ): the per-slot winners, the largest j per slot (the slot
+// fixes o and i, so the largest j is the largest position).
+template <typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) slot_winner_rows_kernel(const Idx* idx, int64_t* slot_win, const int* flag, Rows sh,
+                                                                    int logG) {
+  if (skip(flag, true)) return;
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
+      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+#pragma unroll
+      for (int u = 0; u < VW; ++u) {
+        const index_t k = static_cast<index_t>(ix.v[u]);
+        if (index_in_range(k, sh.n))
+          atomicMax(reinterpret_cast<long long*>(slot_win + (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u),
+                    (long long)j);
+      }
+    }
+  }
+}
+
+// Flag up: only each slot's winner writes.
+template <typename T, typename A, typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) slot_assign_rows_kernel(A* acc, const T* values, const Idx* idx, const int64_t* slot_win,
+                                                                    const int* flag, Rows sh, int logG) {
+  if (skip(flag, true)) return;
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
+      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+#pragma unroll
+      for (int u = 0; u < VW; ++u) {
+        const index_t k = static_cast<index_t>(ix.v[u]);
+        if (!index_in_range(k, sh.n)) continue;
+        const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
+        if (slot_win[s] == j) acc[s] = static_cast<A>(load(values[p0 + e + u]));
+      }
+    }
   }
 }
 
@@ -127,51 +390,88 @@ __global__ void mean_divide_kernel(A* acc, const int32_t* count, int32_t self, i
   }
 }
 
+// Assign's winner tables for both passes (forward and grads): init, the row scan, and with the flag up
+// the per-slot winners (those passes exit at once while the flag is down).
+template <typename Idx>
+WinnerScratch pick_winners(const Idx* idx, void* scratch, const Rows& sh, cudaStream_t stream) {
+  const index_t targets = sh.outer * sh.n, slots = targets * sh.inner;
+  const WinnerScratch w = carve_winners(scratch, sh.outer, sh.n);
+  winner_init_kernel<<<grid_size(targets, kThreads), kThreads, 0, stream>>>(w.flag, w.row_win, targets);
+  const RowPlan plan = row_plan(sh.outer * sh.m, sh.inner, aligned4(idx, sizeof(Idx)));
+  if (sh.outer * sh.m * sh.inner > 0)  // (inner == 0: no row has a first index to read)
+    with_pack(plan, [&](auto vw) {
+      const auto kernel = winner_scan_rows_kernel<Idx, decltype(vw)::value>;
+      kernel<<<std::min(plan.grid, resident_grid(kernel)), kThreads, 0, stream>>>(idx, w.row_win, w.flag, sh,
+                                                                                             plan.logG);
+    });
+  fill_kernel<int64_t><<<resident_grid(fill_kernel<int64_t>), kThreads, 0, stream>>>(w.slot_win, int64_t(-1), slots, w.flag);
+  with_pack(plan, [&](auto vw) {
+    const auto kernel = slot_winner_rows_kernel<Idx, decltype(vw)::value>;
+    kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(idx, w.slot_win, w.flag, sh,
+                                                                                               plan.logG);
+  });
+  return w;
+}
+
 template <Reduce R, typename T, typename A, typename Idx>
-void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, int64_t* winner, index_t outer,
+void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, void* winner, index_t outer,
                   index_t n, index_t m, index_t inner, bool include_self, cudaStream_t stream) {
   const index_t positions = outer * m * inner, slots = outer * n * inner;
   if (positions == 0 || n == 0) return;
-  const unsigned grid = grid_size(positions, kThreads);
+  const Rows sh{outer, n, m, inner};
   if constexpr (R == Reduce::Assign) {
-    pick_winner_kernel<Idx><<<grid, kThreads, 0, stream>>>(idx, winner, positions, n, m, inner);
-    assign_winner_kernel<T, A, Idx><<<grid, kThreads, 0, stream>>>(acc, values, idx, winner, positions, n, m, inner);
+    const WinnerScratch w = pick_winners(idx, winner, sh, stream);
+    const RowPlan plan = row_plan(outer * n, inner, aligned4(values, sizeof(T)) && aligned4(acc, sizeof(A)));
+    with_pack(plan, [&](auto vw) {
+      winner_write_rows_kernel<T, A, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(acc, values, w.row_win, w.flag, sh,
+                                                                                          plan.logG);
+    });
+    const RowPlan slot_plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)));
+    with_pack(slot_plan, [&](auto vw) {
+      const auto kernel = slot_assign_rows_kernel<T, A, Idx, decltype(vw)::value>;
+      kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(
+          acc, values, idx, w.slot_win, w.flag, sh, slot_plan.logG);
+    });
     check_launch("put_along_axis assign");
-    return;
   } else {
     int32_t* mean_count = R == Reduce::Mean ? count : nullptr;
-    if (!include_self || mean_count)
-      init_slots_kernel<R, A, Idx><<<grid, kThreads, 0, stream>>>(acc, mean_count, idx, !include_self, positions, n,
-                                                                 m, inner);
-    combine_kernel<R, T, A, Idx><<<grid, kThreads, 0, stream>>>(acc, values, idx, positions, n, m, inner);
+    const RowPlan plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)) && aligned4(values, sizeof(T)) &&
+                                                        aligned4(acc, sizeof(A)) && aligned4(mean_count, sizeof(int32_t)));
+    with_pack(plan, [&](auto vw) {
+      constexpr int VW = decltype(vw)::value;
+      if (!include_self) reset_rows_kernel<R, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(acc, idx, sh, plan.logG);
+      combine_rows_kernel<R, T, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(acc, values, idx, mean_count, sh, plan.logG);
+    });
     if (mean_count)
-      mean_divide_kernel<A><<<grid_size(slots, kThreads), kThreads, 0, stream>>>(acc, mean_count,
-                                                                                  include_self ? 1 : 0, slots);
+      mean_divide_kernel<A><<<grid_size(slots, kThreads), kThreads, 0, stream>>>(acc, mean_count, include_self ? 1 : 0,
+                                                                                  slots);
     check_launch("put_along_axis");
   }
 }
 
 // ------------------------------------------------------------------------- deterministic add / mean
-template <typename Idx>
-__global__ void sort_keys_kernel(const Idx* idx, int64_t* keys, int64_t* order, index_t positions, index_t n,
-                                 index_t m, index_t inner, index_t slots) {
+// Keys (slot, or `slots` for an out-of-range index) and positions sort as K: uint32 where both fit
+// (half the bytes through the radix sort), else int64.
+template <typename Idx, typename K>
+__global__ void sort_keys_kernel(const Idx* idx, K* keys, K* order, index_t positions, index_t n, index_t m,
+                                 index_t inner, index_t slots) {
   PE_GRID_LOOP(p, positions) {
     const index_t s = slot_of(idx, p, n, m, inner);
-    keys[p] = s >= 0 ? s : slots;  // out of range: sorted past every slot and skipped
-    order[p] = p;
+    keys[p] = static_cast<K>(s >= 0 ? s : slots);  // out of range: sorted past every slot and skipped
+    order[p] = static_cast<K>(p);
   }
 }
 
 // Thread q starts a segment when its key differs from the previous one and folds the segment.
-template <Reduce R, typename T, typename A>
-__global__ void fold_segments_kernel(A* acc, const T* values, const int64_t* keys, const int64_t* order,
-                                     index_t positions, index_t slots, bool include_self) {
+template <Reduce R, typename T, typename A, typename K>
+__global__ void fold_segments_kernel(A* acc, const T* values, const K* keys, const K* order, index_t positions,
+                                     index_t slots, bool include_self) {
   PE_GRID_LOOP(q, positions) {
-    const int64_t key = keys[q];
-    if (key >= slots || (q > 0 && keys[q - 1] == key)) continue;
+    const index_t key = static_cast<index_t>(keys[q]);
+    if (key >= slots || (q > 0 && keys[q - 1] == keys[q])) continue;
     A s = include_self ? acc[key] : static_cast<A>(load(values[order[q]]));
     int32_t count = include_self ? 1 : 0;
-    for (index_t r = q + (include_self ? 0 : 1); r < positions && keys[r] == key; ++r) {
+    for (index_t r = q + (include_self ? 0 : 1); r < positions && keys[r] == keys[q]; ++r) {
       s = ReduceOp<Reduce::Add>::combine(s, static_cast<A>(load(values[order[r]])));
       ++count;
     }
@@ -180,8 +480,11 @@ __global__ void fold_segments_kernel(A* acc, const T* values, const int64_t* key
   }
 }
 
+// keys/order in and out, each positions x K; `prefix`: 8 bytes per position (mul's grads); cub's temp.
+template <typename K>
 struct SortedWorkspace {
-  int64_t *keys_in, *keys_out, *order_in, *order_out;
+  K *keys_in, *keys_out, *order_in, *order_out;
+  void* prefix;
   void* temp;
   size_t temp_bytes;
 };
@@ -192,27 +495,59 @@ inline int key_bits(index_t slots) {
   return bits;
 }
 
-inline size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
+template <typename K>
+size_t cub_sort_bytes(index_t positions, index_t slots) {
+  size_t bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const K*)nullptr, (K*)nullptr, (const K*)nullptr, (K*)nullptr,
+                                  (int)positions, 0, key_bits(slots));
+  return bytes;
+}
 
-inline SortedWorkspace carve(void* base, index_t positions, size_t temp_bytes) {
+template <typename K>
+size_t sorted_bytes(index_t positions, index_t slots) {
+  return 4 * align_up(sizeof(K) * (size_t)positions) + align_up(8 * (size_t)positions) +
+         cub_sort_bytes<K>(positions, slots);
+}
+
+template <typename K>
+SortedWorkspace<K> carve(void* base, index_t positions, index_t slots) {
   char* p = static_cast<char*>(base);
-  const size_t arr = align_up(sizeof(int64_t) * (size_t)positions);
-  SortedWorkspace w;
-  w.keys_in = reinterpret_cast<int64_t*>(p);
-  w.keys_out = reinterpret_cast<int64_t*>(p + arr);
-  w.order_in = reinterpret_cast<int64_t*>(p + 2 * arr);
-  w.order_out = reinterpret_cast<int64_t*>(p + 3 * arr);
-  w.temp = p + 4 * arr;
-  w.temp_bytes = temp_bytes;
+  const size_t arr = align_up(sizeof(K) * (size_t)positions);
+  SortedWorkspace<K> w;
+  w.keys_in = reinterpret_cast<K*>(p);
+  w.keys_out = reinterpret_cast<K*>(p + arr);
+  w.order_in = reinterpret_cast<K*>(p + 2 * arr);
+  w.order_out = reinterpret_cast<K*>(p + 3 * arr);
+  w.prefix = p + 4 * arr;
+  w.temp = p + 4 * arr + align_up(8 * (size_t)positions);
+  w.temp_bytes = cub_sort_bytes<K>(positions, slots);
   return w;
 }
 
-inline size_t cub_sort_bytes(index_t positions, index_t slots) {
-  size_t bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, bytes, (const int64_t*)nullptr, (int64_t*)nullptr,
-                                  (const int64_t*)nullptr, (int64_t*)nullptr, (int)positions, 0,
-                                  key_bits(slots));
-  return bytes;
+inline bool narrow_keys(index_t positions, index_t slots) {
+  return positions <= (index_t)INT32_MAX && slots < (index_t)UINT32_MAX;
+}
+
+// fn(SortedWorkspace<K>) with the positions sorted by slot (stable: each slot's in position order).
+template <typename Idx, typename Fn>
+void sort_by_slot(const Idx* idx, void* workspace, size_t workspace_bytes, index_t outer, index_t n, index_t m,
+                  index_t inner, cudaStream_t stream, const char* what, Fn&& fn) {
+  const index_t positions = outer * m * inner, slots = outer * n * inner;
+  if (positions > (index_t)INT32_MAX) throw std::runtime_error(std::string(what) + " needs < 2^31 indices");
+  if (workspace_bytes < put_along_axis_sorted_workspace(positions, slots))
+    throw std::runtime_error(std::string(what) + ": workspace too small");
+  auto run = [&](auto ktag) {
+    using K = decltype(ktag);
+    SortedWorkspace<K> w = carve<K>(workspace, positions, slots);
+    sort_keys_kernel<Idx, K><<<grid_size(positions, kThreads), kThreads, 0, stream>>>(idx, w.keys_in, w.order_in,
+                                                                                      positions, n, m, inner, slots);
+    size_t temp_bytes = w.temp_bytes;
+    cub::DeviceRadixSort::SortPairs(w.temp, temp_bytes, w.keys_in, w.keys_out, w.order_in, w.order_out,
+                                    (int)positions, 0, key_bits(slots), stream);
+    fn(w);
+  };
+  if (narrow_keys(positions, slots)) run(uint32_t{});
+  else run(int64_t{});
 }
 
 template <Reduce R, typename T, typename A, typename Idx>
@@ -220,34 +555,144 @@ void sorted_impl(A* acc, const T* values, const Idx* idx, void* workspace, size_
                  index_t outer, index_t n, index_t m, index_t inner, bool include_self, cudaStream_t stream) {
   const index_t positions = outer * m * inner, slots = outer * n * inner;
   if (positions == 0 || n == 0) return;
-  if (positions > (index_t)INT32_MAX) throw std::runtime_error("put_along_axis: deterministic path needs < 2^31 indices");
-  const size_t temp = cub_sort_bytes(positions, slots);
-  if (workspace_bytes < put_along_axis_sorted_workspace(positions, slots))
-    throw std::runtime_error("put_along_axis: deterministic workspace too small");
-  SortedWorkspace w = carve(workspace, positions, temp);
-  const unsigned grid = grid_size(positions, kThreads);
-  sort_keys_kernel<Idx><<<grid, kThreads, 0, stream>>>(idx, w.keys_in, w.order_in, positions, n, m, inner, slots);
-  size_t temp_bytes = w.temp_bytes;
-  cub::DeviceRadixSort::SortPairs(w.temp, temp_bytes, w.keys_in, w.keys_out, w.order_in, w.order_out, (int)positions,
-                                  0, key_bits(slots), stream);
-  fold_segments_kernel<R, T, A><<<grid, kThreads, 0, stream>>>(acc, values, w.keys_out, w.order_out, positions,
-                                                               slots, include_self);
+  sort_by_slot(idx, workspace, workspace_bytes, outer, n, m, inner, stream, "put_along_axis: deterministic path",
+               [&](const auto& w) {
+                 fold_segments_kernel<R, T, A><<<grid_size(positions, kThreads), kThreads, 0, stream>>>(
+                     acc, values, w.keys_out, w.order_out, positions, slots, include_self);
+               });
   check_launch("put_along_axis deterministic");
 }
 
 // ---------------------------------------------------------------------------------------- backward
-template <typename T, typename Idx>
-__global__ void assign_grad_kernel(const Idx* idx, const T* g, const int64_t* winner, T* values_grad,
-                                   index_t positions, index_t n, index_t m, index_t inner) {
-  PE_GRID_LOOP(p, positions) {
-    const index_t s = slot_of(idx, p, n, m, inner);
-    values_grad[p] = (s >= 0 && winner[s] == p) ? g[s] : store<T>(0.0f);
+// Flag up: each position's grad is g at its slot where it won, else 0.
+template <typename T, typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) slot_values_grad_rows_kernel(const Idx* idx, const T* g, const int64_t* slot_win,
+                                                                         const int* flag, T* values_grad, Rows sh, int logG) {
+  if (skip(flag, true)) return;
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
+      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+      Pack<T, VW> vg;
+#pragma unroll
+      for (int u = 0; u < VW; ++u) {
+        const index_t k = static_cast<index_t>(ix.v[u]);
+        const index_t s = index_in_range(k, sh.n) ? (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u : -1;
+        vg.v[u] = (s >= 0 && slot_win[s] == j) ? g[s] : store<T>(0.0f);
+      }
+      store_pack<VW>(values_grad + p0 + e, vg);
+    }
   }
 }
 
 template <typename T>
-__global__ void assign_arr_grad_kernel(const T* g, const int64_t* winner, T* arr_grad, index_t slots) {
+__global__ void assign_arr_grad_kernel(const T* g, const int64_t* winner, T* arr_grad, index_t slots, const int* flag) {
+  if (skip(flag, true)) return;
   PE_GRID_LOOP(s, slots) { arr_grad[s] = winner[s] >= 0 ? store<T>(0.0f) : g[s]; }
+}
+
+// Flag down: an update row's grads are g's target row where it won, zeros elsewhere (its first index is
+// its only one).
+template <typename T, typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) winner_values_grad_rows_kernel(const Idx* idx, const T* g, const int64_t* row_win, const int* flag,
+                                               T* values_grad, Rows sh, int logG) {
+  if (skip(flag, false)) return;
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  Pack<T, VW> zero;
+#pragma unroll
+  for (int u = 0; u < VW; ++u) zero.v[u] = store<T>(0.0f);
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
+    const index_t k = static_cast<index_t>(idx[p0]);
+    const index_t t = index_in_range(k, sh.n) ? o * sh.n + wrap_index(k, sh.n) : -1;
+    const bool won = t >= 0 && row_win[t] == j;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step)
+      store_pack<VW>(values_grad + p0 + e, won ? load_pack<VW>(g + t * sh.inner + e) : zero);
+  }
+}
+
+// Flag down: a target row that some update row won has a zero grad, the others pass g through.
+template <typename T, int VW>
+__global__ void __launch_bounds__(kThreads) winner_arr_grad_rows_kernel(const T* g, const int64_t* row_win, const int* flag, T* arr_grad, Rows sh,
+                                            int logG) {
+  if (skip(flag, false)) return;
+  const Group gr(logG);
+  const index_t targets = sh.outer * sh.n, step = index_t(VW) << logG;
+  Pack<T, VW> zero;
+#pragma unroll
+  for (int u = 0; u < VW; ++u) zero.v[u] = store<T>(0.0f);
+  for (index_t t = gr.first; t < targets; t += gr.stride) {
+    const bool written = row_win[t] >= 0;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step)
+      store_pack<VW>(arr_grad + t * sh.inner + e, written ? zero : load_pack<VW>(g + t * sh.inner + e));
+  }
+}
+
+// Per-slot statistics over the contributions (count; aux for Min/Max: contributors matching out).
+template <Reduce R, typename T, typename A, typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) stats_rows_kernel(const Idx* idx, const T* values, const T* out, int32_t* count, int32_t* aux,
+                                  Rows sh, int logG) {
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
+      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+#pragma unroll
+      for (int u = 0; u < VW; ++u) {
+        const index_t k = static_cast<index_t>(ix.v[u]);
+        if (!index_in_range(k, sh.n)) continue;
+        const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
+        atomicAdd(count + s, 1);
+        if constexpr (R == Reduce::Min || R == Reduce::Max) {
+          if (same_value(static_cast<A>(load(values[p0 + e + u])), static_cast<A>(load(out[s])))) atomicAdd(aux + s, 1);
+        }
+      }
+    }
+  }
+}
+
+// values' grads (add, mean, amin, amax); count/aux may be null where the mode reads none (add).
+// add: a pack of 4 equal in-range indices copies 4 neighbouring grads at once.
+template <Reduce R, typename T, typename A, typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) values_grad_rows_kernel(const Idx* idx, const T* values, const T* out, const T* g, const int32_t* count,
+                                        const int32_t* aux, T* values_grad, bool include_self, Rows sh, int logG) {
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
+      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+      if constexpr (R == Reduce::Add && VW > 1) {
+        if (uniform(ix) && index_in_range(static_cast<index_t>(ix.v[0]), sh.n)) {
+          const index_t s = (o * sh.n + wrap_index(static_cast<index_t>(ix.v[0]), sh.n)) * sh.inner + e;
+          store_pack<VW>(values_grad + p0 + e, load_pack<VW>(g + s));
+          continue;
+        }
+      }
+      Pack<T, VW> vg;
+#pragma unroll
+      for (int u = 0; u < VW; ++u) {
+        const index_t k = static_cast<index_t>(ix.v[u]), p = p0 + e + u;
+        if (!index_in_range(k, sh.n)) {
+          vg.v[u] = store<T>(A(0));
+          continue;
+        }
+        const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
+        if constexpr (R == Reduce::Add) {
+          vg.v[u] = g[s];
+        } else {
+          vg.v[u] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), static_cast<A>(load(values[p])),
+                                                  static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0, A(1),
+                                                  include_self));
+        }
+      }
+      store_pack<VW>(values_grad + p0 + e, vg);
+    }
+  }
 }
 
 // Per-slot statistics (Min/Max): aux starts from arr's part (include_self), count from 0.
@@ -255,35 +700,6 @@ template <Reduce R, typename T, typename A>
 __global__ void stats_init_kernel(const T* arr, const T* out, int32_t* aux, bool include_self, index_t slots) {
   PE_GRID_LOOP(s, slots) {
     aux[s] = (include_self && same_value(static_cast<A>(load(arr[s])), static_cast<A>(load(out[s])))) ? 1 : 0;
-  }
-}
-
-template <Reduce R, typename T, typename A, typename Idx>
-__global__ void stats_kernel(const Idx* idx, const T* values, const T* out, int32_t* count, int32_t* aux,
-                             index_t positions, index_t n, index_t m, index_t inner) {
-  PE_GRID_LOOP(p, positions) {
-    const index_t s = slot_of(idx, p, n, m, inner);
-    if (s < 0) continue;
-    atomicAdd(count + s, 1);
-    if constexpr (R == Reduce::Min || R == Reduce::Max) {
-      if (same_value(static_cast<A>(load(values[p])), static_cast<A>(load(out[s])))) atomicAdd(aux + s, 1);
-    }
-  }
-}
-
-template <Reduce R, typename T, typename A, typename Idx>
-__global__ void values_grad_kernel(const Idx* idx, const T* values, const T* out, const T* g, const int32_t* count,
-                                   const int32_t* aux, T* values_grad, bool include_self, index_t positions, index_t n,
-                                   index_t m, index_t inner) {
-  PE_GRID_LOOP(p, positions) {
-    const index_t s = slot_of(idx, p, n, m, inner);
-    if (s < 0) {
-      values_grad[p] = store<T>(A(0));
-      continue;
-    }
-    values_grad[p] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), static_cast<A>(load(values[p])),
-                                                   static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0, A(1),
-                                                   include_self));
   }
 }
 
@@ -301,19 +717,18 @@ __global__ void arr_grad_kernel(const T* arr, const T* out, const T* g, const in
 // gives every factor the product of the others, prefix x suffix with multiplications only (exact at
 // zeros and non-finite values, as the CPU's exact path); `prefix` holds each position's prefix.
 // Written slots get arr's grad here, unwritten ones keep the g that copy_grad_kernel put there.
-template <typename T, typename A>
-__global__ void mul_grad_segments_kernel(const T* arr, const T* values, const T* g, const int64_t* keys,
-                                         const int64_t* order, A* prefix, T* arr_grad, T* values_grad,
+template <typename T, typename A, typename K>
+__global__ void mul_grad_segments_kernel(const T* arr, const T* values, const T* g, const K* keys, const K* order, A* prefix, T* arr_grad, T* values_grad,
                                          index_t positions, index_t slots, bool include_self) {
   PE_GRID_LOOP(q, positions) {
-    const int64_t key = keys[q];
+    const index_t key = static_cast<index_t>(keys[q]);
     if (key >= slots) {  // out of range
       if (values_grad) values_grad[order[q]] = store<T>(A(0));
       continue;
     }
-    if (q > 0 && keys[q - 1] == key) continue;
+    if (q > 0 && keys[q - 1] == keys[q]) continue;
     index_t end = q + 1;
-    while (end < positions && keys[end] == key) ++end;
+    while (end < positions && keys[end] == keys[q]) ++end;
     const A gs = static_cast<A>(load(g[key]));
     if (values_grad) {
       A run = include_self ? static_cast<A>(load(arr[key])) : A(1);
@@ -324,7 +739,7 @@ __global__ void mul_grad_segments_kernel(const T* arr, const T* values, const T*
     }
     A run = A(1);
     for (index_t r = end; r-- > q;) {
-      const int64_t p = order[r];
+      const index_t p = static_cast<index_t>(order[r]);
       if (values_grad)
         values_grad[p] = store<T>(values_grad_of<Reduce::Mul, A>(gs, A(0), A(0), 1, 0, prefix[r] * run, include_self));
       run *= static_cast<A>(load(values[p]));
@@ -344,38 +759,56 @@ void mul_backward(const T* arr, const Idx* idx, const T* values, const T* g, T* 
                   void* workspace, size_t workspace_bytes, index_t outer, index_t n, index_t m, index_t inner,
                   bool include_self, cudaStream_t stream) {
   using A = acc_t<T>;
-  static_assert(sizeof(A) <= sizeof(int64_t), "prefix products live in the workspace's int64 keys");
+  static_assert(sizeof(A) <= 8, "prefix products take 8 bytes per position in the workspace");
   const index_t positions = outer * m * inner, slots = outer * n * inner;
   if (arr_grad && slots > 0) copy_grad_kernel<T><<<grid_size(slots, kThreads), kThreads, 0, stream>>>(g, arr_grad, slots);
-  if (positions == 0 || n == 0) return;
-  if (positions > (index_t)INT32_MAX) throw std::runtime_error("put_along_axis: mul grads need < 2^31 indices");
-  if (workspace_bytes < put_along_axis_sorted_workspace(positions, slots))
-    throw std::runtime_error("put_along_axis: mul grad workspace too small");
-  SortedWorkspace w = carve(workspace, positions, cub_sort_bytes(positions, slots));
-  const unsigned grid = grid_size(positions, kThreads);
-  sort_keys_kernel<Idx><<<grid, kThreads, 0, stream>>>(idx, w.keys_in, w.order_in, positions, n, m, inner, slots);
-  size_t temp_bytes = w.temp_bytes;
-  cub::DeviceRadixSort::SortPairs(w.temp, temp_bytes, w.keys_in, w.keys_out, w.order_in, w.order_out, (int)positions,
-                                  0, key_bits(slots), stream);
-  // keys_in is free once sorted: it holds the prefixes
-  mul_grad_segments_kernel<T, A><<<grid, kThreads, 0, stream>>>(arr, values, g, w.keys_out, w.order_out,
-                                                                reinterpret_cast<A*>(w.keys_in), arr_grad,
-                                                                values_grad, positions, slots, include_self);
+  if (positions == 0 || n == 0) {
+    // every index out of range (n == 0): no contribution, zero grads
+    if (values_grad && positions > 0) check_copy(cudaMemsetAsync(values_grad, 0, sizeof(T) * (size_t)positions, stream));
+    return;
+  }
+  sort_by_slot(idx, workspace, workspace_bytes, outer, n, m, inner, stream, "put_along_axis: mul grads",
+               [&](const auto& w) {
+                 using K = std::remove_pointer_t<decltype(w.keys_out)>;
+                 mul_grad_segments_kernel<T, A, K><<<grid_size(positions, kThreads), kThreads, 0, stream>>>(
+                     arr, values, g, w.keys_out, w.order_out, static_cast<A*>(w.prefix), arr_grad, values_grad,
+                     positions, slots, include_self);
+               });
 }
 
 template <Reduce R, typename T, typename Idx>
 void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, const T* g, T* arr_grad,
-                   T* values_grad, int64_t* winner, int32_t* count, int32_t* aux, void* workspace,
+                   T* values_grad, void* winner, int32_t* count, int32_t* aux, void* workspace,
                    size_t workspace_bytes, index_t outer, index_t n, index_t m, index_t inner, bool include_self,
                    cudaStream_t stream) {
   using A = acc_t<T>;
   const index_t positions = outer * m * inner, slots = outer * n * inner;
-  const unsigned pgrid = grid_size(positions, kThreads), sgrid = grid_size(slots, kThreads);
+  const unsigned sgrid = grid_size(slots, kThreads);
+  const Rows sh{outer, n, m, inner};
   if constexpr (R == Reduce::Assign) {
-    if (positions > 0 && n > 0) pick_winner_kernel<Idx><<<pgrid, kThreads, 0, stream>>>(idx, winner, positions, n, m, inner);
-    if (values_grad && positions > 0)
-      assign_grad_kernel<T, Idx><<<pgrid, kThreads, 0, stream>>>(idx, g, winner, values_grad, positions, n, m, inner);
-    if (arr_grad && slots > 0) assign_arr_grad_kernel<T><<<sgrid, kThreads, 0, stream>>>(g, winner, arr_grad, slots);
+    const WinnerScratch w = pick_winners(idx, winner, sh, stream);
+    if (values_grad && positions > 0) {
+      const RowPlan plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)) && aligned4(g, sizeof(T)) &&
+                                                          aligned4(values_grad, sizeof(T)));
+      with_pack(plan, [&](auto vw) {
+        winner_values_grad_rows_kernel<T, Idx, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(
+            idx, g, w.row_win, w.flag, values_grad, sh, plan.logG);
+      });
+      with_pack(plan, [&](auto vw) {
+        const auto kernel = slot_values_grad_rows_kernel<T, Idx, decltype(vw)::value>;
+        kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(
+            idx, g, w.slot_win, w.flag, values_grad, sh, plan.logG);
+      });
+    }
+    if (arr_grad && slots > 0) {
+      const RowPlan plan = row_plan(outer * n, inner, aligned4(g, sizeof(T)) && aligned4(arr_grad, sizeof(T)));
+      with_pack(plan, [&](auto vw) {
+        winner_arr_grad_rows_kernel<T, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(g, w.row_win, w.flag, arr_grad,
+                                                                                            sh, plan.logG);
+      });
+      assign_arr_grad_kernel<T><<<resident_grid(assign_arr_grad_kernel<T>), kThreads, 0, stream>>>(g, w.slot_win, arr_grad,
+                                                                                                   slots, w.flag);
+    }
   } else if constexpr (R == Reduce::Mul) {
     mul_backward<T, Idx>(arr, idx, values, g, arr_grad, values_grad, workspace, workspace_bytes, outer, n, m, inner,
                          include_self, stream);
@@ -384,13 +817,23 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
       stats_init_kernel<R, T, A><<<sgrid, kThreads, 0, stream>>>(arr, out, aux, include_self, slots);
     // add with include_self needs no statistics: both grads are g (gathered for values)
     const bool needs_stats = !(R == Reduce::Add && include_self);
-    if (positions > 0 && n > 0 && needs_stats)
-      stats_kernel<R, T, A, Idx><<<pgrid, kThreads, 0, stream>>>(idx, values, out, count, aux, positions, n, m, inner);
-    if (values_grad && positions > 0)
-      values_grad_kernel<R, T, A, Idx><<<pgrid, kThreads, 0, stream>>>(idx, values, out, g, count, aux, values_grad,
-                                                                       include_self, positions, n, m, inner);
-    if (arr_grad && slots > 0)
-      arr_grad_kernel<R, T, A><<<sgrid, kThreads, 0, stream>>>(arr, out, g, count, aux, arr_grad, include_self, slots);
+    const RowPlan plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)) && aligned4(g, sizeof(T)) &&
+                                                        aligned4(values_grad, sizeof(T)));
+    with_pack(plan, [&](auto vw) {
+      constexpr int VW = decltype(vw)::value;
+      if (positions > 0 && n > 0 && needs_stats)
+        stats_rows_kernel<R, T, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(idx, values, out, count, aux, sh, plan.logG);
+      if (values_grad && positions > 0)
+        values_grad_rows_kernel<R, T, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(idx, values, out, g, count, aux,
+                                                                                      values_grad, include_self, sh,
+                                                                                      plan.logG);
+    });
+    if (arr_grad && slots > 0) {
+      if (!needs_stats)
+        check_copy(cudaMemcpyAsync(arr_grad, g, sizeof(T) * (size_t)slots, cudaMemcpyDeviceToDevice, stream));
+      else
+        arr_grad_kernel<R, T, A><<<sgrid, kThreads, 0, stream>>>(arr, out, g, count, aux, arr_grad, include_self, slots);
+    }
   }
   check_launch("put_along_axis_grad");
 }
@@ -407,8 +850,12 @@ void put_along_axis_forward(Reduce reduce, A* acc, const T* values, const Idx* i
   });
 }
 
+size_t put_along_axis_winner_scratch(index_t outer, index_t n, index_t inner) {
+  return 256 + align_up(sizeof(int64_t) * (size_t)(outer * n)) + sizeof(int64_t) * (size_t)(outer * n * inner);
+}
+
 size_t put_along_axis_sorted_workspace(index_t positions, index_t slots) {
-  return 4 * align_up(sizeof(int64_t) * (size_t)positions) + cub_sort_bytes(positions, slots);
+  return narrow_keys(positions, slots) ? sorted_bytes<uint32_t>(positions, slots) : sorted_bytes<int64_t>(positions, slots);
 }
 
 template <typename T, typename A, typename Idx>

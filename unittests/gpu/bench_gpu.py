@@ -134,19 +134,33 @@ def bench_logcumsumexp(rows, torch, copy_gbps, quick):
 
 
 def bench_put_along_axis(rows, torch, quick):
+    """axis 0 float32, include_self: the graph case (one index per update row, repeated over the features),
+    the same size with independent indices per element, and a small square case."""
+    cases = [("rows", 100_000, 200_000, 64), ("elements", 100_000, 200_000, 64), ("rows", 1024, 2048, 1024)] if quick \
+        else [("rows", 1_000_000, 2_000_000, 64), ("elements", 1_000_000, 2_000_000, 64), ("rows", 1024, 2048, 1024)]
+    for pattern, n, m, inner in cases:
+        _bench_put_along_axis_case(rows, torch, pattern, n, m, inner)
+
+
+def _bench_put_along_axis_case(rows, torch, pattern, n, m, inner):
     lib = library()
-    n, m, inner = (100_000, 200_000, 64) if quick else (1_000_000, 2_000_000, 64)
     rng = np.random.default_rng(0)
     arr = rng.standard_normal(size=(n, inner), dtype=np.float32)
-    rows_idx = rng.integers(0, n, size=(m, 1))
-    idx = np.ascontiguousarray(np.broadcast_to(rows_idx, (m, inner))).astype(np.int64)
+    if pattern == "rows":
+        idx = np.ascontiguousarray(np.broadcast_to(rng.integers(0, n, size=(m, 1)), (m, inner))).astype(np.int64)
+    else:
+        idx = rng.integers(0, n, size=(m, inner), dtype=np.int64)
     vals = rng.random(size=(m, inner), dtype=np.float32) + 0.5
     darr, didx, dvals = DeviceBuffer(arr), DeviceBuffer(idx), DeviceBuffer(vals)
     dacc, dgrad, dag = (DeviceBuffer.empty((n, inner), np.float32) for _ in range(3))
     dvg = DeviceBuffer.empty((m, inner), np.float32)
     slots = n * inner
-    winner, count = DeviceBuffer.empty((slots,), np.int64), DeviceBuffer.empty((slots,), np.int32)
-    aux = DeviceBuffer.empty((slots,), np.int32)
+    # the scratch the binding allocates: assign's winner tables (uninitialised: the launcher prepares them),
+    # counts (zeroed) for mean and the grads of mean/amin/amax, aux (zeroed) for amin/amax
+    lib.pe_put_along_axis_winner_scratch.restype = ctypes.c_int64
+    winner_bytes = lib.pe_put_along_axis_winner_scratch(I64(1), I64(n), I64(inner))
+    winner = DeviceBuffer.empty((winner_bytes,), np.uint8)
+    count, aux = DeviceBuffer.empty((slots,), np.int32), DeviceBuffer.empty((slots,), np.int32)
     lib.pe_put_along_axis_sorted_workspace.restype = ctypes.c_int64
     ws_bytes = lib.pe_put_along_axis_sorted_workspace(I64(m * inner), I64(slots))  # mul's grads sort by slot
     workspace = DeviceBuffer.empty((ws_bytes,), np.uint8)
@@ -157,8 +171,6 @@ def bench_put_along_axis(rows, torch, quick):
 
         def fwd():
             lib.pe_d2d(_p(dacc), _p(darr), I64(abytes))
-            if reduce == "assign":
-                lib.pe_memset(_p(winner), 0xFF, I64(slots * 8))
             if reduce == "mean":
                 lib.pe_memset(_p(count), 0, I64(slots * 4))
             return lib.pe_put_along_axis_forward(0, 5, r, _p(dacc), _p(dvals), _p(didx),
@@ -166,23 +178,24 @@ def bench_put_along_axis(rows, torch, quick):
                                                  _p(winner) if reduce == "assign" else _p(None),
                                                  I64(1), I64(n), I64(m), I64(inner), 1)
 
-        def bwd():  # the scratch the binding prepares for this mode
-            if reduce == "assign":
-                lib.pe_memset(_p(winner), 0xFF, I64(slots * 8))
-            elif reduce != "mul":
+        def bwd():  # the scratch the binding prepares for this mode (include_self: add needs no counts)
+            if reduce in ("mean", "amin", "amax"):
                 lib.pe_memset(_p(count), 0, I64(slots * 4))
             if reduce in ("amin", "amax"):
                 lib.pe_memset(_p(aux), 0, I64(slots * 4))
+            uses_count = reduce in ("mean", "amin", "amax")
             return lib.pe_put_along_axis_backward(0, 5, r, _p(darr), _p(didx), _p(dvals), _p(dout), _p(dgrad),
-                                                  _p(dag), _p(dvg), _p(winner), _p(count), _p(aux), _p(workspace),
-                                                  I64(ws_bytes), I64(1), I64(n), I64(m), I64(inner), 1)
+                                                  _p(dag), _p(dvg), _p(winner), _p(count) if uses_count else _p(None),
+                                                  _p(aux), _p(workspace), I64(ws_bytes), I64(1), I64(n), I64(m),
+                                                  I64(inner), 1)
 
         check(fwd())
         check(lib.pe_synchronize())
         lib.pe_d2d(_p(dout), _p(dacc), I64(abytes))
         f_ms = time_ms(fwd, iters=5)
         b_ms = time_ms(bwd, iters=5)
-        row = {"op": "put_along_axis", "case": f"{reduce} [{n},{inner}]<-[{m},{inner}] axis=0 float32",
+        row = {"op": "put_along_axis",
+               "case": f"{reduce} [{n},{inner}]<-[{m},{inner}] axis=0 float32 {pattern} indices",
                "fwd ms": f_ms, "fwd GB/s": (2 * abytes + ibytes + vbytes) / f_ms / 1e6, "bwd ms": b_ms}
         if torch is not None:
             ta, ti, tv = (torch.from_numpy(a).cuda() for a in (arr, idx, vals))

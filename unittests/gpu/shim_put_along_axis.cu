@@ -1,7 +1,7 @@
 // C ABI over the put_along_axis launchers for unittests/gpu (dtype codes: see gpu_runtime.py).
 // `acc` is arr's values in the accumulation type (reduce_acc_t: float32 for the half types, int64 for an
-// integer mean); scratch buffers are
-// allocated and prepared by the caller as the launchers' contract says (null where unused).
+// integer mean); scratch buffers are allocated and prepared by the caller as the launchers' contract
+// says (null where unused).
 #include "paddle_ext/put_along_axis.h"
 #include "shim_dispatch.cuh"
 
@@ -53,6 +53,11 @@ extern "C" int pe_put_along_axis_backward(int dtype, int index_dtype, int reduce
                                            (size_t)workspace_bytes, outer, n, m, inner, include_self != 0, 0);
     });
   });
+}
+
+// assign's `winner` scratch (forward and backward): bytes, handed over uninitialised.
+extern "C" int64_t pe_put_along_axis_winner_scratch(int64_t outer, int64_t n, int64_t inner) {
+  return (int64_t)gpu::put_along_axis_winner_scratch(outer, n, inner);
 }
 
 extern "C" int64_t pe_put_along_axis_sorted_workspace(int64_t positions, int64_t slots) {

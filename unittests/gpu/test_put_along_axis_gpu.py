@@ -26,17 +26,37 @@ def _ptr(buf):
     return ctypes.c_void_p(buf.ptr if buf is not None else 0)
 
 
-def _forward(dtype, reduce, arr, idx, vals, shape4, include_self):
+class _Shifted:
+    """A device array that starts one element into its buffer: pointers that are not 16-byte aligned."""
+
+    def __init__(self, host):
+        self.buf = DeviceBuffer(np.concatenate([host.reshape(-1)[:1], host.reshape(-1)]) if host.size else host)
+        self.ptr = self.buf.ptr + (host.itemsize if host.size else 0)
+
+
+def _device(host, misaligned=False):
+    return _Shifted(host) if misaligned else DeviceBuffer(host)
+
+
+def _winner_scratch(outer, n, inner):
+    """assign's scratch as the binding hands it over: uninitialised (here: junk bytes the launcher must not trust)."""
+    lib = library()
+    lib.pe_put_along_axis_winner_scratch.restype = ctypes.c_int64
+    nbytes = lib.pe_put_along_axis_winner_scratch(ctypes.c_int64(outer), ctypes.c_int64(n), ctypes.c_int64(inner))
+    return DeviceBuffer(np.full(max(nbytes, 1), 0x5A, np.uint8))
+
+
+def _forward(dtype, reduce, arr, idx, vals, shape4, include_self, misaligned=False):
     lib = library()
     outer, n, m, inner = shape4
     acc_dtype = _acc_dtype(dtype, reduce)
     # the accumulation buffer holds arr as the dtype would store it, widened
     acc = DeviceBuffer(host_array(to_float64(host_array(arr, dtype), dtype), acc_dtype))
-    values = DeviceBuffer(host_array(vals, dtype))
-    indices = DeviceBuffer(np.ascontiguousarray(idx))
+    values = _device(host_array(vals, dtype), misaligned)
+    indices = _device(np.ascontiguousarray(idx), misaligned)
     slots = outer * n * inner
     count = DeviceBuffer(np.zeros(max(slots, 1), np.int32)) if reduce == "mean" else None
-    winner = DeviceBuffer(np.full(max(slots, 1), -1, np.int64)) if reduce == "assign" else None
+    winner = _winner_scratch(outer, n, inner) if reduce == "assign" else None
     check(lib.pe_put_along_axis_forward(DTYPE_CODES[dtype], INDEX_CODES[idx.dtype.type], REDUCE_CODES[reduce],
                                         _ptr(acc), _ptr(values), _ptr(indices), _ptr(count), _ptr(winner),
                                         ctypes.c_int64(outer), ctypes.c_int64(n), ctypes.c_int64(m),
@@ -97,6 +117,9 @@ def _fast_ref(arr, idx, vals, reduce, include_self):
     c = np.zeros(a.shape)
     if reduce in ("add", "mean"):
         np.add.at(s, loc, vals)
+    elif reduce == "mul":
+        s[:] = 1.0
+        np.multiply.at(s, loc, vals)
     else:
         s[:] = np.inf if reduce == "amin" else -np.inf
         (np.minimum if reduce == "amin" else np.maximum).at(s, loc, vals)
@@ -105,6 +128,8 @@ def _fast_ref(arr, idx, vals, reduce, include_self):
         if reduce in ("add", "mean"):
             s += a
             c += 1
+        elif reduce == "mul":
+            s *= a
         else:
             s = np.minimum(s, a) if reduce == "amin" else np.maximum(s, a)
     if reduce == "mean":
@@ -143,19 +168,23 @@ def test_nan_wins_in_amax():
     assert np.isnan(got[0, 0, 0]) and got[0, 1, 0] == 2.0
 
 
-def _backward(dtype, reduce, arr, idx, vals, out, g, shape4, include_self):
+def _backward(dtype, reduce, arr, idx, vals, out, g, shape4, include_self, misaligned=False):
     """(arr_grad, values_grad) from the launcher, with the scratch the binding prepares for the mode."""
     lib = library()
     lib.pe_put_along_axis_sorted_workspace.restype = ctypes.c_int64
     outer, n, m, inner = shape4
-    d_arr, d_vals, d_out, d_g = (DeviceBuffer(host_array(x, dtype)) for x in (arr, vals, out, g))
-    d_idx = DeviceBuffer(np.ascontiguousarray(idx))
-    arr_grad = DeviceBuffer(host_array(np.zeros(arr.shape), dtype))
-    values_grad = DeviceBuffer(host_array(np.zeros(vals.shape), dtype))
+    d_arr, d_vals, d_out = (DeviceBuffer(host_array(x, dtype)) for x in (arr, vals, out))
+    d_g = _device(host_array(g, dtype), misaligned)
+    d_idx = _device(np.ascontiguousarray(idx), misaligned)
+    # junk where the kernels must write every element
+    arr_grad = DeviceBuffer(host_array(np.full(arr.shape, 7.0), dtype))
+    values_grad = DeviceBuffer(host_array(np.full(vals.shape, 7.0), dtype))
     slots, positions = outer * n * inner, outer * m * inner
-    winner = DeviceBuffer(np.full(slots, -1, np.int64)) if reduce == "assign" else None
-    count = DeviceBuffer(np.zeros(slots, np.int32)) if reduce not in ("assign", "mul") else None
-    aux = DeviceBuffer(np.zeros(slots, np.int32)) if reduce in ("amin", "amax") else None
+    winner = _winner_scratch(outer, n, inner) if reduce == "assign" else None
+    # add with include_self reads no count (both grads are g): the binding passes none
+    needs_count = reduce not in ("assign", "mul") and not (reduce == "add" and include_self)
+    count = DeviceBuffer(np.zeros(max(slots, 1), np.int32)) if needs_count else None
+    aux = DeviceBuffer(np.zeros(max(slots, 1), np.int32)) if reduce in ("amin", "amax") else None
     nbytes = lib.pe_put_along_axis_sorted_workspace(ctypes.c_int64(positions), ctypes.c_int64(slots)) \
         if reduce == "mul" else 0
     workspace = DeviceBuffer(np.zeros(max(nbytes, 1), np.uint8)) if reduce == "mul" else None
@@ -258,3 +287,187 @@ def test_int32_mean_sums_in_int64(include_self, path):
     run = _forward if path == "atomic" else _sorted
     got = run("int32", "mean", arr, idx, vals, shape4, include_self).astype(np.int32)  # the binding's cast back
     np.testing.assert_array_equal(got, refs.put_along_axis(arr, idx, vals, 1, "mean", include_self))
+
+
+# ------------------------------------------------------------------------------ the row passes
+# Update rows (o, j, :) whose indices are all equal (graph scatter: indices [E, 1] broadcast over C
+# features): assign's row tables; packs of 4 (vector loads, float4 atomics on sm_90) where inner % 4 == 0.
+# (outer, n, m, inner): inner 64 (16 packs, G = 16), 12 (3 packs over G = 4), 260 (65 packs over 32
+# lanes), 6 (no packs, G = 8), 8 with many rows per target row.
+ROW_SHAPES = [(1, 300, 5000, 64), (2, 50, 700, 12), (1, 40, 90, 260), (3, 40, 300, 6), (2, 5, 400, 8)]
+
+
+def _row_inputs(dtype, shape4, seed=0, index_dtype=np.int64, out_of_range_rows=False):
+    """_inputs with one index per update row (negative ones included), optionally some rows out of range."""
+    arr, _, vals = _inputs(dtype, shape4, seed, index_dtype)
+    outer, n, m, inner = shape4
+    rng = np.random.default_rng(seed + 100)
+    rows = rng.integers(-n, n, size=(outer, m, 1))
+    if out_of_range_rows:
+        rows[:, ::7] = n + 3
+        rows[:, 3::11] = -n - 1
+    return arr, np.ascontiguousarray(np.broadcast_to(rows, (outer, m, inner))).astype(index_dtype), vals
+
+
+def _check_forward(dtype, reduce, arr, idx, vals, shape4, include_self, misaligned=False):
+    got = _forward(dtype, reduce, arr, idx, vals, shape4, include_self, misaligned)
+    a64 = to_float64(host_array(arr, dtype), dtype) if not dtype.startswith("int") else arr
+    v64 = to_float64(host_array(vals, dtype), dtype) if not dtype.startswith("int") else vals
+    keep = (idx >= -shape4[1]) & (idx < shape4[1])
+    if keep.all():
+        want = _fast_ref(a64, idx, v64, reduce, include_self)
+    else:  # out-of-range positions are skipped: the reference of the rest (their indices redirected to a
+        # slot of a scratch row appended to arr, dropped after)
+        pad = np.concatenate([a64, np.zeros((shape4[0], 1, shape4[3]), a64.dtype)], axis=1)
+        want = _fast_ref(pad, np.where(keep, idx % shape4[1], shape4[1]), v64, reduce, include_self)[:, :-1]
+    tol = TOL[dtype] * 10
+    np.testing.assert_allclose(got, np.asarray(want, np.float64), rtol=tol, atol=tol)
+    if reduce == "assign":  # exact: a copy of the winner
+        np.testing.assert_array_equal(got, np.asarray(want, np.float64))
+
+
+@pytest.mark.parametrize("dtype", list(TOL))
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("shape4", ROW_SHAPES)
+def test_forward_row_pattern_matches_reference(dtype, reduce, include_self, shape4):
+    if reduce == "mul" and shape4[2] > (3 if dtype.startswith("int") else 30) * shape4[1]:
+        pytest.skip("long products overflow (integers wrap) or underflow")
+    if shape4[0] * shape4[2] * shape4[3] > 20000 and dtype not in ("float32", "float16", "int32"):
+        pytest.skip("large shapes: one dtype per accumulation kind (GPU time)")
+    arr, idx, vals = _row_inputs(dtype, shape4, index_dtype=np.int32 if shape4[3] == 12 else np.int64)
+    _check_forward(dtype, reduce, arr, idx, vals, shape4, include_self)
+
+
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+@pytest.mark.parametrize("misaligned", [False, True])
+def test_forward_row_pattern_with_rows_out_of_range(reduce, misaligned):
+    # uniform rows aimed outside arr are skipped by the row table and the row passes alike; misaligned:
+    # indices/values one element into their buffers (no packs: the scalar row passes)
+    shape4 = (2, 50, 700, 12)
+    arr, idx, vals = _row_inputs("float32", shape4, seed=5, out_of_range_rows=True)
+    _check_forward("float32", reduce, arr, idx, vals, shape4, True, misaligned)
+
+
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+@pytest.mark.parametrize("broken", ["first", "late", "last"])
+def test_forward_one_broken_row_falls_back_to_per_slot_passes(reduce, broken):
+    # assign: one update row with a differing index raises the flag (found first, late after the scan has
+    # polled it many times, or in the last row); the per-slot passes then give the exact per-slot result
+    shape4 = (1, 300, 5000, 64)
+    arr, idx, vals = _row_inputs("float32", shape4, seed=6)
+    row = {"first": 0, "late": 3999, "last": shape4[2] - 1}[broken]
+    idx[0, row, 17] = (idx[0, row, 17] + 1) % shape4[1]
+    _check_forward("float32", reduce, arr, idx, vals, shape4, True)
+
+
+def _check_backward(dtype, reduce, arr, idx, vals, shape4, include_self, misaligned=False):
+    a64, v64 = arr.astype(dtype).astype(np.float64), vals.astype(dtype).astype(np.float64)
+    g = np.random.default_rng(8).normal(size=arr.shape).astype(dtype).astype(np.float64)
+    # out-of-range positions take no part: the reference aims them at a scratch row (zero grad), dropped after
+    outer, n, m, inner = shape4
+    pad = lambda x: np.concatenate([x, np.zeros((outer, 1, inner))], axis=1)  # noqa: E731
+    ridx = np.where((idx >= -n) & (idx < n), idx % n if n else idx, n)
+    out = refs.put_along_axis(pad(a64), ridx, v64, 1, reduce, include_self)[:, :n]
+    got_a, got_v = _backward(dtype, reduce, arr, idx, vals, out, g, shape4, include_self, misaligned)
+    ra, rv = refs.put_along_axis_grad(pad(a64), ridx, v64, pad(g), 1, reduce, include_self)
+    ra = ra[:, :n]
+    tol = 1e-12 if dtype == "float64" else 1e-5
+    np.testing.assert_allclose(got_a, ra, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got_v, rv, rtol=tol, atol=tol)
+
+
+# (outer, n, m, inner): packs of 4 over G = 2, 64 features, no packs (inner 3), inner 1, no updates
+BWD_ROW_SHAPES = [(2, 6, 40, 8), (1, 30, 120, 64), (2, 5, 30, 3), (1, 40, 500, 1), (2, 4, 0, 8)]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("shape4", BWD_ROW_SHAPES)
+def test_backward_row_pattern_matches_reference(dtype, reduce, include_self, shape4):
+    if shape4[3] == 64 and dtype != "float32":
+        pytest.skip("64 features: float32 only (GPU time)")
+    arr, idx, vals = _row_inputs("float64", shape4, seed=9)
+    if dtype == "float16":
+        a64, v64 = to_float64(host_array(arr, dtype), dtype), to_float64(host_array(vals, dtype), dtype)
+        out = refs.put_along_axis(a64, idx, v64, 1, reduce, include_self)
+        g = to_float64(host_array(np.random.default_rng(8).normal(size=arr.shape), dtype), dtype)
+        got_a, got_v = _backward(dtype, reduce, a64, idx, v64, out, g, shape4, include_self)
+        ra, rv = refs.put_along_axis_grad(a64, idx, v64, g, 1, reduce, include_self)
+        np.testing.assert_allclose(got_a, ra, rtol=1e-2, atol=1e-2)
+        np.testing.assert_allclose(got_v, rv, rtol=1e-2, atol=1e-2)
+        return
+    _check_backward(dtype, reduce, arr, idx, vals, shape4, include_self)
+
+
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+@pytest.mark.parametrize("case", ["broken row", "rows out of range", "misaligned", "int32 indices"])
+def test_backward_row_pattern_variants(reduce, case):
+    shape4 = (2, 6, 40, 8)
+    arr, idx, vals = _row_inputs("float64", shape4, seed=10, out_of_range_rows=case == "rows out of range",
+                                 index_dtype=np.int32 if case == "int32 indices" else np.int64)
+    if case == "broken row":  # assign falls back to the per-slot winners
+        idx[1, 33, 5] = (idx[1, 33, 5] + 1) % shape4[1]
+    _check_backward("float32", reduce, arr, idx, vals, shape4, True, misaligned=case == "misaligned")
+
+
+@pytest.mark.parametrize("reduce", ["assign", "add", "mean", "amax"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_backward_per_element_indices_with_packs(reduce, include_self):
+    # independent indices with inner % 4 == 0: packs whose 4 indices differ take the scalar branch
+    # (add), assign's scan raises the flag at once
+    shape4 = (2, 9, 40, 8)
+    arr, idx, vals = _inputs("float64", shape4, seed=12)
+    idx[:, ::3] = idx[:, ::3, :1]  # some uniform rows among them
+    _check_backward("float32", reduce, arr, idx, vals, shape4, include_self)
+
+
+@pytest.mark.parametrize("reduce", ["assign", "add", "mean", "amin"])
+def test_forward_runs_twice_on_the_same_scratch(reduce):
+    # the launcher prepares assign's tables itself: a second call on used scratch gives the same result
+    shape4 = (2, 50, 700, 12)
+    arr, idx, vals = _row_inputs("float32", shape4, seed=13)
+    lib = library()
+    outer, n, m, inner = shape4
+    winner = _winner_scratch(outer, n, inner) if reduce == "assign" else None
+    results = []
+    for _ in range(2):
+        acc = DeviceBuffer(arr.astype(np.float32))
+        count = DeviceBuffer(np.zeros(outer * n * inner, np.int32)) if reduce == "mean" else None
+        check(lib.pe_put_along_axis_forward(DTYPE_CODES["float32"], INDEX_CODES[np.int64], REDUCE_CODES[reduce],
+                                            _ptr(acc), _ptr(DeviceBuffer(vals.astype(np.float32))),
+                                            _ptr(DeviceBuffer(idx)), _ptr(count), _ptr(winner), ctypes.c_int64(outer),
+                                            ctypes.c_int64(n), ctypes.c_int64(m), ctypes.c_int64(inner), 1))
+        results.append(acc.get())
+    want = _fast_ref(arr.astype(np.float32).astype(np.float64), idx, vals.astype(np.float32).astype(np.float64),
+                     reduce, True)
+    np.testing.assert_allclose(results[0], want, rtol=2e-5, atol=2e-5)
+    if reduce == "assign":
+        np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+@pytest.mark.parametrize("include_self", [True, False])
+def test_backward_with_an_empty_axis_zeroes_values_grad(reduce, include_self):
+    # arr of size 0 along the axis: every index is out of range, nothing is scattered, every value's grad
+    # is 0 (mul's grads returned early and left values_grad unwritten)
+    shape4 = (2, 0, 5, 4)
+    arr, vals = np.zeros((2, 0, 4)), np.ones((2, 5, 4))
+    idx = np.zeros((2, 5, 4), np.int64)
+    got_a, got_v = _backward("float32", reduce, arr, idx, vals, arr, arr, shape4, include_self)
+    assert got_a.shape == (2, 0, 4)
+    np.testing.assert_array_equal(got_v, np.zeros(vals.shape))
+
+
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+def test_backward_with_empty_rows_passes_grad_through(reduce):
+    # inner == 0 (no positions, no slots) and m == 0 (no positions): nothing to read in the indices;
+    # every slot is unwritten, so arr's grad is g
+    for shape4 in [(2, 3, 5, 0), (2, 3, 0, 4)]:
+        outer, n, m, inner = shape4
+        arr, vals, idx = np.ones((outer, n, inner)), np.ones((outer, m, inner)), np.zeros((outer, m, inner), np.int64)
+        g = np.arange(arr.size, dtype=np.float64).reshape(arr.shape)
+        got_a, got_v = _backward("float32", reduce, arr, idx, vals, arr, g, shape4, True)
+        np.testing.assert_array_equal(got_a, g)
+        assert got_v.shape == vals.shape

@@ -249,14 +249,14 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
 namespace gpu {  // launchers in gpu/put_along_axis.cu
 // Same contract as cpu::put_along_axis_forward, on `acc`: arr's values in reduce_acc_t<reduce, T>
 // (float32 for the half types, int64 for an integer mean; the caller rounds back to T). Device scratch
-// comes from the caller, zeroed:
-// count int32 [outer*n*inner] for Mean or !include_self (else null), winner int64 [same], filled with
-// -1, for Assign.
+// comes from the caller: count int32 [outer*n*inner], zeroed, for Mean (else null); for Assign `winner`,
+// put_along_axis_winner_scratch() bytes, uninitialised (the launcher prepares what it reads).
 // Out-of-range indices are skipped: nothing outside arr is ever written, and no host sync is needed.
 template <typename T, typename A, typename Idx>
 void put_along_axis_forward(Reduce reduce, A* acc, const T* values, const Idx* indices, int32_t* count,
                             int64_t* winner, index_t outer, index_t n, index_t m, index_t inner,
                             bool include_self, cudaStream_t stream);
+size_t put_along_axis_winner_scratch(index_t outer, index_t n, index_t inner);
 // deterministic=True for Add/Mean: sort (slot, position) pairs with a stable radix sort, then one
 // thread per slot folds its values in position order, exactly like the CPU: bit-identical run to run
 // and to the CPU for float32/float64. `workspace` holds put_along_axis_sorted_workspace() bytes.
@@ -265,10 +265,10 @@ template <typename T, typename A, typename Idx>
 void put_along_axis_sorted(Reduce reduce, A* acc, const T* values, const Idx* indices, void* workspace,
                            size_t workspace_bytes, index_t outer, index_t n, index_t m, index_t inner,
                            bool include_self, cudaStream_t stream);
-// Scratch per slot, zeroed by the caller (winner filled with -1): winner (Assign), count (Add, Mean,
-// Min, Max), aux (Min, Max); Mul takes `workspace` instead, put_along_axis_sorted_workspace() bytes:
-// its grads are exclusive prefix x suffix products over the positions sorted by slot. Null where the
-// mode does not need it.
+// Scratch: winner (Assign) as in the forward, put_along_axis_winner_scratch() bytes, uninitialised;
+// per slot, zeroed by the caller: count (Mean, Min, Max, Add without include_self), aux (Min, Max);
+// Mul takes `workspace` instead, put_along_axis_sorted_workspace() bytes: its grads are exclusive
+// prefix x suffix products over the positions sorted by slot. Null where the mode does not need it.
 template <typename T, typename Idx>
 void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, const T* values, const T* out,
                              const T* out_grad, T* arr_grad, T* values_grad, int64_t* winner, int32_t* count,
