@@ -16,6 +16,10 @@
 
 #include "paddle_ext/common.h"
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
 #endif
@@ -50,6 +54,69 @@ PE_HOSTDEVICE inline A mi_edge_weight(A p_from, A x, A p_to) {
 template <typename A>
 PE_HOSTDEVICE inline A mi_forward_cell(A from_s, A from_t) {
   return mi_log_add(from_s, from_t);
+}
+
+// Extended-range linear value m * 2^k (the CUDA forward's chain, where a log_add per cell would put an
+// exp and a log1p on the serial path): m in [1, 2), or m = 0 for -inf. With exp(x) split as
+// exp(r) * 2^kx (|r| <= ln2/2), a product is a multiply and an exponent add, a sum aligns the smaller
+// term (one below 2^-64 of the larger cannot change its rounding), so every finite p is kept to ulps
+// of the log-space recursion with no underflow or overflow. Callers keep |x| <= kMiExtMaxInput
+// (|kx| < 2^21: kx * kMiLn2Hi exact) and |k| <= kMiExtMaxExp (no int overflow); outside, log space.
+struct MIExt {
+  double m;
+  int k;
+};
+constexpr int kMiExtZeroExp = -(1 << 29);
+constexpr int kMiExtMaxExp = 1 << 28;
+constexpr double kMiExtMaxInput = 1e6;
+constexpr double kMiLn2Hi = 6.93147180369123816490e-01, kMiLn2Lo = 1.90821492927058770002e-10;
+
+PE_HOSTDEVICE inline uint64_t mi_bits(double v) {
+  uint64_t u;
+  memcpy(&u, &v, 8);
+  return u;
+}
+PE_HOSTDEVICE inline double mi_from_bits(uint64_t u) {
+  double v;
+  memcpy(&v, &u, 8);
+  return v;
+}
+
+// m * 2^k for m >= 0 finite and normal (or 0), brought to m in [1, 2).
+PE_HOSTDEVICE inline MIExt mi_ext_normalize(double m, int k) {
+  if (!(m > 0)) return {0.0, kMiExtZeroExp};
+  const uint64_t u = mi_bits(m);
+  const int e = int((u >> 52) & 0x7ff) - 1023;
+  return {mi_from_bits((u & 0x000fffffffffffffull) | 0x3ff0000000000000ull), k + e};
+}
+
+// exp(x) for x <= kMiExtMaxInput in magnitude or -inf (0); clears ok for NaN, +inf or a larger |x|.
+PE_HOSTDEVICE inline MIExt mi_ext_exp(double x, bool& ok) {
+  if (x == neg_inf<double>()) return {0.0, kMiExtZeroExp};
+  if (!(std::fabs(x) <= kMiExtMaxInput)) {
+    ok = false;
+    return {0.0, kMiExtZeroExp};
+  }
+  const double kd = std::rint(x * 1.4426950408889634);
+  const double r = std::fma(-kd, kMiLn2Lo, std::fma(-kd, kMiLn2Hi, x));
+  return mi_ext_normalize(std::exp(r), int(kd));
+}
+
+// a * x + b * y for normalized a, b, x, y (products in [1, 4), or 0), normalized.
+PE_HOSTDEVICE inline MIExt mi_ext_fma2(MIExt a, MIExt x, MIExt b, MIExt y) {
+  const double am = a.m * x.m, bm = b.m * y.m;
+  const int ak = a.k + x.k, bk = b.k + y.k;
+  const bool a_hi = bm == 0 || (am != 0 && ak >= bk);
+  const double hm = a_hi ? am : bm, lm = a_hi ? bm : am;
+  const int hk = a_hi ? ak : bk, d = (a_hi ? bk : ak) - hk;  // d <= 0 when lm != 0
+  const double s = (lm != 0 && d >= -64) ? std::fma(lm, mi_from_bits(uint64_t(d + 1023) << 52), hm) : hm;
+  return mi_ext_normalize(s, hk);
+}
+
+// log of an extended value (-inf for 0).
+PE_HOSTDEVICE inline double mi_ext_log(MIExt v) {
+  if (v.m == 0) return neg_inf<double>();
+  return std::fma(double(v.k), kMiLn2Hi, std::fma(double(v.k), kMiLn2Lo, std::log(v.m)));
 }
 
 struct MIBox {
