@@ -75,7 +75,6 @@ static void host_band_walk(Pol& pol, index_t nrows, index_t ncols, bool modified
     for (int l = 0; l < 32; ++l) left[l] = left2[l] = Pol::zero();
     for (index_t j0 = 0; j0 < ncols + 31; j0 += kChunk) {
       Coef co[32][kChunk];
-      V out[32][kChunk];
       for (int l = 0; l < 32; ++l)
         for (int i = 0; i < kChunk; ++i) co[l][i] = pol.coef(w * 32 + l, j0 + i - l);
       for (int i = 0; i < kChunk; ++i) {
@@ -88,16 +87,11 @@ static void host_band_walk(Pol& pol, index_t nrows, index_t ncols, bool modified
           const bool active = r < nrows && c >= 0 && c < ncols;
           const V cur = active ? pol.step(below, pl[l], co[l][i], r, c) : Pol::zero();
           if (w + 1 < nbands && l == 31 && active) top[c] = cur;
+          pol.emit(r, c, cur, active);
           left2[l] = pl[l];
           left[l] = cur;
-          out[l][i] = cur;
         }
       }
-      for (int l = 0; l < 32; ++l)
-        for (int i = 0; i < kChunk; ++i) {
-          const index_t c = j0 + i - l, r = w * 32 + l;
-          if (r < nrows && c >= 0 && c < ncols) pol.emit(r, c, out[l][i]);
-        }
     }
     below_row = top;
   }

@@ -5,7 +5,8 @@
 // Band w's bottom lane gets row 32w - 1 from warp w - 1 through a shared-memory ring (kRing columns),
 // synchronised per chunk of kChunk steps with volatile produced/consumed counters (all warps of the
 // block are resident, so spinning is safe; the ring holds >= 2 chunks, so no wait cycle). Per chunk a
-// lane first computes its cells' exps (independent), then runs the serial chain, then (forward) the logs.
+// lane first computes its cells' exps (independent), then runs the serial chain (the forward's logs
+// of finished cells interleave with it).
 // The forward chain is linear in the extended range MIExt (mutual_information.h): a multiply-add per
 // cell instead of exp + log1p; an item whose inputs leave that range (NaN, +inf, |x| > 1e6) is redone by
 // the log-space wavefront below. The backward is linear anyway (as on the CPU): g = g_up * w1 + g_right * w2
@@ -129,6 +130,8 @@ __global__ void backward_kernel(const T* px, const T* py, const int64_t* boundar
 
 // ---- fast path: warp bands --------------------------------------------------------------------------
 constexpr int kChunk = 16, kRing = 64, kMaxWarps = 16;
+// Band kernels for up to 4 warps (S < 128: registers up to 255, no spills) and up to kMaxWarps (128).
+constexpr int kSmallWarps = 4;
 static_assert(kRing >= 2 * kChunk, "the ring must hold two chunks: then no two warps wait on each other");
 
 __device__ inline double shfl_up(double v) { return __shfl_up_sync(0xffffffffu, v, 1); }
@@ -138,20 +141,25 @@ __device__ inline MIExt shfl_up(MIExt v) {
 
 // ring_m/ring_k[w] carry band w's top row (by column, modulo kRing) to warp w + 1; produced[w] counts
 // the columns pushed, consumed[w] those warp w + 1 has read. Accessed through volatile pointers.
+template <int W>
 struct BandShared {
-  double ring_m[kMaxWarps][kRing];
-  int ring_k[kMaxWarps][kRing];
-  long long produced[kMaxWarps], consumed[kMaxWarps];
+  double ring_m[W][kRing];
+  int ring_k[W][kRing];
+  long long produced[W], consumed[W];
   int ok;
 };
 
-__device__ inline void ring_put(BandShared& sh, int w, int i, double v) { ((volatile double*)sh.ring_m[w])[i] = v; }
-__device__ inline void ring_put(BandShared& sh, int w, int i, MIExt v) {
+template <int W>
+__device__ inline void ring_put(BandShared<W>& sh, int w, int i, double v) { ((volatile double*)sh.ring_m[w])[i] = v; }
+template <int W>
+__device__ inline void ring_put(BandShared<W>& sh, int w, int i, MIExt v) {
   ((volatile double*)sh.ring_m[w])[i] = v.m;
   ((volatile int*)sh.ring_k[w])[i] = v.k;
 }
-__device__ inline void ring_get(BandShared& sh, int w, int i, double& v) { v = ((volatile double*)sh.ring_m[w])[i]; }
-__device__ inline void ring_get(BandShared& sh, int w, int i, MIExt& v) {
+template <int W>
+__device__ inline void ring_get(BandShared<W>& sh, int w, int i, double& v) { v = ((volatile double*)sh.ring_m[w])[i]; }
+template <int W>
+__device__ inline void ring_get(BandShared<W>& sh, int w, int i, MIExt& v) {
   v.m = ((volatile double*)sh.ring_m[w])[i];
   v.k = ((volatile int*)sh.ring_k[w])[i];
 }
@@ -162,8 +170,8 @@ __device__ inline void vstore(long long& x, long long v) { *(volatile long long*
 // backward (s_end - s, t_end - t)): v(r, c) = pol.step(v(r - 1, c - shift), v(r, c - 1), coef, r, c),
 // shift = 1 in modified mode (its s-step also moves in t); values from outside the box are Pol::zero().
 // Warp w walks rows [32w, 32w + 32), lane i doing column j - i at step j. Needs nrows <= 32 * warps.
-template <typename Pol>
-__device__ void band_walk(Pol& pol, BandShared& sh, index_t nrows, index_t ncols, bool modified) {
+template <int W, typename Pol>
+__device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t nrows, index_t ncols, bool modified) {
   using V = typename Pol::Value;
   using Coef = typename Pol::Coef;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -186,7 +194,6 @@ __device__ void band_walk(Pol& pol, BandShared& sh, index_t nrows, index_t ncols
     Coef co[kChunk];  // the chunk's independent work (loads, exps) ahead of its serial chain
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) co[i] = pol.coef(r, j0 + i - lane);
-    V out[kChunk];
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       const index_t c = j0 + i - lane;
@@ -201,14 +208,9 @@ __device__ void band_walk(Pol& pol, BandShared& sh, index_t nrows, index_t ncols
       const bool active = r < nrows && c >= 0 && c < ncols;
       const V cur = active ? pol.step(below, left, co[i], r, c) : Pol::zero();
       if (up && lane == 31 && active) ring_put(sh, warp, int(c % kRing), cur);
+      pol.emit(r, c, cur, active);  // off the chain: overlaps the next steps
       left2 = left;
       left = cur;
-      out[i] = cur;
-    }
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) {
-      const index_t c = j0 + i - lane;
-      if (r < nrows && c >= 0 && c < ncols) pol.emit(r, c, out[i]);
     }
     __threadfence_block();  // this chunk's ring writes and reads before the counters that release them
     if (up && lane == 31) vstore(sh.produced[warp], std::max<index_t>(0, std::min<index_t>(j0 + kChunk - 31, ncols)));
@@ -242,9 +244,12 @@ struct ForwardBand {
     if (r == 0 && c == 0) return {1.0, 0};
     return mi_ext_fma2(below, co.x, left, co.y);
   }
-  PE_HOSTDEVICE void emit(index_t r, index_t c, MIExt v) {
-    ok &= v.m == 0 || (v.k <= kMiExtMaxExp && v.k >= -kMiExtMaxExp);
-    p[(s0 + r) * P1 + t0 + c] = mi_ext_log(v);
+  PE_HOSTDEVICE void emit(index_t r, index_t c, MIExt v, bool active) {
+    const double lp = mi_ext_log(v);
+    if (active) {
+      ok &= v.m == 0 || (v.k <= kMiExtMaxExp && v.k >= -kMiExtMaxExp);
+      p[(s0 + r) * P1 + t0 + c] = lp;
+    }
   }
 };
 
@@ -283,20 +288,21 @@ struct BackwardBand {
     if (vt) py_grad[s * (P1 - 1) + t] = store<T>(yg);
     return xg + yg;
   }
-  PE_HOSTDEVICE void emit(index_t, index_t, P) const {}
+  PE_HOSTDEVICE void emit(index_t, index_t, P, bool) const {}
 };
 
-__device__ inline void band_shared_init(BandShared& sh) {
-  for (int i = threadIdx.x; i < kMaxWarps; i += blockDim.x) sh.produced[i] = sh.consumed[i] = 0;
+template <int W>
+__device__ inline void band_shared_init(BandShared<W>& sh) {
+  for (int i = threadIdx.x; i < W; i += blockDim.x) sh.produced[i] = sh.consumed[i] = 0;
   if (threadIdx.x == 0) sh.ok = 1;
   __syncthreads();
 }
 
-template <typename T>
-__global__ void __launch_bounds__(32 * kMaxWarps) forward_band_kernel(const T* px, const T* py,
+template <typename T, int W>
+__global__ void __launch_bounds__(32 * W) forward_band_kernel(const T* px, const T* py,
                                                                        const int64_t* boundary, P* p, T* ans,
                                                                        index_t S, index_t T_, bool modified) {
-  __shared__ BandShared sh;
+  __shared__ BandShared<W> sh;
   const index_t b = blockIdx.x, P1 = T_ + 1, T1 = modified ? T_ : T_ + 1;
   const MIBox box = mi_box(boundary, b, S, T_);
   P* pb = p + b * (S + 1) * P1;
@@ -322,12 +328,12 @@ __global__ void __launch_bounds__(32 * kMaxWarps) forward_band_kernel(const T* p
   if (threadIdx.x == 0) ans[b] = store<T>(pb[box.s_end * P1 + box.t_end]);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(32 * kMaxWarps) backward_band_kernel(const T* px, const T* py,
+template <typename T, int W>
+__global__ void __launch_bounds__(32 * W) backward_band_kernel(const T* px, const T* py,
                                                                         const int64_t* boundary, const P* p,
                                                                         const T* ans_grad, T* px_grad, T* py_grad,
                                                                         index_t S, index_t T_, bool modified) {
-  __shared__ BandShared sh;
+  __shared__ BandShared<W> sh;
   const index_t b = blockIdx.x, P1 = T_ + 1, T1 = modified ? T_ : T_ + 1;
   const MIBox box = mi_box(boundary, b, S, T_);
   if (!mi_box_valid(box, S, T_)) return;  // grads stay 0 (zeroed by the launcher)
@@ -341,6 +347,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps) backward_band_kernel(const T* 
 
 // The band kernels take boxes of up to 32 * kMaxWarps rows; one warp per 32 rows of S + 1.
 inline bool use_bands(index_t S) { return S + 1 <= 32 * kMaxWarps; }
+inline bool small_bands(index_t S) { return S + 1 <= 32 * kSmallWarps; }
 inline int band_threads(index_t S) { return int((S + 1 + 31) / 32 * 32); }
 
 }  // namespace
@@ -349,8 +356,12 @@ template <typename T>
 void mutual_information_forward(const T* px, const T* py, const int64_t* boundary, P* p, T* ans, index_t B,
                                 index_t S, index_t T_, bool modified, cudaStream_t stream) {
   if (B == 0) return;
-  if (use_bands(S))
-    forward_band_kernel<T><<<(unsigned)B, band_threads(S), 0, stream>>>(px, py, boundary, p, ans, S, T_, modified);
+  if (small_bands(S))
+    forward_band_kernel<T, kSmallWarps>
+        <<<(unsigned)B, band_threads(S), 0, stream>>>(px, py, boundary, p, ans, S, T_, modified);
+  else if (use_bands(S))
+    forward_band_kernel<T, kMaxWarps>
+        <<<(unsigned)B, band_threads(S), 0, stream>>>(px, py, boundary, p, ans, S, T_, modified);
   else
     forward_kernel<T><<<(unsigned)B, block_threads(S, T_), 0, stream>>>(px, py, boundary, p, ans, S, T_, modified);
   check_launch("mutual_information_forward");
@@ -365,8 +376,12 @@ void mutual_information_backward(const T* px, const T* py, const int64_t* bounda
   if (B * (S + 1) * T_ > 0) cudaMemsetAsync(py_grad, 0, sizeof(T) * B * (S + 1) * T_, stream);
   if (B == 0) return;
   if (use_bands(S)) {
-    backward_band_kernel<T><<<(unsigned)B, band_threads(S), 0, stream>>>(px, py, boundary, p, ans_grad, px_grad,
-                                                                          py_grad, S, T_, modified);
+    if (small_bands(S))
+      backward_band_kernel<T, kSmallWarps><<<(unsigned)B, band_threads(S), 0, stream>>>(
+          px, py, boundary, p, ans_grad, px_grad, py_grad, S, T_, modified);
+    else
+      backward_band_kernel<T, kMaxWarps><<<(unsigned)B, band_threads(S), 0, stream>>>(
+          px, py, boundary, p, ans_grad, px_grad, py_grad, S, T_, modified);
     check_launch("mutual_information_backward");
     return;
   }
