@@ -234,11 +234,16 @@ def bench_adaptive_log_softmax(rows, torch, quick):
 
 
 def bench_mutual_information(rows, quick):
+    # The case (B=32 S=100 T=500) in both modes and dtypes, and neighbours that select the other
+    # launcher branches: S=200 (the 16-warp band kernel), S=600 (the anti-diagonal wavefront), B=1, long T.
     lib = library()
-    for B, S, T, dtype in ([(4, 20, 50, "float32")] if quick else [(32, 100, 500, "float32"), (8, 50, 1500, "float32"),
-                                                                   (32, 100, 500, "float64")]):
+    cases = [(4, 20, 50, "float32", False)] if quick else [
+        (32, 100, 500, "float32", False), (32, 100, 500, "float32", True), (32, 100, 500, "float64", False),
+        (8, 50, 1500, "float32", False), (1, 100, 500, "float32", False), (32, 200, 500, "float32", False),
+        (8, 600, 500, "float32", False)]
+    for B, S, T, dtype, modified in cases:
         rng = np.random.default_rng(0)
-        px = rng.normal(-1.5, 1.0, size=(B, S, T + 1)).astype(dtype)
+        px = rng.normal(-1.5, 1.0, size=(B, S, T if modified else T + 1)).astype(dtype)
         py = rng.normal(-1.0, 1.0, size=(B, S + 1, T)).astype(dtype)
         dpx, dpy = DeviceBuffer(px), DeviceBuffer(py)
         dp = DeviceBuffer.empty((B, S + 1, T + 1), np.float64)
@@ -246,12 +251,12 @@ def bench_mutual_information(rows, quick):
         dgx, dgy = DeviceBuffer.empty(px.shape, dtype), DeviceBuffer.empty(py.shape, dtype)
         code = DTYPE_CODES[dtype]
         fwd = lambda: lib.pe_mutual_information_forward(code, _p(dpx), _p(dpy), _p(None), _p(dp), _p(dans), I64(B),
-                                                        I64(S), I64(T), 0)
+                                                        I64(S), I64(T), int(modified))
         check(fwd())
         bwd = lambda: lib.pe_mutual_information_backward(code, _p(dpx), _p(dpy), _p(None), _p(dp), _p(None), _p(dgx),
-                                                         _p(dgy), I64(B), I64(S), I64(T), 0)
-        row = {"op": "mutual_information", "case": f"B={B} S={S} T={T} {dtype}", "fwd ms": time_ms(fwd, iters=5),
-               "bwd ms": time_ms(bwd, iters=5)}
+                                                         _p(dgy), I64(B), I64(S), I64(T), int(modified))
+        row = {"op": "mutual_information", "case": f"B={B} S={S} T={T} {dtype}{' modified' if modified else ''}",
+               "fwd ms": time_ms(fwd, iters=5), "bwd ms": time_ms(bwd, iters=5)}
         rows.append(row)
         print(row, flush=True)
         release_pending()
