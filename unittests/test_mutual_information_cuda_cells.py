@@ -97,6 +97,13 @@ static void host_band_walk(Pol& pol, index_t nrows, index_t ncols, bool modified
   }
 }
 
+extern "C" void host_ext_math(const double* r, double* exp_r, const double* m, double* log_m, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    exp_r[i] = mi_exp_reduced(r[i]);
+    log_m[i] = mi_ext_log_finite(m[i], 0);
+  }
+}
+
 // Returns how many items took the log-space redo.
 extern "C" int host_band_forward(const double* px, const double* py, const int64_t* boundary, double* p, double* ans,
                                  int64_t B, int64_t S, int64_t T, int modified) {
@@ -301,3 +308,18 @@ def test_cuda_band_walk_exact_on_wide_ranges(lib, modified, kind):
     assert not np.isnan(gx).any() and not np.isnan(gy).any()
     np.testing.assert_allclose(gx, rgx, rtol=tol, atol=tol)
     np.testing.assert_allclose(gy, rgy, rtol=tol, atol=tol)
+
+
+def test_ext_math_within_ulps(lib):
+    # The band forward's straight-line exp (reduced argument) and log (mantissa) against libm: a few ulps.
+    rng = np.random.default_rng(3)
+    r = np.concatenate([rng.uniform(-0.3466, 0.3466, 200000), [0.0, -0.3466, 0.3466, 1e-300, -1e-20]])
+    m = np.concatenate([rng.uniform(1.0, 2.0, 200000), [1.0, np.nextafter(2.0, 1.0), 1.4142135623730951,
+                                                        np.nextafter(1.0, 2.0)]])
+    e, lg = np.empty_like(r), np.empty_like(m)
+    lib.host_ext_math(_ptr(r), _ptr(e), _ptr(m), _ptr(lg), ctypes.c_int64(len(r)))
+    assert np.max(np.abs(e - np.exp(r)) / np.exp(r)) <= 2 * np.finfo(float).eps
+    want = np.log(m)
+    assert np.max(np.abs(lg - want)) <= 2 * np.finfo(float).eps * np.maximum(np.abs(want), 2 ** -60).max()
+    nz = want > 1e-3
+    assert np.max(np.abs(lg[nz] - want[nz]) / want[nz]) <= 4 * np.finfo(float).eps

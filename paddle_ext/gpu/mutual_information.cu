@@ -197,14 +197,13 @@ __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t nrows, index_t nc
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       const index_t c = j0 + i - lane;
-      V below = shfl_up(modified ? left2 : left);  // lane - 1 is one column ahead: its left is v(r - 1, c)
-      if (lane == 0) {
-        const index_t cb = c - shift;
-        if (down && cb >= 0 && cb < ncols)
-          ring_get(sh, warp - 1, int(cb % kRing), below);
-        else
-          below = Pol::zero();
-      }
+      // lane - 1 is one column ahead: its left is v(r - 1, c). Lane 0 reads the ring (every lane loads,
+      // so the chunk stays one straight-line block the compiler can schedule across steps).
+      const V up_v = shfl_up(modified ? left2 : left);
+      const index_t cb = c - shift;
+      V ring_v;
+      ring_get(sh, down ? warp - 1 : 0, int(((cb % kRing) + kRing) % kRing), ring_v);
+      const V below = lane > 0 ? up_v : (down && cb >= 0 && cb < ncols) ? ring_v : Pol::zero();
       const bool active = r < nrows && c >= 0 && c < ncols;
       const V cur = active ? pol.step(below, left, co[i], r, c) : Pol::zero();
       if (up && lane == 31 && active) ring_put(sh, warp, int(c % kRing), cur);
