@@ -97,10 +97,12 @@ static void host_band_walk(Pol& pol, index_t nrows, index_t ncols, bool modified
   }
 }
 
-extern "C" void host_ext_math(const double* r, double* exp_r, const double* m, double* log_m, int64_t n) {
+extern "C" void host_ext_math(const double* r, double* exp_r, const double* m, double* log_m, const double* a,
+                              double* exp_a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     exp_r[i] = mi_exp_reduced(r[i]);
     log_m[i] = mi_ext_log_finite(m[i], 0);
+    exp_a[i] = mi_exp_straight(a[i]);
   }
 }
 
@@ -311,14 +313,26 @@ def test_cuda_band_walk_exact_on_wide_ranges(lib, modified, kind):
 
 
 def test_ext_math_within_ulps(lib):
-    # The band forward's straight-line exp (reduced argument) and log (mantissa) against libm: a few ulps.
+    # The band kernels' straight-line exp (reduced argument; any argument) and log (mantissa) against libm.
     rng = np.random.default_rng(3)
     r = np.concatenate([rng.uniform(-0.3466, 0.3466, 200000), [0.0, -0.3466, 0.3466, 1e-300, -1e-20]])
     m = np.concatenate([rng.uniform(1.0, 2.0, 200000), [1.0, np.nextafter(2.0, 1.0), 1.4142135623730951,
                                                         np.nextafter(1.0, 2.0)]])
-    e, lg = np.empty_like(r), np.empty_like(m)
-    lib.host_ext_math(_ptr(r), _ptr(e), _ptr(m), _ptr(lg), ctypes.c_int64(len(r)))
+    a = np.concatenate([rng.uniform(-760, 720, 200000), [-np.inf, np.inf, np.nan, 0.0, -1e300, 1e300, 709.78, 709.79,
+                                                        -745.2, -708.4]])
+    n = min(len(r), len(m), len(a))
+    r, m, a = r[:n], m[:n], a[:n]
+    e, lg, ea = np.empty_like(r), np.empty_like(m), np.empty_like(a)
+    lib.host_ext_math(_ptr(r), _ptr(e), _ptr(m), _ptr(lg), _ptr(a), _ptr(ea), ctypes.c_int64(n))
     assert np.max(np.abs(e - np.exp(r)) / np.exp(r)) <= 2 * np.finfo(float).eps
+    with np.errstate(over="ignore"):
+        wa = np.exp(a)
+    np.testing.assert_array_equal(np.isnan(ea), np.isnan(wa))
+    np.testing.assert_array_equal(np.isinf(ea), np.isinf(wa))
+    normal = np.isfinite(wa) & (wa >= np.finfo(float).tiny)
+    assert np.max(np.abs(ea[normal] - wa[normal]) / wa[normal]) <= 4 * np.finfo(float).eps
+    sub = np.isfinite(wa) & ~normal  # subnormal or 0: within one subnormal step
+    assert np.max(np.abs(ea[sub] - wa[sub]), initial=0.0) <= 2 ** -1074
     want = np.log(m)
     assert np.max(np.abs(lg - want)) <= 2 * np.finfo(float).eps * np.maximum(np.abs(want), 2 ** -60).max()
     nz = want > 1e-3

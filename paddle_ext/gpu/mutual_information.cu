@@ -130,8 +130,11 @@ __global__ void backward_kernel(const T* px, const T* py, const int64_t* boundar
 
 // ---- fast path: warp bands --------------------------------------------------------------------------
 constexpr int kChunk = 16, kRing = 64, kMaxWarps = 16;
-// Band kernels for up to 4 warps (S < 128: registers up to 255, no spills) and up to kMaxWarps (128).
+// Band kernels for up to 4 warps (S < 128: registers up to 255, no spills) and up to kMaxWarps (128
+// registers: chunks of 8 steps keep the spills small).
 constexpr int kSmallWarps = 4;
+template <int W>
+constexpr int chunk_steps() { return W <= kSmallWarps ? kChunk : kChunk / 2; }
 static_assert(kRing >= 2 * kChunk, "the ring must hold two chunks: then no two warps wait on each other");
 
 __device__ inline double shfl_up(double v) { return __shfl_up_sync(0xffffffffu, v, 1); }
@@ -174,28 +177,29 @@ template <int W, typename Pol>
 __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t nrows, index_t ncols, bool modified) {
   using V = typename Pol::Value;
   using Coef = typename Pol::Coef;
+  constexpr int K = chunk_steps<W>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const index_t nbands = (nrows + 31) / 32;
   if (warp >= nbands) return;  // (warp-uniform)
   const bool down = warp > 0, up = warp + 1 < nbands;
   const index_t r = index_t(warp) * 32 + lane, shift = modified ? 1 : 0;
   V left = Pol::zero(), left2 = Pol::zero();  // v(r, c - 1), v(r, c - 2)
-  for (index_t j0 = 0; j0 < ncols + 31; j0 += kChunk) {
-    // Lane 0 reads columns < j0 + kChunk of the band below; lane 31 overwrites ring slots of the columns
-    // <= j0 + kChunk - 32 - kRing, which warp + 1 must have read.
+  for (index_t j0 = 0; j0 < ncols + 31; j0 += K) {
+    // Lane 0 reads columns < j0 + K of the band below; lane 31 overwrites ring slots of the columns
+    // <= j0 + K - 32 - kRing, which warp + 1 must have read.
     if (down && lane == 0)
-      while (vload(sh.produced[warp - 1]) < std::min<index_t>(j0 + kChunk, ncols)) {
+      while (vload(sh.produced[warp - 1]) < std::min<index_t>(j0 + K, ncols)) {
       }
     if (up && lane == 31)
-      while (vload(sh.consumed[warp]) < j0 + kChunk - 31 - kRing) {
+      while (vload(sh.consumed[warp]) < j0 + K - 31 - kRing) {
       }
     __syncwarp();
     __threadfence_block();
-    Coef co[kChunk];  // the chunk's independent work (loads, exps) ahead of its serial chain
+    Coef co[K];  // the chunk's independent work (loads, exps) ahead of its serial chain
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) co[i] = pol.coef(r, j0 + i - lane);
+    for (int i = 0; i < K; ++i) co[i] = pol.coef(r, j0 + i - lane);
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) {
+    for (int i = 0; i < K; ++i) {
       const index_t c = j0 + i - lane;
       // lane - 1 is one column ahead: its left is v(r - 1, c). Lane 0 reads the ring (every lane loads,
       // so the chunk stays one straight-line block the compiler can schedule across steps).
@@ -212,8 +216,8 @@ __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t nrows, index_t nc
       left = cur;
     }
     __threadfence_block();  // this chunk's ring writes and reads before the counters that release them
-    if (up && lane == 31) vstore(sh.produced[warp], std::max<index_t>(0, std::min<index_t>(j0 + kChunk - 31, ncols)));
-    if (down && lane == 0) vstore(sh.consumed[warp - 1], std::min<index_t>(j0 + kChunk, ncols));
+    if (up && lane == 31) vstore(sh.produced[warp], std::max<index_t>(0, std::min<index_t>(j0 + K - 31, ncols)));
+    if (down && lane == 0) vstore(sh.consumed[warp - 1], std::min<index_t>(j0 + K, ncols));
   }
 }
 
@@ -273,8 +277,8 @@ struct BackwardBand {
       const index_t s = s1 - r, t = t1 - c;
       const P here = p[s * P1 + t];
       if (has_s(r, c))
-        co.w1 = mi_edge_weight<P>(here, static_cast<P>(load(px[s * T1 + t])), p[(s + 1) * P1 + t + (modified ? 1 : 0)]);
-      if (c > 0) co.w2 = mi_edge_weight<P>(here, static_cast<P>(load(py[s * (P1 - 1) + t])), p[s * P1 + t + 1]);
+        co.w1 = mi_edge_weight_straight(here, static_cast<P>(load(px[s * T1 + t])), p[(s + 1) * P1 + t + (modified ? 1 : 0)]);
+      if (c > 0) co.w2 = mi_edge_weight_straight(here, static_cast<P>(load(py[s * (P1 - 1) + t])), p[s * P1 + t + 1]);
     }
     return co;
   }

@@ -110,6 +110,23 @@ PE_HOSTDEVICE inline double mi_exp_reduced(double r) {
   return std::fma(e, r, 1.0);
 }
 
+// exp(a) for any a, straight-line: |a| clamped to 1400 (exp is 0 or inf there anyway), a = k ln2 + r,
+// 2^k applied as two normal powers of two (subnormal results round once); NaN stays NaN.
+PE_HOSTDEVICE inline double mi_exp_straight(double a) {
+  const double ac = std::fmin(std::fmax(a, -1400.0), 1400.0);  // (NaN -> -1400; restored below)
+  const double kd = std::rint(ac * 1.4426950408889634);
+  const double r = std::fma(-kd, kMiLn2Lo, std::fma(-kd, kMiLn2Hi, ac));
+  const int k = int(kd), k1 = k / 2, k2 = k - k1;  // both in [-1010, 1010]
+  const double e = mi_exp_reduced(r) * mi_from_bits(uint64_t(k1 + 1023) << 52) * mi_from_bits(uint64_t(k2 + 1023) << 52);
+  return a == a ? e : a;
+}
+
+// mi_edge_weight with mi_exp_straight (the CUDA band backward: no branches between a chunk's steps).
+PE_HOSTDEVICE inline double mi_edge_weight_straight(double p_from, double x, double p_to) {
+  const double e = mi_exp_straight(p_from + x - p_to);
+  return (e == e && e != -neg_inf<double>()) ? e : 0.0;
+}
+
 // 1 / d for d in [1.7, 2.5]: the hardware approximation (~2^-20) and three Newton steps on the device
 // (each squares the relative error; the last leaves the rounding of q).
 PE_HOSTDEVICE inline double mi_recip(double d) {
