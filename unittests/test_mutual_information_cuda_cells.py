@@ -228,7 +228,9 @@ def _band(lib, px, py, boundary, ans_grad=None):
     lib.host_band_forward.restype = ctypes.c_int
     redone = lib.host_band_forward(_ptr(px), _ptr(py), _ptr(boundary), _ptr(p), _ptr(ans), i64(B), i64(S), i64(T),
                                    modified)
-    gx, gy = np.zeros_like(px), np.zeros_like(py)
+    # Without boundary the CUDA launcher does not zero the grads first: the walk must write every element.
+    gx, gy = (np.zeros_like(px), np.zeros_like(py)) if boundary is not None else \
+        (np.full_like(px, np.nan), np.full_like(py, np.nan))
     lib.host_band_backward(_ptr(px), _ptr(py), _ptr(boundary), _ptr(p), _ptr(ans_grad), _ptr(gx), _ptr(gy), i64(B),
                            i64(S), i64(T), modified)
     return ans, p, gx, gy, redone

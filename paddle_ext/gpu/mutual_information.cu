@@ -130,12 +130,13 @@ __global__ void backward_kernel(const T* px, const T* py, const int64_t* boundar
 
 // ---- fast path: warp bands --------------------------------------------------------------------------
 constexpr int kChunk = 16, kRing = 64, kMaxWarps = 16;
-// Band kernels for up to 4 warps (S < 128: registers up to 255, no spills) and up to kMaxWarps (128
-// registers: chunks of 8 steps keep the spills small).
+// Band kernels for up to 4 warps (S < 128: registers up to 255) and up to kMaxWarps (128 registers:
+// chunks of 8 steps avoid spills).
 constexpr int kSmallWarps = 4;
 template <int W>
 constexpr int chunk_steps() { return W <= kSmallWarps ? kChunk : kChunk / 2; }
-static_assert(kRing >= 2 * kChunk, "the ring must hold two chunks: then no two warps wait on each other");
+static_assert(kRing >= 2 * kChunk && (kRing & (kRing - 1)) == 0,
+              "the ring (a power of 2) must hold two chunks: then no two warps wait on each other");
 
 __device__ inline double shfl_up(double v) { return __shfl_up_sync(0xffffffffu, v, 1); }
 __device__ inline MIExt shfl_up(MIExt v) {
@@ -206,11 +207,11 @@ __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t nrows, index_t nc
       const V up_v = shfl_up(modified ? left2 : left);
       const index_t cb = c - shift;
       V ring_v;
-      ring_get(sh, down ? warp - 1 : 0, int(((cb % kRing) + kRing) % kRing), ring_v);
+      ring_get(sh, down ? warp - 1 : 0, int(cb & (kRing - 1)), ring_v);  // (kRing: a power of 2)
       const V below = lane > 0 ? up_v : (down && cb >= 0 && cb < ncols) ? ring_v : Pol::zero();
       const bool active = r < nrows && c >= 0 && c < ncols;
       const V cur = active ? pol.step(below, left, co[i], r, c) : Pol::zero();
-      if (up && lane == 31 && active) ring_put(sh, warp, int(c % kRing), cur);
+      if (up && lane == 31 && active) ring_put(sh, warp, int(c & (kRing - 1)), cur);
       pol.emit(r, c, cur, active);  // off the chain: overlaps the next steps
       left2 = left;
       left = cur;
@@ -313,10 +314,10 @@ __global__ void __launch_bounds__(32 * W) forward_band_kernel(const T* px, const
     if (threadIdx.x == 0) ans[b] = store<T>(std::numeric_limits<P>::quiet_NaN());
     return;
   }
-  for (index_t i = threadIdx.x; i < (S + 1) * P1; i += blockDim.x) {  // -inf outside the box
-    const index_t s = i / P1, t = i % P1;
-    if (s < box.s_begin || s > box.s_end || t < box.t_begin || t > box.t_end) pb[i] = neg_inf<P>();
-  }
+  if (!(box.s_begin == 0 && box.t_begin == 0 && box.s_end == S && box.t_end == T_))  // -inf outside the box
+    for (index_t s = 0; s <= S; ++s)
+      for (index_t t = threadIdx.x; t < P1; t += blockDim.x)
+        if (s < box.s_begin || s > box.s_end || t < box.t_begin || t > box.t_end) pb[s * P1 + t] = neg_inf<P>();
   band_shared_init(sh);
   const T *pxb = px + b * S * T1, *pyb = py + b * (S + 1) * T_;
   ForwardBand<T> pol{pxb, pyb, pb, T1, P1, box.s_begin, box.t_begin, box.s_end - box.s_begin + 1,
@@ -375,8 +376,11 @@ void mutual_information_backward(const T* px, const T* py, const int64_t* bounda
                                  T* px_grad, T* py_grad, index_t B, index_t S, index_t T_, bool modified,
                                  cudaStream_t stream) {
   const index_t T1 = modified ? T_ : T_ + 1;
-  if (B * S * T1 > 0) cudaMemsetAsync(px_grad, 0, sizeof(T) * B * S * T1, stream);  // 0.0 is all-zero bits
-  if (B * (S + 1) * T_ > 0) cudaMemsetAsync(py_grad, 0, sizeof(T) * B * (S + 1) * T_, stream);
+  // Grads outside a box stay 0; without boundary the band kernel writes every px/py grad itself.
+  if (boundary != nullptr || !use_bands(S)) {
+    if (B * S * T1 > 0) cudaMemsetAsync(px_grad, 0, sizeof(T) * B * S * T1, stream);  // 0.0 is all-zero bits
+    if (B * (S + 1) * T_ > 0) cudaMemsetAsync(py_grad, 0, sizeof(T) * B * (S + 1) * T_, stream);
+  }
   if (B == 0) return;
   if (use_bands(S)) {
     if (small_bands(S))

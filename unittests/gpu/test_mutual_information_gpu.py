@@ -39,7 +39,7 @@ def _boxes(B, S, T, seed):
     return np.array(rows, dtype=np.int64)
 
 
-def _gpu(px, py, boundary, dtype, ans_grad=None):
+def _gpu(px, py, boundary, dtype, ans_grad=None, grad_fill=0.0):
     lib = library()
     B, S, T1 = px.shape
     T = py.shape[2]
@@ -55,7 +55,8 @@ def _gpu(px, py, boundary, dtype, ans_grad=None):
                                             ctypes.c_void_p(dp.ptr), ctypes.c_void_p(dans.ptr), i64(B), i64(S), i64(T),
                                             modified))
     dag = DeviceBuffer(ans_grad.astype(dtype)) if ans_grad is not None else None
-    dgx, dgy = DeviceBuffer.empty(px.shape, dtype), DeviceBuffer.empty(py.shape, dtype)
+    # grad_fill: what the grad buffers hold before the launcher runs (it must overwrite every element).
+    dgx, dgy = DeviceBuffer(np.full(px.shape, grad_fill, dtype)), DeviceBuffer(np.full(py.shape, grad_fill, dtype))
     check(lib.pe_mutual_information_backward(code, ctypes.c_void_p(dpx.ptr), ctypes.c_void_p(dpy.ptr), bptr,
                                              ctypes.c_void_p(dp.ptr),
                                              ctypes.c_void_p(dag.ptr) if dag is not None else ctypes.c_void_p(0),
@@ -182,7 +183,7 @@ def test_gpu_every_dispatch_branch(modified, B, S, T):
     ans_grad = np.linspace(-1.0, 2.0, B)
     for dtype, rtol in (("float64", 1e-10), ("float32", 1e-5)):
         for bd in (None, boundary):
-            _assert_close(_gpu(px, py, bd, dtype), _reference(px, py, bd, dtype), rtol)
+            _assert_close(_gpu(px, py, bd, dtype, grad_fill=np.nan), _reference(px, py, bd, dtype), rtol)
     if B * (S + 1) * (T + 1) <= 30000:  # (the upstream-grad reference is the NumPy loop)
         _assert_close(_gpu(px, py, boundary, "float64", ans_grad),
                       _reference(px, py, boundary, "float64", ans_grad), 1e-10)
