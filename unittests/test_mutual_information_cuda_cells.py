@@ -76,7 +76,7 @@ static void host_band_walk(Pol& pol, index_t nrows, index_t ncols, bool modified
     for (index_t j0 = 0; j0 < ncols + 31; j0 += kChunk) {
       Coef co[32][kChunk];
       for (int l = 0; l < 32; ++l)
-        for (int i = 0; i < kChunk; ++i) co[l][i] = pol.coef(w * 32 + l, j0 + i - l);
+        for (int i = 0; i < kChunk; ++i) co[l][i] = pol.coef(pol.fetch(w * 32 + l, j0 + i - l), w * 32 + l, j0 + i - l);
       for (int i = 0; i < kChunk; ++i) {
         V pl[32], pl2[32];
         for (int l = 0; l < 32; ++l) pl[l] = left[l], pl2[l] = left2[l];

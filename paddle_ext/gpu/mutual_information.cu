@@ -185,6 +185,9 @@ __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t nrows, index_t nc
   const bool down = warp > 0, up = warp + 1 < nbands;
   const index_t r = index_t(warp) * 32 + lane, shift = modified ? 1 : 0;
   V left = Pol::zero(), left2 = Pol::zero();  // v(r, c - 1), v(r, c - 2)
+  typename Pol::Raw raw[K];  // loads (backward: edge weights) of the chunk, fetched during the one before
+#pragma unroll
+  for (int i = 0; i < K; ++i) raw[i] = pol.fetch(r, i - lane);
   for (index_t j0 = 0; j0 < ncols + 31; j0 += K) {
     // Lane 0 reads columns < j0 + K of the band below; lane 31 overwrites ring slots of the columns
     // <= j0 + K - 32 - kRing, which warp + 1 must have read.
@@ -196,9 +199,11 @@ __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t nrows, index_t nc
       }
     __syncwarp();
     __threadfence_block();
-    Coef co[K];  // the chunk's independent work (loads, exps) ahead of its serial chain
+    Coef co[K];  // the chunk's independent work (exps) ahead of its serial chain
 #pragma unroll
-    for (int i = 0; i < K; ++i) co[i] = pol.coef(r, j0 + i - lane);
+    for (int i = 0; i < K; ++i) co[i] = pol.coef(raw[i], r, j0 + i - lane);
+#pragma unroll
+    for (int i = 0; i < K; ++i) raw[i] = pol.fetch(r, j0 + K + i - lane);  // in flight during this chain
 #pragma unroll
     for (int i = 0; i < K; ++i) {
       const index_t c = j0 + i - lane;
@@ -233,16 +238,25 @@ struct ForwardBand {
   P* p;
   index_t T1, P1, s0, t0, nrows, ncols;
   bool modified, ok;
+  struct Raw {
+    T x, y;  // the loaded px, py (0 where no such edge)
+  };
   PE_HOSTDEVICE static MIExt zero() { return {0.0, kMiExtZeroExp}; }
-  PE_HOSTDEVICE Coef coef(index_t r, index_t c) {
-    Coef co{zero(), zero()};
-    if (r < nrows && c >= 0 && c < ncols) {
+  PE_HOSTDEVICE bool in_box(index_t r, index_t c) const { return r < nrows && c >= 0 && c < ncols; }
+  PE_HOSTDEVICE bool has_s(index_t r, index_t c) const { return r > 0 && (!modified || c > 0); }
+  PE_HOSTDEVICE Raw fetch(index_t r, index_t c) const {
+    Raw raw{T(0), T(0)};
+    if (in_box(r, c)) {
       const index_t s = s0 + r, t = t0 + c;
-      if (r > 0 && (!modified || c > 0))
-        co.x = mi_ext_exp(static_cast<P>(load(px[(s - 1) * T1 + t - (modified ? 1 : 0)])), ok);
-      if (c > 0) co.y = mi_ext_exp(static_cast<P>(load(py[s * (P1 - 1) + t - 1])), ok);
+      if (has_s(r, c)) raw.x = px[(s - 1) * T1 + t - (modified ? 1 : 0)];
+      if (c > 0) raw.y = py[s * (P1 - 1) + t - 1];
     }
-    return co;
+    return raw;
+  }
+  PE_HOSTDEVICE Coef coef(const Raw& raw, index_t r, index_t c) {
+    const MIExt ex = mi_ext_exp(static_cast<P>(load(raw.x)), ok), ey = mi_ext_exp(static_cast<P>(load(raw.y)), ok);
+    const bool in = in_box(r, c);
+    return {in && has_s(r, c) ? ex : zero(), in && c > 0 ? ey : zero()};
   }
   PE_HOSTDEVICE MIExt step(MIExt below, MIExt left, const Coef& co, index_t r, index_t c) const {
     if (r == 0 && c == 0) return {1.0, 0};
@@ -272,7 +286,9 @@ struct BackwardBand {
   bool modified;
   PE_HOSTDEVICE static P zero() { return P(0); }
   PE_HOSTDEVICE bool has_s(index_t r, index_t c) const { return r > 0 && (!modified || c > 0); }
-  PE_HOSTDEVICE Coef coef(index_t r, index_t c) const {
+  using Raw = Coef;  // the weights are computed a chunk ahead
+  PE_HOSTDEVICE Coef coef(const Raw& raw, index_t, index_t) const { return raw; }
+  PE_HOSTDEVICE Raw fetch(index_t r, index_t c) const {
     Coef co{P(0), P(0)};
     if (r < nrows && c >= 0 && c < ncols) {
       const index_t s = s1 - r, t = t1 - c;
