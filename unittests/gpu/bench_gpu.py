@@ -233,10 +233,52 @@ def bench_adaptive_log_softmax(rows, torch, quick):
         release_pending()
 
 
+FAST_RNNT_GLUE = r"""
+#include <torch/extension.h>
+#include "fast_rnnt/csrc/mutual_information.h"
+torch::Tensor forward(torch::Tensor px, torch::Tensor py, torch::Tensor p) {
+  return fast_rnnt::MutualInformationCuda(px, py, torch::nullopt, p);
+}
+std::vector<torch::Tensor> backward(torch::Tensor px, torch::Tensor py, torch::Tensor p, torch::Tensor ans_grad) {
+  return fast_rnnt::MutualInformationBackwardCuda(px, py, torch::nullopt, p, ans_grad, true);
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &forward);
+  m.def("backward", &backward);
+}
+"""
+
+
+def fast_rnnt_peer(torch):
+    """fast_rnnt's CUDA mutual_information kernels (the peer), built with torch.utils.cpp_extension from a
+    fast_rnnt checkout named by $PE_FAST_RNNT_SRC (its source is never part of this repository); None when
+    there is no such checkout, no CUDA torch, or the build fails (the reason is printed)."""
+    src = os.environ.get("PE_FAST_RNNT_SRC")
+    if torch is None or not src:
+        return None
+    import tempfile
+
+    from torch.utils.cpp_extension import load
+    build = tempfile.mkdtemp(prefix="fast_rnnt_mi_")
+    glue = os.path.join(build, "glue.cpp")
+    with open(glue, "w") as f:
+        f.write(FAST_RNNT_GLUE)
+    try:
+        return load(name="fast_rnnt_mi_peer", sources=[glue, os.path.join(src, "fast_rnnt/csrc/mutual_information_cuda.cu")],
+                    extra_include_paths=[src], extra_cuda_cflags=["-O3"], build_directory=build, verbose=False)
+    except Exception as e:  # noqa: BLE001 - a missing peer must not stop the bench
+        print(f"fast_rnnt peer not built: {e}", flush=True)
+        return None
+
+
 def bench_mutual_information(rows, quick):
     # The issue's case (B=32 S=100 T=500) in both modes and dtypes, and neighbours that select the other
     # launcher branches: S=200 (the 16-warp band kernel), S=600 (the anti-diagonal wavefront), B=1, long T.
+    # With PE_FAST_RNNT_SRC=<fast_rnnt checkout> and a CUDA torch, fast_rnnt's kernels run side by side
+    # (their p is in the input dtype; ours is float64).
     lib = library()
+    torch = cuda_torch()
+    peer = fast_rnnt_peer(torch)
     cases = [(4, 20, 50, "float32", False)] if quick else [
         (32, 100, 500, "float32", False), (32, 100, 500, "float32", True), (32, 100, 500, "float64", False),
         (8, 50, 1500, "float32", False), (1, 100, 500, "float32", False), (32, 200, 500, "float32", False),
@@ -257,6 +299,14 @@ def bench_mutual_information(rows, quick):
                                                          _p(dgy), I64(B), I64(S), I64(T), int(modified))
         row = {"op": "mutual_information", "case": f"B={B} S={S} T={T} {dtype}{' modified' if modified else ''}",
                "fwd ms": time_ms(fwd, iters=5), "bwd ms": time_ms(bwd, iters=5)}
+        if peer is not None:
+            tpx, tpy = torch.from_numpy(px).cuda(), torch.from_numpy(py).cuda()
+            tp = torch.empty((B, S + 1, T + 1), dtype=tpx.dtype, device="cuda")
+            tag = torch.ones(B, dtype=tpx.dtype, device="cuda")
+            row["fast_rnnt fwd ms"] = torch_ms(lambda: peer.forward(tpx, tpy, tp), iters=5)
+            row["fast_rnnt bwd ms"] = torch_ms(lambda: peer.backward(tpx, tpy, tp, tag), iters=5)
+            row["fwd speedup vs fast_rnnt"] = row["fast_rnnt fwd ms"] / row["fwd ms"]
+            row["bwd speedup vs fast_rnnt"] = row["fast_rnnt bwd ms"] / row["bwd ms"]
         rows.append(row)
         print(row, flush=True)
         release_pending()
