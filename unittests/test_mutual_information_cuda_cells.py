@@ -19,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 HARNESS = r"""
 #include "paddle_ext/gpu/mutual_information.cu"
+#include <vector>
 using namespace paddle_ext;
 using namespace paddle_ext::gpu;
 
@@ -56,6 +57,88 @@ extern "C" void host_backward(const double* px, const double* py, const int64_t*
                                     px_grad + b * S * T1, py_grad + b * (S + 1) * T, T1, P1, box.s_end, box.t_end,
                                     1.0, modified != 0};
     host_wavefront<true>(box, cell);
+  }
+}
+
+// The band kernels' walk (band_walk) on the host: warps one after another (band w needs only band w - 1),
+// the 32 lanes of a warp in lockstep per step (a shuffle reads the lane's values before the step), the
+// chunk's coefficients computed ahead as on the device; the ring becomes the full top row of the band below.
+template <typename Pol>
+static void host_band_walk(Pol& pol, index_t nrows, index_t ncols, bool modified) {
+  using V = typename Pol::Value;
+  using Coef = typename Pol::Coef;
+  const index_t nbands = (nrows + 31) / 32, shift = modified ? 1 : 0;
+  std::vector<V> below_row(ncols, Pol::zero());
+  for (index_t w = 0; w < nbands; ++w) {
+    std::vector<V> top(ncols, Pol::zero());
+    V left[32], left2[32];
+    for (int l = 0; l < 32; ++l) left[l] = left2[l] = Pol::zero();
+    for (index_t j0 = 0; j0 < ncols + 31; j0 += kChunk) {
+      Coef co[32][kChunk];
+      for (int l = 0; l < 32; ++l)
+        for (int i = 0; i < kChunk; ++i) co[l][i] = pol.coef(pol.fetch(w * 32 + l, j0 + i - l), w * 32 + l, j0 + i - l);
+      for (int i = 0; i < kChunk; ++i) {
+        V pl[32], pl2[32];
+        for (int l = 0; l < 32; ++l) pl[l] = left[l], pl2[l] = left2[l];
+        for (int l = 0; l < 32; ++l) {
+          const index_t c = j0 + i - l, r = w * 32 + l, cb = c - shift;
+          const V below = l > 0 ? (modified ? pl2[l - 1] : pl[l - 1])
+                                : (w > 0 && cb >= 0 && cb < ncols ? below_row[cb] : Pol::zero());
+          const bool active = r < nrows && c >= 0 && c < ncols;
+          const V cur = active ? pol.step(below, pl[l], co[l][i], r, c) : Pol::zero();
+          if (w + 1 < nbands && l == 31 && active) top[c] = cur;
+          pol.emit(r, c, cur, active);
+          left2[l] = pl[l];
+          left[l] = cur;
+        }
+      }
+    }
+    below_row = top;
+  }
+}
+
+extern "C" void host_ext_math(const double* r, double* exp_r, const double* m, double* log_m, const double* a,
+                              double* exp_a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    exp_r[i] = mi_exp_reduced(r[i]);
+    log_m[i] = mi_ext_log_finite(m[i], 0);
+    exp_a[i] = mi_exp_straight(a[i]);
+  }
+}
+
+// Returns how many items took the log-space redo.
+extern "C" int host_band_forward(const double* px, const double* py, const int64_t* boundary, double* p, double* ans,
+                                 int64_t B, int64_t S, int64_t T, int modified) {
+  const index_t P1 = T + 1, T1 = modified ? T : T + 1;
+  int redone = 0;
+  for (index_t b = 0; b < B; ++b) {
+    const MIBox box = mi_box(boundary, b, S, T);
+    double* pb = p + b * (S + 1) * P1;
+    for (index_t i = 0; i < (S + 1) * P1; ++i) pb[i] = -INFINITY;
+    ForwardBand<double> pol{px + b * S * T1, py + b * (S + 1) * T, pb, T1, P1, box.s_begin, box.t_begin,
+                            box.s_end - box.s_begin + 1, box.t_end - box.t_begin + 1, modified != 0, true};
+    host_band_walk(pol, pol.nrows, pol.ncols, modified != 0);
+    if (!pol.ok) {
+      ++redone;
+      const ForwardCell<double> cell{px + b * S * T1, py + b * (S + 1) * T, pb, T1, P1, box.s_begin, box.t_begin,
+                                     modified != 0};
+      host_wavefront<false>(box, cell);
+    }
+    ans[b] = pb[box.s_end * P1 + box.t_end];
+  }
+  return redone;
+}
+
+extern "C" void host_band_backward(const double* px, const double* py, const int64_t* boundary, const double* p,
+                                   const double* ans_grad, double* px_grad, double* py_grad, int64_t B, int64_t S,
+                                   int64_t T, int modified) {
+  const index_t P1 = T + 1, T1 = modified ? T : T + 1;
+  for (index_t b = 0; b < B; ++b) {
+    const MIBox box = mi_box(boundary, b, S, T);
+    BackwardBand<double> pol{px + b * S * T1, py + b * (S + 1) * T, p + b * (S + 1) * P1, px_grad + b * S * T1,
+                             py_grad + b * (S + 1) * T, T1, P1, box.s_end, box.t_end, box.s_end - box.s_begin + 1,
+                             box.t_end - box.t_begin + 1, ans_grad == nullptr ? 1.0 : ans_grad[b], modified != 0};
+    host_band_walk(pol, pol.nrows, pol.ncols, modified != 0);
   }
 }
 """
@@ -133,3 +216,126 @@ def test_cuda_cells_exact_on_wide_ranges(lib, modified, kind):
     rgx, rgy = refs.mutual_information_grad(px, py)
     np.testing.assert_allclose(gx, rgx, rtol=tol, atol=tol)
     np.testing.assert_allclose(gy, rgy, rtol=tol, atol=tol)
+
+
+def _band(lib, px, py, boundary, ans_grad=None):
+    B, S, T1 = px.shape
+    T = py.shape[2]
+    modified = int(T1 == T)
+    p = np.zeros((B, S + 1, T + 1))
+    ans = np.zeros(B)
+    i64 = ctypes.c_int64
+    lib.host_band_forward.restype = ctypes.c_int
+    redone = lib.host_band_forward(_ptr(px), _ptr(py), _ptr(boundary), _ptr(p), _ptr(ans), i64(B), i64(S), i64(T),
+                                   modified)
+    # Without boundary the CUDA launcher does not zero the grads first: the walk must write every element.
+    gx, gy = (np.zeros_like(px), np.zeros_like(py)) if boundary is not None else \
+        (np.full_like(px, np.nan), np.full_like(py, np.nan))
+    lib.host_band_backward(_ptr(px), _ptr(py), _ptr(boundary), _ptr(p), _ptr(ans_grad), _ptr(gx), _ptr(gy), i64(B),
+                           i64(S), i64(T), modified)
+    return ans, p, gx, gy, redone
+
+
+def _boxes(B, S, T, rng):
+    rows = [[0, 0, S, T]]
+    for _ in range(B - 1):
+        s0, s1 = sorted(rng.integers(0, S + 1, size=2))
+        t0, t1 = sorted(rng.integers(0, T + 1, size=2))
+        rows.append([s0, t0, s1, t1])
+    return np.array(rows, dtype=np.int64)
+
+
+# Band edges (31/32/33 rows: one full band, a partial second one; 64/65: a third), columns around the chunk
+# (16) and the ring (64), empty sides (S = 0, T = 0), and boxes starting and ending inside bands and chunks.
+@pytest.mark.parametrize("modified", [False, True])
+@pytest.mark.parametrize("S,T", [(0, 0), (0, 5), (4, 0), (1, 1), (31, 15), (32, 16), (33, 17), (45, 64), (64, 65),
+                                 (65, 130), (96, 40)])
+def test_cuda_band_walk_equals_cpu_op(lib, modified, S, T):
+    B = 4
+    rng = np.random.default_rng(S * 1000 + T + modified)
+    px = rng.normal(-1, 1, size=(B, S, T if modified else T + 1))
+    py = rng.normal(-1, 1, size=(B, S + 1, T))
+    if py.size:
+        py.reshape(-1)[rng.integers(0, py.size)] = -np.inf
+    ans_grad = rng.normal(size=B)
+    for boundary in (None, _boxes(B, S, T, rng)):
+        ans, p, gx, gy, redone = _band(lib, px, py, boundary, ans_grad)
+        assert redone == 0  # normal-range data stays on the extended-range chain
+        want, (wx, wy) = paddle_ext.mutual_information_recursion(
+            paddle.to_tensor(px), paddle.to_tensor(py), None if boundary is None else paddle.to_tensor(boundary),
+            return_grad=True)
+        rgx, rgy = refs.mutual_information_grad(px, py, boundary, ans_grad)
+        np.testing.assert_array_equal(np.isneginf(ans), np.isneginf(want.numpy()))
+        np.testing.assert_allclose(ans, want.numpy(), rtol=1e-12, atol=1e-12)
+        ref_p = refs.mutual_information(px, py, boundary)[1]
+        np.testing.assert_array_equal(np.isneginf(p), np.isneginf(ref_p))
+        fin = np.isfinite(ref_p)
+        np.testing.assert_allclose(p[fin], ref_p[fin], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(gx, rgx, rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(gy, rgy, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("modified", [False, True])
+@pytest.mark.parametrize("kind", ["masks", "spread", "big", "nan", "posinf", "neginf_rows"])
+def test_cuda_band_walk_exact_on_wide_ranges(lib, modified, kind):
+    # -1e4/+-1e3 masks, +-700 spreads and +-3e5 entries stay on the extended-range chain and exact; NaN,
+    # +inf (and |x| > 1e6) take the log-space redo; -inf rows give -inf cells and zero grads, no NaN.
+    B, S, T = 3, 40, 70
+    rng = np.random.default_rng(31 + modified)
+    px = rng.normal(0, 2, size=(B, S, T if modified else T + 1))
+    py = rng.normal(0, 2, size=(B, S + 1, T))
+    for a in (px, py):
+        pick = rng.random(a.shape) < 0.25
+        a[pick] = {"masks": lambda n: rng.choice([-1e4, -1e3, 1e3], size=n),
+                   "spread": lambda n: rng.uniform(-700, 700, size=n),
+                   "big": lambda n: rng.choice([-3e5, 3e5, -1e6], size=n),
+                   "nan": lambda n: np.where(rng.random(n) < 0.01, np.nan, -1.0),
+                   "posinf": lambda n: np.where(rng.random(n) < 0.01, np.inf, -1.0),
+                   "neginf_rows": lambda n: rng.normal(size=n)}[kind](pick.sum())
+    if kind == "neginf_rows":
+        px[1, 5, :] = -np.inf
+        py[2, :, 10] = -np.inf
+    ans, p, gx, gy, redone = _band(lib, px, py, None)
+    assert redone == (B if kind in ("nan", "posinf") else 0)
+    ref_ans, ref_p = refs.mutual_information(px, py)
+    if kind in ("nan", "posinf"):
+        np.testing.assert_array_equal(np.isnan(p), np.isnan(ref_p))
+        ok = ~np.isnan(ref_p)
+        np.testing.assert_allclose(p[ok], ref_p[ok], rtol=1e-12, atol=1e-12)
+        return
+    fin = ref_p[np.isfinite(ref_p)]
+    tol = 64 * np.finfo(np.float64).eps * max(1e4, np.abs(fin).max())  # ulps of |p|
+    np.testing.assert_array_equal(np.isneginf(p), np.isneginf(ref_p))
+    np.testing.assert_allclose(p[np.isfinite(ref_p)], fin, rtol=1e-12, atol=tol)
+    np.testing.assert_allclose(ans, ref_ans, rtol=1e-12, atol=tol)
+    rgx, rgy = refs.mutual_information_grad(px, py)
+    assert not np.isnan(gx).any() and not np.isnan(gy).any()
+    np.testing.assert_allclose(gx, rgx, rtol=tol, atol=tol)
+    np.testing.assert_allclose(gy, rgy, rtol=tol, atol=tol)
+
+
+def test_ext_math_within_ulps(lib):
+    # The band kernels' straight-line exp (reduced argument; any argument) and log (mantissa) against libm.
+    rng = np.random.default_rng(3)
+    r = np.concatenate([rng.uniform(-0.3466, 0.3466, 200000), [0.0, -0.3466, 0.3466, 1e-300, -1e-20]])
+    m = np.concatenate([rng.uniform(1.0, 2.0, 200000), [1.0, np.nextafter(2.0, 1.0), 1.4142135623730951,
+                                                        np.nextafter(1.0, 2.0)]])
+    a = np.concatenate([rng.uniform(-760, 720, 200000), [-np.inf, np.inf, np.nan, 0.0, -1e300, 1e300, 709.78, 709.79,
+                                                        -745.2, -708.4]])
+    n = min(len(r), len(m), len(a))
+    r, m, a = r[:n], m[:n], a[:n]
+    e, lg, ea = np.empty_like(r), np.empty_like(m), np.empty_like(a)
+    lib.host_ext_math(_ptr(r), _ptr(e), _ptr(m), _ptr(lg), _ptr(a), _ptr(ea), ctypes.c_int64(n))
+    assert np.max(np.abs(e - np.exp(r)) / np.exp(r)) <= 2 * np.finfo(float).eps
+    with np.errstate(over="ignore"):
+        wa = np.exp(a)
+    np.testing.assert_array_equal(np.isnan(ea), np.isnan(wa))
+    np.testing.assert_array_equal(np.isinf(ea), np.isinf(wa))
+    normal = np.isfinite(wa) & (wa >= np.finfo(float).tiny)
+    assert np.max(np.abs(ea[normal] - wa[normal]) / wa[normal]) <= 4 * np.finfo(float).eps
+    sub = np.isfinite(wa) & ~normal  # subnormal or 0: within one subnormal step
+    assert np.max(np.abs(ea[sub] - wa[sub]), initial=0.0) <= 2 ** -1074
+    want = np.log(m)
+    assert np.max(np.abs(lg - want)) <= 2 * np.finfo(float).eps * np.maximum(np.abs(want), 2 ** -60).max()
+    nz = want > 1e-3
+    assert np.max(np.abs(lg[nz] - want[nz]) / want[nz]) <= 4 * np.finfo(float).eps

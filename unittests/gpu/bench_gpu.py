@@ -252,41 +252,61 @@ def bench_adaptive_log_softmax(rows, torch, quick):
         release_pending()
 
 
-def load_fast_rnnt_cuda(src):
-    """Builds k2-fsa/fast_rnnt's CUDA mutual-information kernel from a source checkout `src` with
-    torch.utils.cpp_extension (on the GPU machine; its sources are never part of this repository).
-    Returns the raw extension module (mutual_information_forward / _backward), or None with a reason."""
-    import shutil
+FAST_RNNT_GLUE = r"""
+#include <torch/extension.h>
+#include "fast_rnnt/csrc/mutual_information.h"
+torch::Tensor forward(torch::Tensor px, torch::Tensor py, torch::Tensor p) {
+  return fast_rnnt::MutualInformationCuda(px, py, torch::nullopt, p);
+}
+std::vector<torch::Tensor> backward(torch::Tensor px, torch::Tensor py, torch::Tensor p, torch::Tensor ans_grad) {
+  return fast_rnnt::MutualInformationBackwardCuda(px, py, torch::nullopt, p, ans_grad, true);
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &forward);
+  m.def("backward", &backward);
+}
+"""
+
+
+def fast_rnnt_peer(torch):
+    """fast_rnnt's CUDA mutual_information kernels (the peer), built with torch.utils.cpp_extension from a
+    fast_rnnt checkout named by $PE_FAST_RNNT_SRC (its source is never part of this repository); None when
+    there is no such checkout, no CUDA torch, or the build fails (the reason is printed)."""
+    src = os.environ.get("PE_FAST_RNNT_SRC")
+    if torch is None or not src:
+        return None
     import tempfile
 
-    import torch.utils.cpp_extension as ext
-
-    build = os.path.join(tempfile.gettempdir(), "fast_rnnt_cuda_build")
+    from torch.utils.cpp_extension import load
+    build = os.path.join(tempfile.gettempdir(), "fast_rnnt_mi_peer")  # fixed: a build made ahead is reused
     os.makedirs(build, exist_ok=True)
-    sources = []
-    for rel, suffix in (("fast_rnnt/csrc/mutual_information_cpu.cu", ".cc"),
-                        ("fast_rnnt/csrc/mutual_information_cuda.cu", ".cu"),
-                        ("fast_rnnt/python/csrc/mutual_information.cu", ".cc"),
-                        ("fast_rnnt/python/csrc/fast_rnnt.cu", ".cc")):
-        dst = os.path.join(build, rel.replace("/", "_")[:-3] + suffix)  # the CPU-side .cu files are plain C++
-        shutil.copyfile(os.path.join(src, rel), dst)
-        sources.append(dst)
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    glue = os.path.join(build, "glue.cpp")
+    with open(glue, "w") as f:
+        f.write(FAST_RNNT_GLUE)
     try:
-        return ext.load(name="_fast_rnnt", sources=sources, extra_include_paths=[src],
-                        extra_cflags=["-O3", "-DFT_WITH_CUDA", "-include", "cuda_runtime_api.h"], extra_cuda_cflags=["-O3", "-DFT_WITH_CUDA"],
-                        build_directory=build, verbose=False)
-    except Exception as exc:  # the peer is optional: report and go on
-        print(f"fast_rnnt CUDA peer not built: {str(exc)[-3000:]}", flush=True)
+        return load(name="fast_rnnt_mi_peer", sources=[glue, os.path.join(src, "fast_rnnt/csrc/mutual_information_cuda.cu")],
+                    extra_include_paths=[src], extra_cuda_cflags=["-O3"], build_directory=build, verbose=False)
+    except Exception as e:  # noqa: BLE001 - a missing peer must not stop the bench
+        print(f"fast_rnnt peer not built: {e}", flush=True)
         return None
 
 
-def bench_mutual_information(rows, quick, torch=None, fast_rnnt=None):
+def bench_mutual_information(rows, quick):
+    # The issue's case (B=32 S=100 T=500) in both modes and dtypes, and neighbours that select the other
+    # launcher branches: S=200 (the 16-warp band kernel), S=600 (the anti-diagonal wavefront), B=1, long T.
+    # With PE_FAST_RNNT_SRC=<fast_rnnt checkout> and a CUDA torch, fast_rnnt's kernels run side by side
+    # (their p is in the input dtype; ours is float64).
     lib = library()
-    for B, S, T, dtype in ([(4, 20, 50, "float32")] if quick else [(32, 100, 500, "float32"), (8, 50, 1500, "float32"),
-                                                                   (32, 100, 500, "float64")]):
+    torch = cuda_torch()
+    peer = fast_rnnt_peer(torch)
+    cases = [(4, 20, 50, "float32", False)] if quick else [
+        (32, 100, 500, "float32", False), (32, 100, 500, "float32", True), (32, 100, 500, "float64", False),
+        (8, 50, 1500, "float32", False), (1, 100, 500, "float32", False), (32, 200, 500, "float32", False),
+        (8, 600, 500, "float32", False)]
+    for B, S, T, dtype, modified in cases:
         rng = np.random.default_rng(0)
-        px = rng.normal(-1.5, 1.0, size=(B, S, T + 1)).astype(dtype)
+        px = rng.normal(-1.5, 1.0, size=(B, S, T if modified else T + 1)).astype(dtype)
         py = rng.normal(-1.0, 1.0, size=(B, S + 1, T)).astype(dtype)
         dpx, dpy = DeviceBuffer(px), DeviceBuffer(py)
         dp = DeviceBuffer.empty((B, S + 1, T + 1), np.float64)
@@ -294,24 +314,23 @@ def bench_mutual_information(rows, quick, torch=None, fast_rnnt=None):
         dgx, dgy = DeviceBuffer.empty(px.shape, dtype), DeviceBuffer.empty(py.shape, dtype)
         code = DTYPE_CODES[dtype]
         fwd = lambda: lib.pe_mutual_information_forward(code, _p(dpx), _p(dpy), _p(None), _p(dp), _p(dans), I64(B),
-                                                        I64(S), I64(T), 0)
+                                                        I64(S), I64(T), int(modified))
         check(fwd())
         bwd = lambda: lib.pe_mutual_information_backward(code, _p(dpx), _p(dpy), _p(None), _p(dp), _p(None), _p(dgx),
-                                                         _p(dgy), I64(B), I64(S), I64(T), 0)
-        row = {"op": "mutual_information", "case": f"B={B} S={S} T={T} {dtype}", "fwd ms": time_ms(fwd, iters=5),
-               "bwd ms": time_ms(bwd, iters=5)}
-        if fast_rnnt is not None and torch is not None:  # the same recursion in k2-fsa/fast_rnnt's CUDA kernel
+                                                         _p(dgy), I64(B), I64(S), I64(T), int(modified))
+        row = {"op": "mutual_information", "case": f"B={B} S={S} T={T} {dtype}{' modified' if modified else ''}",
+               "fwd ms": time_ms(fwd, iters=5), "bwd ms": time_ms(bwd, iters=5)}
+        if peer is not None:
             tpx, tpy = torch.from_numpy(px).cuda(), torch.from_numpy(py).cuda()
             tp = torch.empty((B, S + 1, T + 1), dtype=tpx.dtype, device="cuda")
-            tans = fast_rnnt.mutual_information_forward(tpx, tpy, None, tp)
-            tgrad = torch.ones_like(tans)
-            row["fast_rnnt fwd ms"] = torch_ms(lambda: fast_rnnt.mutual_information_forward(tpx, tpy, None, tp), iters=5)
-            row["fast_rnnt bwd ms"] = torch_ms(
-                lambda: fast_rnnt.mutual_information_backward(tpx, tpy, None, tp, tgrad.clone()), iters=5)
+            tag = torch.ones(B, dtype=tpx.dtype, device="cuda")
+            row["fast_rnnt fwd ms"] = torch_ms(lambda: peer.forward(tpx, tpy, tp), iters=5)
+            row["fast_rnnt bwd ms"] = torch_ms(lambda: peer.backward(tpx, tpy, tp, tag), iters=5)
             row["fwd speedup vs fast_rnnt"] = row["fast_rnnt fwd ms"] / row["fwd ms"]
             row["bwd speedup vs fast_rnnt"] = row["fast_rnnt bwd ms"] / row["bwd ms"]
-            ours = dans.get().astype(np.float64)
-            row["max abs diff vs fast_rnnt"] = float(np.max(np.abs(ours - tans.double().cpu().numpy())))
+            check(fwd())
+            ours, theirs = dans.get().astype(np.float64), peer.forward(tpx, tpy, tp).double().cpu().numpy()
+            row["max abs diff vs fast_rnnt"] = float(np.max(np.abs(ours - theirs)))
         rows.append(row)
         print(row, flush=True)
         release_pending()
@@ -351,7 +370,8 @@ def main(argv=None):
     parser.add_argument("--json")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--fast-rnnt-src", help="a k2-fsa/fast_rnnt source checkout: build its CUDA kernel with "
-                                                "torch.utils.cpp_extension and time it next to mutual_information")
+                                                "torch.utils.cpp_extension and time it next to mutual_information "
+                                                "(same as PE_FAST_RNNT_SRC)")
     parser.add_argument("--op", action="append", help="logcumsumexp, put_along_axis, adaptive_log_softmax, "
                                                       "mutual_information (default: all)")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE_JSON", "AFTER_JSON"),
@@ -376,8 +396,9 @@ def main(argv=None):
         if "adaptive_log_softmax" in ops:
             bench_adaptive_log_softmax(rows, torch, args.quick)
         if "mutual_information" in ops:
-            peer = load_fast_rnnt_cuda(args.fast_rnnt_src) if args.fast_rnnt_src and torch is not None else None
-            bench_mutual_information(rows, args.quick, torch, peer)
+            if args.fast_rnnt_src:
+                os.environ["PE_FAST_RNNT_SRC"] = args.fast_rnnt_src
+            bench_mutual_information(rows, args.quick)
         if "put_along_axis" in ops:
             bench_put_along_axis(rows, torch, args.quick)
     finally:

@@ -17,7 +17,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 if [ -n "$peer" ]; then  # build the peer while the tests run (its bench then loads the cached build)
-  (cd "$here" && timeout 400 "$py" -c "import bench_gpu; bench_gpu.load_fast_rnnt_cuda('$peer')" \
+  (cd "$here" && PE_FAST_RNNT_SRC="$peer" timeout 400 "$py" -c "import bench_gpu; bench_gpu.fast_rnnt_peer(bench_gpu.cuda_torch())" \
      > "$out/peer_build.log" 2>&1 &)
 fi
 workers=""

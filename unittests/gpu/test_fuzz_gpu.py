@@ -99,13 +99,33 @@ def test_put_along_axis_gpu(case):
         fc.assert_matches(got, np.asarray(ref, dtype=np.int64), dtype, 0.0, "put_along_axis", 0.0)
 
 
-@pytest.mark.parametrize("case", _params(list(fc.mutual_information_cases()) + list(fc.mutual_information_band_cases())))
+def _mi_multi_warp_cases():
+    """Every mix on shapes that give the CUDA band kernels several warps (S + 1 > 32: 2..5 bands, both
+    instantiations, S + 1 = 128 and 129 at the switch), both modes and dtypes, boxes or none."""
+    mixes = ("normal", "x1e3", "spikes", "spread700", "neginf", "posinf", "nan", "all_equal", "ties", "mixed")
+    for seed, mix in enumerate(mixes * 2):
+        rng = fc.rng_for("mutual_information_gpu_warps", seed)
+        modified = bool(seed % 2)
+        dtype = ("float64", "float32")[(seed // 2) % 2]
+        B = int(rng.choice([1, 2, 3]))
+        S = int(rng.choice([32, 33, 64, 100, 127, 128, 150]))
+        T = int(rng.integers(S if modified else 0, S + 90))
+        px = fc.mi_values(rng, (B, S, T if modified else T + 1), mix, dtype)
+        py = fc.mi_values(rng, (B, S + 1, T), mix, dtype)
+        boundary = fc.mi_boundary(rng, B, S, T, modified) if seed % 3 else None
+        yield dict(id=f"mi-warps-{seed}-{dtype}-{'mod' if modified else 'reg'}-{mix}-B{B}S{S}T{T}-bd{boundary is not None}",
+                   px=px, py=py, boundary=boundary, dtype=dtype, modified=modified,
+                   ans_grad=rng.uniform(0.5, 1.5, size=B))
+
+
+@pytest.mark.parametrize("case", _params(list(fc.mutual_information_cases()) + list(fc.mutual_information_band_cases())
+                                         + list(_mi_multi_warp_cases())))
 def test_mutual_information_gpu(case):
     c = case
     px, py, boundary, dtype = c["px"], c["py"], c["boundary"], c["dtype"]
     if px.shape[0] == 0:
         pytest.skip("empty batch")
-    ans, gx, gy = _mi_gpu(px, py, boundary, dtype, c["ans_grad"])
+    ans, gx, gy = _mi_gpu(px, py, boundary, dtype, c["ans_grad"], grad_fill=np.nan)  # every grad written
     ref_ans, _ = refs.mutual_information_wavefront(px, py, boundary)
     rgx, rgy = refs.mutual_information_grad_wavefront(px, py, boundary, c["ans_grad"])
     scale = fc.finite_scale(px, py) * (px.shape[1] + py.shape[2] + 1)

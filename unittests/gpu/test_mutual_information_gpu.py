@@ -39,7 +39,7 @@ def _boxes(B, S, T, seed):
     return np.array(rows, dtype=np.int64)
 
 
-def _gpu(px, py, boundary, dtype, ans_grad=None):
+def _gpu(px, py, boundary, dtype, ans_grad=None, grad_fill=0.0):
     lib = library()
     B, S, T1 = px.shape
     T = py.shape[2]
@@ -55,7 +55,8 @@ def _gpu(px, py, boundary, dtype, ans_grad=None):
                                             ctypes.c_void_p(dp.ptr), ctypes.c_void_p(dans.ptr), i64(B), i64(S), i64(T),
                                             modified))
     dag = DeviceBuffer(ans_grad.astype(dtype)) if ans_grad is not None else None
-    dgx, dgy = DeviceBuffer.empty(px.shape, dtype), DeviceBuffer.empty(py.shape, dtype)
+    # grad_fill: what the grad buffers hold before the launcher runs (it must overwrite every element).
+    dgx, dgy = DeviceBuffer(np.full(px.shape, grad_fill, dtype)), DeviceBuffer(np.full(py.shape, grad_fill, dtype))
     check(lib.pe_mutual_information_backward(code, ctypes.c_void_p(dpx.ptr), ctypes.c_void_p(dpy.ptr), bptr,
                                              ctypes.c_void_p(dp.ptr),
                                              ctypes.c_void_p(dag.ptr) if dag is not None else ctypes.c_void_p(0),
@@ -146,3 +147,92 @@ def test_gpu_exact_on_wide_ranges(modified, kind):
     rgx, rgy = refs.mutual_information_grad(px, py, boundary)
     np.testing.assert_allclose(gx, rgx, rtol=tol, atol=tol)
     np.testing.assert_allclose(gy, rgy, rtol=tol, atol=tol)
+
+
+def _reference(px, py, boundary, dtype, ans_grad=None):
+    """The CPU op where Paddle is installed (ans_grad None), else the float64 NumPy recursion."""
+    if paddle is not None and ans_grad is None:
+        return _cpu(px, py, boundary, dtype)
+    px, py = px.astype(dtype).astype(np.float64), py.astype(dtype).astype(np.float64)
+    ans, _ = refs.mutual_information(px, py, boundary)
+    return [ans, *refs.mutual_information_grad(px, py, boundary, ans_grad)]
+
+
+def _assert_close(got, want, rtol):
+    for g, w, what in zip(got, want, ("ans", "px_grad", "py_grad")):
+        np.testing.assert_array_equal(np.isneginf(g), np.isneginf(w), err_msg=what)
+        assert not np.isnan(g).any(), what
+        fin = np.isfinite(w)
+        np.testing.assert_allclose(g[fin], w[fin], rtol=rtol, atol=rtol * 1e-2, err_msg=what)
+
+
+# Every dispatch branch of the launchers: the 4-warp band kernel (S + 1 <= 128: 1..4 bands, the last one
+# partial or full), the 16-warp one (129..512 rows), the anti-diagonal wavefront (S + 1 > 512); empty
+# sides (S = 0, T = 0), T around the 16-step chunk and the 64-column ring between warps, B = 1.
+BRANCH_SHAPES = [(1, 0, 0), (2, 0, 7), (2, 5, 0), (1, 1, 1), (3, 31, 16), (3, 32, 17), (2, 127, 64), (2, 126, 65),
+                 (2, 128, 40), (2, 200, 129), (1, 511, 20), (1, 512, 20), (2, 100, 500)]
+
+
+@pytest.mark.parametrize("modified", [False, True])
+@pytest.mark.parametrize("B,S,T", BRANCH_SHAPES)
+def test_gpu_every_dispatch_branch(modified, B, S, T):
+    if paddle is None and B * (S + 1) * (T + 1) > 30000:
+        pytest.skip("without Paddle the reference is the NumPy loop")
+    px, py = _inputs(B, S, T, modified, seed=7 * S + T + modified)
+    boundary = _boxes(B, S, T, seed=S * 3 + T)
+    ans_grad = np.linspace(-1.0, 2.0, B)
+    for dtype, rtol in (("float64", 1e-10), ("float32", 1e-5)):
+        for bd in (None, boundary):
+            _assert_close(_gpu(px, py, bd, dtype, grad_fill=np.nan), _reference(px, py, bd, dtype), rtol)
+    if B * (S + 1) * (T + 1) <= 30000:  # (the upstream-grad reference is the NumPy loop)
+        _assert_close(_gpu(px, py, boundary, "float64", ans_grad),
+                      _reference(px, py, boundary, "float64", ans_grad), 1e-10)
+
+
+@pytest.mark.parametrize("modified", [False, True])
+@pytest.mark.parametrize("S", [40, 300])  # the 4-warp and the 16-warp band kernels
+@pytest.mark.parametrize("kind", ["nan", "posinf", "huge", "big", "neginf_rows"])
+def test_gpu_band_kernels_redo_or_stay_exact(modified, S, kind):
+    # NaN, +inf and |x| > 1e6 leave the forward's extended range: that item is redone in log space (NaN
+    # where the reference has NaN); +-3e5 entries and -inf rows stay on the fast chain, exact, no NaN.
+    B, T = 3, 50
+    rng = np.random.default_rng(S + 2 * modified)
+    px, py = _inputs(B, S, T, modified, seed=S + 1)
+    bad = {"nan": np.nan, "posinf": np.inf, "huge": -2e6, "big": 3e5}.get(kind)
+    if kind == "neginf_rows":
+        px[1, S // 2, :] = -np.inf
+        py[2, :, T // 3] = -np.inf
+    else:
+        for a in (px, py):
+            pick = rng.random(a.shape) < 0.02
+            a[pick] = bad
+    boundary = _boxes(B, S, T, seed=S + 5)
+    ans, gx, gy = _gpu(px, py, boundary, "float64")
+    ref_ans, p = refs.mutual_information(px, py, boundary)
+    np.testing.assert_array_equal(np.isnan(ans), np.isnan(ref_ans))
+    np.testing.assert_array_equal(np.isneginf(ans), np.isneginf(ref_ans))
+    fin = np.isfinite(ref_ans)
+    scale = max(1.0, np.abs(p[np.isfinite(p)]).max())
+    np.testing.assert_allclose(ans[fin], ref_ans[fin], rtol=1e-12, atol=64 * np.finfo(float).eps * scale)
+    if kind in ("nan", "posinf"):
+        return
+    rgx, rgy = refs.mutual_information_grad(px, py, boundary)
+    assert not np.isnan(gx).any() and not np.isnan(gy).any()
+    tol = 64 * np.finfo(float).eps * scale
+    np.testing.assert_allclose(gx, rgx, rtol=max(tol, 1e-10), atol=tol)
+    np.testing.assert_allclose(gy, rgy, rtol=max(tol, 1e-10), atol=tol)
+
+
+def test_gpu_band_kernels_many_items_at_once():
+    # More blocks than SMs hold at once (the band warps of a block only wait on each other), all boxes different.
+    B, S, T = 300, 70, 90
+    px, py = _inputs(B, S, T, False, seed=11)
+    boundary = _boxes(B, S, T, seed=12)
+    got = _gpu(px, py, boundary, "float64")
+    if paddle is None:
+        pick = [0, 1, 150, 299]
+        want = _reference(px[pick], py[pick], boundary[pick], "float64")
+        got = [got[0][pick], got[1][pick], got[2][pick]]
+    else:
+        want = _reference(px, py, boundary, "float64")
+    _assert_close(got, want, 1e-10)
