@@ -282,8 +282,9 @@ def fast_rnnt_peer(torch):
     os.makedirs(build, exist_ok=True)
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     glue = os.path.join(build, "glue.cpp")
-    with open(glue, "w") as f:
-        f.write(FAST_RNNT_GLUE)
+    if not os.path.exists(glue) or open(glue).read() != FAST_RNNT_GLUE:  # unchanged: ninja keeps its object
+        with open(glue, "w") as f:
+            f.write(FAST_RNNT_GLUE)
     try:
         return load(name="fast_rnnt_mi_peer", sources=[glue, os.path.join(src, "fast_rnnt/csrc/mutual_information_cuda.cu")],
                     extra_include_paths=[src], extra_cuda_cflags=["-O3"], build_directory=build, verbose=False)
