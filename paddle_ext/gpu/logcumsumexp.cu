@@ -1016,6 +1016,7 @@ void launch_columns(const IO& io, index_t outer, index_t n, index_t inner, bool 
 // are shallower: 15 in the thread, 7 across warps, 2 to combine).
 constexpr index_t kColTile = (index_t)kWarps * kTileItems;  // 128 steps
 constexpr index_t kColTileMinSteps = 256;                    // shorter axes keep the column kernels above
+constexpr index_t kHalfColumnLinesMin = 4096;  // float16/bfloat16: see logcumsumexp_forward
 
 struct ColumnScratch {
   double* aggregate;  // [tiles][32]
@@ -1330,12 +1331,20 @@ void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t 
   const index_t chunks = (n + kChunk - 1) / kChunk;
   const index_t tiles_per_row = (n + kTile - 1) / kTile;
   if constexpr (!std::is_same<T, double>::value) {
-    if (inner == 1 && n >= kTileRowMin && outer * tiles_per_row < (1 << 30)) {
+    // float16/bfloat16 already accumulate in float in the older kernels; where those fill the device
+    // (many rows of <= kWarpRowMax, or >= kHalfColumnLinesMin strided lines of <= kWarpRowMax steps) they
+    // measured faster than the tiles (H100, [4096, 4096] float16: 0.064 vs 0.102 ms along axis -1, 0.111
+    // vs 0.147 ms along axis 0), so they keep them.
+    constexpr bool kHalf = !std::is_same<T, float>::value;
+    const bool half_rows_old = kHalf && n <= kWarpRowMax && outer >= kWarpRowsMin;
+    const bool half_columns_old = kHalf && n <= kWarpRowMax && outer * inner >= kHalfColumnLinesMin;
+    if (inner == 1 && n >= kTileRowMin && outer * tiles_per_row < (1 << 30) && !half_rows_old) {
       launch_forward_tiles(x, out, outer, n, tiles_per_row, exclusive, reverse, stream);
       return;
     }
     const index_t column_tiles = outer * ((inner + 31) / 32) * ((n + kColTile - 1) / kColTile);
-    if (inner >= 32 && n >= kColTileMinSteps && column_tiles < (1 << 26) && outer * inner < (index_t(1) << 30)) {
+    if (inner >= 32 && n >= kColTileMinSteps && column_tiles < (1 << 26) && outer * inner < (index_t(1) << 30) &&
+        !half_columns_old) {
       launch_forward_column_tiles(x, out, outer, n, inner, exclusive, reverse, stream);
       return;
     }

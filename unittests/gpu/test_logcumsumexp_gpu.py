@@ -9,8 +9,10 @@ import refs
 from gpu_runtime import DTYPE_CODES, DeviceBuffer, check, host_array, library, to_float64
 
 TOL = {"float64": 1e-12, "float32": 2e-6, "float16": 2e-3, "bfloat16": 2e-2}
+# (512, 2100, 1) and (1, 260, 4096): float32 takes the float tiles, float16/bfloat16 the one-warp-per-row
+# and column-segment kernels (faster for 16-bit where they fill the device).
 SHAPES = [((1, 1, 1), 1), ((3, 1000, 1), 1), ((2, 5000, 1), 1), ((1, 1 << 16, 1), 1), ((4, 37, 65), 1),
-          ((1, 300, 1024), 1), ((0, 5, 1), 1)]
+          ((1, 300, 1024), 1), ((0, 5, 1), 1), ((512, 2100, 1), 1), ((1, 260, 4096), 1)]
 FLAGS = [(False, False), (True, False), (False, True), (True, True)]
 
 
