@@ -543,9 +543,9 @@ __device__ inline void store_volatile(V* p, V v) {
   *reinterpret_cast<volatile V*>(p) = v;
 }
 
-// Exclusive scan of one value per thread over the block (`shared`: kWarps slots, reused after a
-// barrier); *total gets the op of all of them. Called by every thread.
-template <typename V, typename Op>
+// Exclusive scan of one value per thread over the block (`shared`: kWarps slots, reusable after the
+// call when kReuse: a barrier at the end); *total gets the op of all of them. Called by every thread.
+template <bool kReuse = true, typename V, typename Op>
 __device__ inline V block_exclusive_scan(V v, Op op, V identity, V* shared, V* total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const V inclusive = warp_inclusive_scan(v, op);
@@ -557,9 +557,77 @@ __device__ inline V block_exclusive_scan(V v, Op op, V identity, V* shared, V* t
     if (w == warp) before = all;
     all = op(all, shared[w]);
   }
-  __syncthreads();
+  if (kReuse) __syncthreads();
   *total = all;
   return op(before, warp_shift_up(inclusive, identity));
+}
+
+// Coalesced tile I/O. The scan wants kTileItems contiguous positions per thread, but loading those
+// directly puts a warp's 16-byte vectors 64 bytes apart (half of every sector fetched is wasted).
+// So a warp loads its 32 * kTileItems positions warp-striped (lane l takes vectors l, l + 32, ...:
+// consecutive lanes on consecutive 16 bytes) and exchanges them through a per-warp shared buffer of
+// 16-byte chunks (as floats); the store runs the other way. Chunk c sits at c ^ ((c >> 3) & 7), so
+// both the striped and the per-thread accesses hit 8 distinct 16-byte bank groups per quarter warp.
+constexpr int kXposeChunks = 32 * kTileItems / 4;  // float4 chunks per warp
+__device__ inline int xpose_slot(int c) { return c ^ ((c >> 3) & 7); }
+
+// v[k] = position warp_s + lane * kTileItems + k (-inf past n). Called by every lane of the warp.
+template <typename T>
+__device__ inline void load_tile_striped(const T* x, index_t base, index_t n, index_t warp_s, bool reverse,
+                                         float4* buf, float (&v)[kTileItems]) {
+  constexpr int kVec = 16 / sizeof(T), kVecs = kTileItems / kVec;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = 0; m < kVecs; ++m) {
+    const int vi = m * 32 + lane;
+    float w[kVec];
+    load_group(x, base, n, warp_s + (index_t)vi * kVec, reverse, w);
+#pragma unroll
+    for (int h = 0; h < kVec / 4; ++h) {
+      buf[xpose_slot(vi * (kVec / 4) + h)] = make_float4(w[4 * h], w[4 * h + 1], w[4 * h + 2], w[4 * h + 3]);
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < kTileItems / 4; ++i) {
+    const float4 f = buf[xpose_slot(lane * (kTileItems / 4) + i)];
+    v[4 * i] = f.x;
+    v[4 * i + 1] = f.y;
+    v[4 * i + 2] = f.z;
+    v[4 * i + 3] = f.w;
+  }
+}
+
+// Chunk i of the lane's own kTileItems values (positions lane * kTileItems + 4i ..) in the buffer. The
+// kernel parks the thread's prefix sums there across the look-back (16 registers fewer) and turns them
+// into outputs in place.
+__device__ inline float4& own_chunk(float4* buf, int i) {
+  return buf[xpose_slot((threadIdx.x & 31) * (kTileItems / 4) + i)];
+}
+
+// Stores the lanes' own values in buf (own_chunk) at positions warp_s + lane * kTileItems + k (not past
+// n), except those of lanes with `skip` (their outputs are already stored). Called by every lane.
+template <typename T>
+__device__ inline void store_tile_striped(T* out, index_t base, index_t n, index_t warp_s, bool reverse,
+                                          float4* buf, bool skip) {
+  constexpr int kVec = 16 / sizeof(T), kVecs = kTileItems / kVec;
+  const int lane = threadIdx.x & 31;
+  __syncwarp();  // every lane's own chunks are written
+#pragma unroll
+  for (int m = 0; m < kVecs; ++m) {
+    const int vi = m * 32 + lane;
+    const bool owner_skips = __shfl_sync(0xffffffffu, skip, vi * kVec / kTileItems);  // the lane that owns it
+    float w[kVec];
+#pragma unroll
+    for (int h = 0; h < kVec / 4; ++h) {
+      const float4 f = buf[xpose_slot(vi * (kVec / 4) + h)];
+      w[4 * h] = f.x;
+      w[4 * h + 1] = f.y;
+      w[4 * h + 2] = f.z;
+      w[4 * h + 3] = f.w;
+    }
+    if (!owner_skips) store_group(out, base, n, warp_s + (index_t)vi * kVec, reverse, w);
+  }
 }
 
 // Position s of the row at `base` as float (-inf past n). The rare double paths below re-read their
@@ -581,8 +649,16 @@ __device__ inline double exact_thread_offset(const T* x, index_t base, index_t n
   return block_exclusive_scan(run, op, neg_inf<double>(), shared, total);
 }
 
+// The double rescan of a row (every thread of the block calls it). Out of line: it is rare, and inlined,
+// its double block scan made the tile kernel spill at 64 registers (__launch_bounds__(kRowThreads, 4)).
 template <typename T>
-__global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, T* out, index_t n,
+__device__ __noinline__ void rescan_row(const T* x, T* out, index_t base, index_t n, bool exclusive, bool reverse,
+                                        RowTemp<T, double>& temp, TileStats<double>* stats, double* carry) {
+  forward_row_span<T, double>(x, out, base, n, 0, n, neg_inf<double>(), exclusive, reverse, temp, stats, carry);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads, 4) forward_tiles_kernel(const T* x, T* out, index_t n,
                                                                    index_t tiles_per_row, TileScratch ws,
                                                                    bool exclusive, bool reverse) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -596,12 +672,14 @@ __global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, 
   __shared__ unsigned tile_shared;
   __shared__ double carry_shared;
   __shared__ float scale_shared[3];  // B, c, r of the linear outputs
-  __shared__ int exact_shared, last_fail_shared, last_shared;
+  __shared__ int exact_shared, last_fail_shared, hard_shared, last_shared;
+  __shared__ float4 xpose[kWarps][kXposeChunks];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
 
   if (threadIdx.x == 0) {
     tile_shared = atomicAdd(ws.counter, 1u);
     last_fail_shared = -1;
+    hard_shared = 0;
   }
   __syncthreads();
   const index_t tile = tile_shared;
@@ -609,8 +687,9 @@ __global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, 
   const index_t base = row * n;
   const int t0 = threadIdx.x * kTileItems;  // this thread's first position in the tile
   const index_t s = j * kTile + t0;
+  const index_t warp_s = j * kTile + warp * (32 * kTileItems);  // the warp's first position
   float v[kTileItems];
-  load_group(x, base, n, s, reverse, v);  // -inf past the row's end
+  load_tile_striped(x, base, n, warp_s, reverse, xpose[warp], v);  // -inf past the row's end
 
   // Tile stats: max and min of the finite terms, NaN/+inf present.
   float mx = -kInf, mn = kInf;
@@ -641,11 +720,10 @@ __global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, 
 
   // The aggregate, and what the outputs need of it: p (the float prefix sums in the thread) and q0 (the
   // float sum of the threads before) for a linear tile, the log offset in double for an exact one.
-  float p[kTileItems];
   float q0 = 0.0f;
   double exact_off = neg_inf<double>(), aggregate;
   if (fast) {
-    float run = 0.0f;
+    float p[kTileItems], run = 0.0f;
 #pragma unroll
     for (int k = 0; k < kTileItems; ++k) {
       const float e = all_ninf ? 0.0f : expf(v[k] - mx);  // -inf gives 0
@@ -657,8 +735,12 @@ __global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, 
         p[k] = run;
       }
     }
+#pragma unroll
+    for (int i = 0; i < kTileItems / 4; ++i) {  // each lane's loaded chunks were read above: no race
+      own_chunk(xpose[warp], i) = make_float4(p[4 * i], p[4 * i + 1], p[4 * i + 2], p[4 * i + 3]);
+    }
     float total;
-    q0 = block_exclusive_scan(run, PlusOp<float>(), 0.0f, fscan, &total);
+    q0 = block_exclusive_scan<false>(run, PlusOp<float>(), 0.0f, fscan, &total);  // fscan is not reused
     aggregate = all_ninf ? -kInfD : static_cast<double>(mx) + log(static_cast<double>(total));
   } else {
     exact_off = exact_thread_offset(x, base, n, s, reverse, dscan, &aggregate);
@@ -721,29 +803,35 @@ __global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, 
   const double carry = carry_shared;
   const bool carry_exact = exact_shared;
   const bool carry_special = carry != carry || carry == kInfD;
-  // Outputs: p[k] becomes the output of position t0 + k (as float). `hard`: an output that neither float
-  // nor a double redo from this carry can certify (the row rescan).
+  // Outputs: the prefix sum in own_chunk becomes the output of its position (as float). `hard`: an
+  // output that neither float nor a double redo from this carry can certify (the row rescan).
   int fail = 0, hard = 0;
   bool written = false;  // the double paths store their outputs themselves
   if (fast && all_ninf) {  // every output is the carry
+    const float cf = static_cast<float>(carry);
 #pragma unroll
-    for (int k = 0; k < kTileItems; ++k) p[k] = static_cast<float>(carry);
+    for (int i = 0; i < kTileItems / 4; ++i) own_chunk(xpose[warp], i) = make_float4(cf, cf, cf, cf);
     hard = !carry_exact && fabs(carry) < kInfD && !(15.0 * fabs(carry) >= kCarrySlack);
   } else if (fast && !carry_special &&
              (carry == -kInfD || (fabs(carry) < 1e30 && static_cast<double>(mx) - carry <= linear_range<float>()))) {
     const float B = scale_shared[0], c = scale_shared[1], r = scale_shared[2];
-#pragma unroll
-    for (int k = 0; k < kTileItems; ++k) {
-      const float l = logf(fmaf(r, q0 + p[k], c));  // an empty sum gives -inf
+    auto output = [&](float pk) {
+      const float l = logf(fmaf(r, q0 + pk, c));  // an empty sum gives -inf
       const float o = B + l;
-      p[k] = o;
       if (fabsf(o) < kInf && !(15.0f * fabsf(o) >= kFloatSlack + 3.0f * fabsf(l))) {
         fail = 1;
         hard |= !carry_exact && !(15.0f * fabsf(o) >= kCarrySlack);
       }
+      return o;
+    };
+#pragma unroll
+    for (int i = 0; i < kTileItems / 4; ++i) {
+      float4& f = own_chunk(xpose[warp], i);
+      f = make_float4(output(f.x), output(f.y), output(f.z), output(f.w));
     }
     if (fail) atomicMax(&last_fail_shared, t0 + kTileItems - 1);
-    if (__syncthreads_or(fail) && !__syncthreads_or(hard)) {
+    if (hard) hard_shared = 1;
+    if (__syncthreads_or(fail) && !hard_shared) {
       // Recompute positions [0, last] of the tile (whole threads' groups, up to the last failing output)
       // in double, e = exp(x - Md) with exact sums: the block takes kRowThreads consecutive positions
       // at a time, one each (one exp and one log per thread and step: a row's near-0 outputs are
@@ -782,7 +870,7 @@ __global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, 
       if (exclusive) run = lae(run, vk);
     }
   }
-  if (!written) store_group(out, base, n, s, reverse, p);
+  store_tile_striped(out, base, n, warp_s, reverse, xpose[warp], written);
 
   // The row's last tile to finish rescans it in double when some tile asked for it. The barrier, then
   // thread 0's fence before its atomic, order every thread's stores above before the rescan's (the
@@ -796,10 +884,7 @@ __global__ void __launch_bounds__(kRowThreads) forward_tiles_kernel(const T* x, 
     last_shared = last && load_volatile(ws.redo + row) != 0;
   }
   __syncthreads();
-  if (last_shared) {
-    forward_row_span<T, double>(x, out, base, n, 0, n, -kInfD, exclusive, reverse, row_temp, &row_stats,
-                                &row_carry);
-  }
+  if (last_shared) rescan_row(x, out, base, n, exclusive, reverse, row_temp, &row_stats, &row_carry);
 }
 
 // The backward of contiguous rows; `reverse` is the backward's scan direction. The carry is the pair of
