@@ -1112,8 +1112,18 @@ struct ColumnScratch {
   int* flags;         // [tiles]
 };
 
+// The double rescan of one column (a thread). Out of line, as rescan_row: inlined, the column tile
+// kernel spilled 24 bytes at 64 registers; out of line, 8-12 bytes remain (the registers saved around
+// this rare call, by ptxas's report).
 template <typename T>
-__global__ void __launch_bounds__(kRowThreads, 3) forward_column_tiles_kernel(const T* x, T* out, index_t outer,
+__device__ __noinline__ void rescan_column(const T* x, T* out, index_t base, index_t n, index_t inner,
+                                           bool exclusive, bool reverse) {
+  const ForwardIO<T, double> io{x, out};
+  scan_column_piece(io, LogAddExpOp<double>(), neg_inf<double>(), base, 0, n, n, inner, exclusive, reverse);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads, 4) forward_column_tiles_kernel(const T* x, T* out, index_t outer,
                                                                           index_t n, index_t inner,
                                                                           index_t step_tiles, ColumnScratch ws,
                                                                           bool exclusive, bool reverse) {
@@ -1122,6 +1132,7 @@ __global__ void __launch_bounds__(kRowThreads, 3) forward_column_tiles_kernel(co
   const LogAddExpOp<double> lae;
   __shared__ float smax[kWarps][32], smin[kWarps][32], ssum[kWarps][32];
   __shared__ int sbad[kWarps][32];
+  __shared__ float park[kTileItems][kWarps][32];
   __shared__ double sd[kWarps][32];
   __shared__ double carry_sh[32];
   __shared__ float scale_sh[3][32];
@@ -1174,7 +1185,9 @@ __global__ void __launch_bounds__(kRowThreads, 3) forward_column_tiles_kernel(co
   const bool fast = !bad && (all_ninf || (mx - mn <= linear_range<float>() && fabsf(mx) < 1e30f));
 
   // Partial sums: float for a linear column, the log-add-exp in double for an exact one.
-  float p[kTileItems];
+  // p[k][warp][lane]: the thread's float prefix sums, then its outputs, parked in shared memory (not 16
+  // registers) across the look-back and the barriers: the kernel fits 64 registers (4 blocks/SM).
+  auto p = [&](int k) -> float& { return park[k][warp][lane]; };
   float run = 0.0f;
   double log_run = -kInfD;
   if (fast) {
@@ -1182,11 +1195,11 @@ __global__ void __launch_bounds__(kRowThreads, 3) forward_column_tiles_kernel(co
     for (int k = 0; k < kTileItems; ++k) {
       const float e = all_ninf ? 0.0f : expf(v[k] - mx);
       if (exclusive) {
-        p[k] = run;
+        p(k) = run;
         run += e;
       } else {
         run += e;
-        p[k] = run;
+        p(k) = run;
       }
     }
   } else {
@@ -1266,15 +1279,15 @@ __global__ void __launch_bounds__(kRowThreads, 3) forward_column_tiles_kernel(co
   bool written = false;
   if (fast && all_ninf) {
 #pragma unroll
-    for (int k = 0; k < kTileItems; ++k) p[k] = static_cast<float>(carry);
+    for (int k = 0; k < kTileItems; ++k) p(k) = static_cast<float>(carry);
     hard = !carry_exact && fabs(carry) < kInfD && !(15.0 * fabs(carry) >= kCarrySlack);
   } else if (linear) {
     const float B = scale_sh[0][lane], cs = scale_sh[1][lane], r = scale_sh[2][lane];
 #pragma unroll
     for (int k = 0; k < kTileItems; ++k) {
-      const float l = logf(fmaf(r, q0 + p[k], cs));
+      const float l = logf(fmaf(r, q0 + p(k), cs));
       const float out_k = B + l;
-      p[k] = out_k;
+      p(k) = out_k;
       if (fabsf(out_k) < kInf && !(15.0f * fabsf(out_k) >= kFloatSlack + 3.0f * fabsf(l))) {
         fail = 1;
         hard |= !carry_exact && !(15.0f * fabsf(out_k) >= kCarrySlack);
@@ -1341,7 +1354,7 @@ __global__ void __launch_bounds__(kRowThreads, 3) forward_column_tiles_kernel(co
   if (live && !written) {
 #pragma unroll
     for (int k = 0; k < kTileItems; ++k) {
-      if (s + k < n) out[at(s + k)] = store<T>(p[k]);
+      if (s + k < n) out[at(s + k)] = store<T>(p(k));
     }
   }
 
@@ -1358,8 +1371,7 @@ __global__ void __launch_bounds__(kRowThreads, 3) forward_column_tiles_kernel(co
   }
   __syncthreads();
   if (last_shared && warp == 0 && live && load_volatile(ws.redo + o * inner + c) != 0) {
-    const ForwardIO<T, double> io{x, out};
-    scan_column_piece(io, LogAddExpOp<double>(), -kInfD, o * n * inner + c, 0, n, n, inner, exclusive, reverse);
+    rescan_column(x, out, o * n * inner + c, n, inner, exclusive, reverse);
   }
 }
 
