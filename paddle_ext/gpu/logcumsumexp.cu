@@ -16,7 +16,8 @@
 // Forward float32/float16/bfloat16 on rows of >= 2048 and on strided axes of >= 256 steps x >= 32 columns
 // take the float tiles instead (forward_tiles_kernel, forward_column_tiles_kernel below): float exps and
 // sums, a float64 carry from a single-pass decoupled look-back, a per-output error bound with a float64
-// redo. The kernels above stay for the other shapes, for float64 and for the backward.
+// redo. The kernels above stay for the other shapes, for float64, for the backward, and for float16/
+// bfloat16 where they fill the device (see logcumsumexp_forward).
 // The per-element math lives in paddle_ext/logcumsumexp.h and log_math.h, shared with the CPU.
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
@@ -490,7 +491,8 @@ __global__ void __launch_bounds__(kRowThreads) forward_chunks_kernel(const T* x,
 }
 
 // ---- Float tiles with a decoupled look-back: float32, float16 and bfloat16 rows of >= kTileRowMin ----
-// A tile is kTile positions of one row (kTileItems contiguous ones per thread, vector loads). Its terms
+// A tile is kTile positions of one row (kTileItems contiguous ones per thread, loaded and stored
+// coalesced through shared memory: load_tile_striped). Its terms
 // are float exps of x - M (M the tile's max); a float prefix sum inside the thread, a float block scan
 // across threads. The tile's log-sum (its aggregate, in double) is published at once; the carry (the
 // log-sum of the row before the tile, in double) comes from a warp-wide look-back over the tiles before

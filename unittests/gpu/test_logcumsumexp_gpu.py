@@ -270,8 +270,9 @@ def test_backward_wide_ranges(dtype, shape3, kind, exclusive, reverse):
 # float32/float16/bfloat16 rows of >= 2048 take float tiles of 4096 with a decoupled look-back (the carry
 # from the tiles before, in double): float exps and sums with an error bound per output; outputs it cannot
 # certify to 1e-6 are redone in double (the positions up to the last failing one while the carry is exact
-# or large enough, else the whole row). Each row below selects one path; n = 12288 loads vectors, 12388
-# (not a multiple of 16) scalars and ends on a partial tile.
+# or large enough, else the whole row). Each row below selects one path. A warp loads and stores its
+# positions as 16-byte vectors, lane after lane: n = 12288 takes vectors only; 12388 ends on a partial
+# tile (half rows: every other row misaligned, a vector across the end); 12390 does so in float32 too.
 TILE = 4096
 
 
@@ -302,7 +303,7 @@ def _max_rel_err(got, ref):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("n", [12288, 12388])
+@pytest.mark.parametrize("n", [12288, 12388, 12390])
 @pytest.mark.parametrize("exclusive,reverse", FLAGS)
 def test_forward_float_tiles_every_path(dtype, n, exclusive, reverse):
     x = _tile_rows(n, seed=11)
