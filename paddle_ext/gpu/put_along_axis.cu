@@ -763,6 +763,13 @@ __global__ void __launch_bounds__(kThreads) values_grad_rows_kernel(const Idx* i
         const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
         if constexpr (R == Reduce::Add) {
           vg.v[u] = g[s];
+        } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
+          // only a value equal to its slot's result has a grad: g and the ties are read for those alone
+          // (independent indices: most values lose, so most positions make one random read, not three)
+          const A v = static_cast<A>(load(values[p])), res = static_cast<A>(load(out[s]));
+          vg.v[u] = store<T>(same_value(v, res) ? values_grad_of<R, A>(static_cast<A>(load(g[s])), v, res, 0, aux[s],
+                                                                       A(1), include_self)
+                                                : A(0));
         } else {
           vg.v[u] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), static_cast<A>(load(values[p])),
                                                   static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0, A(1),
