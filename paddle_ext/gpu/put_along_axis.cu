@@ -711,24 +711,35 @@ __global__ void __launch_bounds__(kThreads) winner_arr_grad_rows_kernel(const T*
 }
 
 // Per-slot statistics over the contributions (count; aux for Min/Max: contributors matching out).
+// Min/Max with `mark` (values_grad): each position's mark, 1 where its value equals its slot's result,
+// else 0 (out of range too), so that the values' grad pass reads g and the ties for those alone and
+// never the result again.
 template <Reduce R, typename T, typename A, typename Idx, int VW>
 __global__ void __launch_bounds__(kThreads) stats_rows_kernel(const Idx* idx, const T* values, const T* out, int32_t* count, int32_t* aux,
-                                  Rows sh, int logG) {
+                                  T* mark, Rows sh, int logG) {
   const Group gr(logG);
   const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
   for (index_t r = gr.first; r < rows; r += gr.stride) {
     const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner;
     for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
       const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+      Pack<T, VW> mk;
 #pragma unroll
       for (int u = 0; u < VW; ++u) {
+        mk.v[u] = store<T>(A(0));
         const index_t k = static_cast<index_t>(ix.v[u]);
         if (!index_in_range(k, sh.n)) continue;
         const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
         atomicAdd(count + s, 1);
         if constexpr (R == Reduce::Min || R == Reduce::Max) {
-          if (same_value(static_cast<A>(load(values[p0 + e + u])), static_cast<A>(load(out[s])))) atomicAdd(aux + s, 1);
+          if (same_value(static_cast<A>(load(values[p0 + e + u])), static_cast<A>(load(out[s])))) {
+            atomicAdd(aux + s, 1);
+            mk.v[u] = store<T>(A(1));
+          }
         }
+      }
+      if constexpr (R == Reduce::Min || R == Reduce::Max) {
+        if (mark) store_pack<VW>(mark + p0 + e, mk);
       }
     }
   }
@@ -753,6 +764,12 @@ __global__ void __launch_bounds__(kThreads) values_grad_rows_kernel(const Idx* i
         }
       }
       Pack<T, VW> vg;
+      bool mk[VW];  // Min/Max: the stats pass's marks (in values_grad)
+      if constexpr (R == Reduce::Min || R == Reduce::Max) {
+        const Pack<T, VW> m = load_pack<VW>(values_grad + p0 + e);
+#pragma unroll
+        for (int u = 0; u < VW; ++u) mk[u] = static_cast<A>(load(m.v[u])) != A(0);
+      }
 #pragma unroll
       for (int u = 0; u < VW; ++u) {
         const index_t k = static_cast<index_t>(ix.v[u]), p = p0 + e + u;
@@ -764,12 +781,11 @@ __global__ void __launch_bounds__(kThreads) values_grad_rows_kernel(const Idx* i
         if constexpr (R == Reduce::Add) {
           vg.v[u] = g[s];
         } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
-          // only a value equal to its slot's result has a grad: g and the ties are read for those alone
-          // (independent indices: most values lose, so most positions make one random read, not three)
-          const A v = static_cast<A>(load(values[p])), res = static_cast<A>(load(out[s]));
-          vg.v[u] = store<T>(same_value(v, res) ? values_grad_of<R, A>(static_cast<A>(load(g[s])), v, res, 0, aux[s],
-                                                                       A(1), include_self)
-                                                : A(0));
+          // only a value equal to its slot's result (marked by the stats pass) has a grad, its share of
+          // g (matches: v and out stand in as equal); g and the ties are read for those alone
+          vg.v[u] = store<T>(mk[u] ? values_grad_of<R, A>(static_cast<A>(load(g[s])), A(0), A(0), 0, aux[s], A(1),
+                                                            include_self)
+                                     : A(0));
         } else {
           vg.v[u] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), static_cast<A>(load(values[p])),
                                                   static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0, A(1),
@@ -907,8 +923,12 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
                                                         aligned4(values_grad, sizeof(T)));
     with_pack(plan, [&](auto vw) {
       constexpr int VW = decltype(vw)::value;
-      if (positions > 0 && n > 0 && needs_stats)
-        stats_rows_kernel<R, T, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(idx, values, out, count, aux, sh, plan.logG);
+      // (Min/Max: also with n == 0, where it marks every value's grad 0 for the values' grad pass)
+      constexpr bool marks = R == Reduce::Min || R == Reduce::Max;
+      if (positions > 0 && (n > 0 || (marks && values_grad)) && needs_stats)
+        stats_rows_kernel<R, T, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(idx, values, out, count, aux,
+                                                                                marks ? values_grad : nullptr, sh,
+                                                                                plan.logG);
       if (values_grad && positions > 0)
         values_grad_rows_kernel<R, T, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(idx, values, out, g, count, aux,
                                                                                       values_grad, include_self, sh,
