@@ -12,14 +12,15 @@
 //                   and raises a flag when a row's indices differ (the row pattern [E, 1] -> [E, C]
 //                   broken); without the flag one pass per target row copies its winner's values row;
 //                   with it (read on the device, no host sync) the per-slot passes run instead: one
-//                   64-bit atomicMax per position of (position, value bits) per slot, then one
-//                   sequential pass writes the winners' values (8-byte types: the position alone, then
-//                   only the winner writes);
+//                   64-bit atomicMax per position of (position, value bits) per slot, then one pass
+//                   over the slots writes the winners' values (8-byte types: the key holds the position
+//                   alone, and the pass reads each winner's value at it);
 //   include_self=False: a first pass sets every written slot to the reduction's identity;
 //   deterministic add / mean: a stable radix sort of (slot, position), then one thread per slot folds
 //                   its values in position order (the CPU's order, so the same bits).
 // Grads: per-slot statistics with atomics (counts, ties), assign's from the same winner tables as its
-// forward, except mul's, which sort the positions by slot and take exclusive prefix x suffix products.
+// forward (per-slot keys: one pass over the slots gives arr's grads and scatters g to the winners into a
+// zeroed values_grad), except mul's, which sort the positions by slot and take exclusive prefix x suffix products.
 // Out-of-range indices are skipped by every pass (nothing outside arr is written, no host sync).
 // The per-element math (combine, identities, mean rounding, the grad formulas) is in put_along_axis.h.
 #include <cstring>
@@ -415,36 +416,25 @@ __global__ void __launch_bounds__(kThreads) slot_winner_rows_kernel(const Idx* i
   }
 }
 
-// Flag up, keys without values: only each slot's winner writes.
-template <typename T, typename A, typename Idx, int VW>
-__global__ void __launch_bounds__(kThreads) slot_assign_rows_kernel(A* acc, const T* values, const Idx* idx,
-                                                                    const unsigned long long* slot_win, const int* flag,
-                                                                    Rows sh, int shift, int logG) {
+// Flag up: one pass over the target rows (o, k) reads each slot's key (coalesced); a written slot takes
+// its winner's value: the key's low bits where they carry it (Keyed), else values at the winner's
+// position (o, j, i), one random read per written slot.
+template <typename T, typename A, bool Keyed>
+__global__ void __launch_bounds__(kThreads) slot_write_rows_kernel(A* acc, const T* values, const unsigned long long* slot_win,
+                                                                   const int* flag, Rows sh, int shift, int logG) {
   if (skip(flag, true)) return;
   const Group gr(logG);
-  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
-  for (index_t r = gr.first; r < rows; r += gr.stride) {
-    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
-      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
-#pragma unroll
-      for (int u = 0; u < VW; ++u) {
-        const index_t k = static_cast<index_t>(ix.v[u]);
-        if (!index_in_range(k, sh.n)) continue;
-        const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
-        if ((slot_win[s] >> shift) == (unsigned long long)(j + 1)) acc[s] = static_cast<A>(load(values[p0 + e + u]));
-      }
+  const index_t targets = sh.outer * sh.n, step = index_t(1) << logG;
+  for (index_t t = gr.first; t < targets; t += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : t / sh.n;
+    for (index_t e = gr.lane; e < sh.inner; e += step) {
+      const unsigned long long key = slot_win[t * sh.inner + e];
+      if (key == 0) continue;
+      if constexpr (Keyed)
+        acc[t * sh.inner + e] = static_cast<A>(load(from_bits<T>(static_cast<unsigned int>(key))));
+      else
+        acc[t * sh.inner + e] = static_cast<A>(load(values[(o * sh.m + (index_t)(key >> shift) - 1) * sh.inner + e]));
     }
-  }
-}
-
-// Flag up, keys with values: one sequential pass over the slots writes each winner's value.
-template <typename T, typename A>
-__global__ void slot_write_kernel(A* acc, const unsigned long long* slot_win, const int* flag, index_t slots) {
-  if (skip(flag, true)) return;
-  PE_GRID_LOOP(s, slots) {
-    const unsigned long long key = slot_win[s];
-    if (key != 0) acc[s] = static_cast<A>(load(from_bits<T>(static_cast<unsigned int>(key))));
   }
 }
 
@@ -494,15 +484,16 @@ void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, void*
       winner_write_rows_kernel<T, A, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(acc, values, w.row_win, w.flag, sh,
                                                                                           plan.logG);
     });
-    if (keyed_values) {
-      slot_write_kernel<T, A><<<resident_grid(slot_write_kernel<T, A>), kThreads, 0, stream>>>(acc, w.slot_win, w.flag, slots);
+    const RowPlan slot_plan = row_plan(outer * n, inner, false);
+    auto slot_write = [&](auto keyed) {
+      const auto kernel = slot_write_rows_kernel<T, A, decltype(keyed)::value>;
+      kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(acc, values, w.slot_win, w.flag, sh, w.shift, slot_plan.logG);
+    };
+    if constexpr (sizeof(T) <= 4) {
+      if (keyed_values) slot_write(std::true_type{});
+      else slot_write(std::false_type{});
     } else {
-      const RowPlan slot_plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)));
-      with_pack(slot_plan, [&](auto vw) {
-        const auto kernel = slot_assign_rows_kernel<T, A, Idx, decltype(vw)::value>;
-        kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(acc, values, idx, w.slot_win, w.flag, sh, w.shift,
-                                                               slot_plan.logG);
-      });
+      slot_write(std::false_type{});
     }
     check_launch("put_along_axis assign");
   } else {
@@ -642,34 +633,25 @@ void sorted_impl(A* acc, const T* values, const Idx* idx, void* workspace, size_
 }
 
 // ---------------------------------------------------------------------------------------- backward
-// Flag up: each position's grad is g at its slot where it won, else 0.
-template <typename T, typename Idx, int VW>
-__global__ void __launch_bounds__(kThreads) slot_values_grad_rows_kernel(const Idx* idx, const T* g, const unsigned long long* slot_win,
-                                                                         const int* flag, T* values_grad, Rows sh, int shift,
-                                                                         int logG) {
+// Flag up: one pass over the target rows (o, k): a written slot's arr grad is 0 and its winner (o, j, i),
+// from the key, takes g (values_grad was zeroed before: one random write per written slot); an
+// unwritten slot passes g through.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) slot_grads_rows_kernel(const T* g, const unsigned long long* slot_win, const int* flag,
+                                                                   T* arr_grad, T* values_grad, Rows sh, int shift, int logG) {
   if (skip(flag, true)) return;
   const Group gr(logG);
-  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
-  for (index_t r = gr.first; r < rows; r += gr.stride) {
-    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
-      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
-      Pack<T, VW> vg;
-#pragma unroll
-      for (int u = 0; u < VW; ++u) {
-        const index_t k = static_cast<index_t>(ix.v[u]);
-        const index_t s = index_in_range(k, sh.n) ? (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u : -1;
-        vg.v[u] = (s >= 0 && (slot_win[s] >> shift) == (unsigned long long)(j + 1)) ? g[s] : store<T>(0.0f);
-      }
-      store_pack<VW>(values_grad + p0 + e, vg);
+  const index_t targets = sh.outer * sh.n, step = index_t(1) << logG;
+  for (index_t t = gr.first; t < targets; t += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : t / sh.n;
+    for (index_t e = gr.lane; e < sh.inner; e += step) {
+      const index_t s = t * sh.inner + e;
+      const unsigned long long key = slot_win[s];
+      const T gs = g[s];
+      if (arr_grad) arr_grad[s] = key != 0 ? store<T>(0.0f) : gs;
+      if (values_grad && key != 0) values_grad[(o * sh.m + (index_t)(key >> shift) - 1) * sh.inner + e] = gs;
     }
   }
-}
-
-template <typename T>
-__global__ void assign_arr_grad_kernel(const T* g, const unsigned long long* winner, T* arr_grad, index_t slots, const int* flag) {
-  if (skip(flag, true)) return;
-  PE_GRID_LOOP(s, slots) { arr_grad[s] = winner[s] != 0 ? store<T>(0.0f) : g[s]; }
 }
 
 // Flag down: an update row's grads are g's target row where it won, zeros elsewhere (its first index is
@@ -896,11 +878,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
         winner_values_grad_rows_kernel<T, Idx, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(
             idx, g, w.row_win, w.flag, values_grad, sh, plan.logG);
       });
-      with_pack(plan, [&](auto vw) {
-        const auto kernel = slot_values_grad_rows_kernel<T, Idx, decltype(vw)::value>;
-        kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(
-            idx, g, w.slot_win, w.flag, values_grad, sh, w.shift, plan.logG);
-      });
+      fill_kernel<T><<<resident_grid(fill_kernel<T>), kThreads, 0, stream>>>(values_grad, store<T>(0.0f), positions, w.flag);
     }
     if (arr_grad && slots > 0) {
       const RowPlan plan = row_plan(outer * n, inner, aligned4(g, sizeof(T)) && aligned4(arr_grad, sizeof(T)));
@@ -908,8 +886,11 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
         winner_arr_grad_rows_kernel<T, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(g, w.row_win, w.flag, arr_grad,
                                                                                             sh, plan.logG);
       });
-      assign_arr_grad_kernel<T><<<resident_grid(assign_arr_grad_kernel<T>), kThreads, 0, stream>>>(g, w.slot_win, arr_grad,
-                                                                                                   slots, w.flag);
+    }
+    if (slots > 0 && (arr_grad || (values_grad && positions > 0))) {
+      const RowPlan plan = row_plan(outer * n, inner, false);
+      slot_grads_rows_kernel<T><<<resident_grid(slot_grads_rows_kernel<T>), kThreads, 0, stream>>>(
+          g, w.slot_win, w.flag, arr_grad, positions > 0 ? values_grad : nullptr, sh, w.shift, plan.logG);
     }
   } else if constexpr (R == Reduce::Mul) {
     mul_backward<T, Idx>(arr, idx, values, g, arr_grad, values_grad, workspace, workspace_bytes, outer, n, m, inner,
