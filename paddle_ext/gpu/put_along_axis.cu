@@ -358,29 +358,6 @@ __global__ void __launch_bounds__(kThreads) winner_scan_rows_kernel(const Idx* i
   }
 }
 
-// Flag down: each target row with a winner takes that update row's values.
-template <typename T, typename A, int VW>
-__global__ void __launch_bounds__(kThreads) winner_write_rows_kernel(A* acc, const T* values, const int64_t* row_win, const int* flag, Rows sh,
-                                         int logG) {
-  if (skip(flag, false)) return;
-  const Group gr(logG);
-  const index_t targets = sh.outer * sh.n, step = index_t(VW) << logG;
-  for (index_t t = gr.first; t < targets; t += gr.stride) {
-    const int64_t w = row_win[t];
-    if (w < 0) continue;
-    const index_t o = sh.outer == 1 ? 0 : t / sh.n;
-    const T* src = values + (o * sh.m + w) * sh.inner;
-    A* dst = acc + t * sh.inner;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
-      const Pack<T, VW> v = load_pack<VW>(src + e);
-      Pack<A, VW> a;
-#pragma unroll
-      for (int u = 0; u < VW; ++u) a.v[u] = static_cast<A>(load(v.v[u]));
-      store_pack<VW>(dst + e, a);
-    }
-  }
-}
-
 // Flag up (some update row's indices differ): the per-slot winner keys (see WinnerScratch); `values`
 // (forward, shift 32, <= 4-byte T) puts each position's value bits under its key, else null.
 template <typename T, typename Idx, int VW>
@@ -416,24 +393,40 @@ __global__ void __launch_bounds__(kThreads) slot_winner_rows_kernel(const Idx* i
   }
 }
 
-// Flag up: one pass over the target rows (o, k) reads each slot's key (coalesced); a written slot takes
-// its winner's value: the key's low bits where they carry it (Keyed), else values at the winner's
-// position (o, j, i), one random read per written slot.
-template <typename T, typename A, bool Keyed>
-__global__ void __launch_bounds__(kThreads) slot_write_rows_kernel(A* acc, const T* values, const unsigned long long* slot_win,
-                                                                   const int* flag, Rows sh, int shift, int logG) {
-  if (skip(flag, true)) return;
+// assign's last pass, over the target rows (o, k) (one launch for either state of the flag):
+// flag down: each target row with a winner takes that update row's values (packs of VW);
+// flag up: each slot's key (coalesced); a written slot takes its winner's value: the key's low bits
+// where they carry it (Keyed), else values at the winner's position (o, j, i), one random read.
+template <typename T, typename A, int VW, bool Keyed>
+__global__ void __launch_bounds__(kThreads) assign_write_rows_kernel(A* acc, const T* values, const int64_t* row_win,
+                                                                     const unsigned long long* slot_win, const int* flag,
+                                                                     Rows sh, int shift, int logG) {
+  const bool per_slot = *flag != 0;
   const Group gr(logG);
-  const index_t targets = sh.outer * sh.n, step = index_t(1) << logG;
+  const index_t targets = sh.outer * sh.n;
   for (index_t t = gr.first; t < targets; t += gr.stride) {
     const index_t o = sh.outer == 1 ? 0 : t / sh.n;
-    for (index_t e = gr.lane; e < sh.inner; e += step) {
-      const unsigned long long key = slot_win[t * sh.inner + e];
-      if (key == 0) continue;
-      if constexpr (Keyed)
-        acc[t * sh.inner + e] = static_cast<A>(load(from_bits<T>(static_cast<unsigned int>(key))));
-      else
-        acc[t * sh.inner + e] = static_cast<A>(load(values[(o * sh.m + (index_t)(key >> shift) - 1) * sh.inner + e]));
+    A* dst = acc + t * sh.inner;
+    if (!per_slot) {
+      const int64_t w = row_win[t];
+      if (w < 0) continue;
+      const T* src = values + (o * sh.m + w) * sh.inner;
+      for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += index_t(VW) << logG) {
+        const Pack<T, VW> v = load_pack<VW>(src + e);
+        Pack<A, VW> a;
+#pragma unroll
+        for (int u = 0; u < VW; ++u) a.v[u] = static_cast<A>(load(v.v[u]));
+        store_pack<VW>(dst + e, a);
+      }
+    } else {
+      for (index_t e = gr.lane; e < sh.inner; e += index_t(1) << logG) {
+        const unsigned long long key = slot_win[t * sh.inner + e];
+        if (key == 0) continue;
+        if constexpr (Keyed)
+          dst[e] = static_cast<A>(load(from_bits<T>(static_cast<unsigned int>(key))));
+        else
+          dst[e] = static_cast<A>(load(values[(o * sh.m + (index_t)(key >> shift) - 1) * sh.inner + e]));
+      }
     }
   }
 }
@@ -480,20 +473,17 @@ void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, void*
     const bool keyed_values = sizeof(T) <= 4 && m < (index_t)UINT32_MAX;  // carve_winners' shift == 32
     const WinnerScratch w = pick_winners(idx, keyed_values ? values : nullptr, winner, sh, stream);
     const RowPlan plan = row_plan(outer * n, inner, aligned4(values, sizeof(T)) && aligned4(acc, sizeof(A)));
-    with_pack(plan, [&](auto vw) {
-      winner_write_rows_kernel<T, A, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(acc, values, w.row_win, w.flag, sh,
-                                                                                          plan.logG);
-    });
-    const RowPlan slot_plan = row_plan(outer * n, inner, false);
-    auto slot_write = [&](auto keyed) {
-      const auto kernel = slot_write_rows_kernel<T, A, decltype(keyed)::value>;
-      kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(acc, values, w.slot_win, w.flag, sh, w.shift, slot_plan.logG);
+    auto write = [&](auto keyed) {
+      with_pack(plan, [&](auto vw) {
+        assign_write_rows_kernel<T, A, decltype(vw)::value, decltype(keyed)::value><<<plan.grid, kThreads, 0, stream>>>(
+            acc, values, w.row_win, w.slot_win, w.flag, sh, w.shift, plan.logG);
+      });
     };
     if constexpr (sizeof(T) <= 4) {
-      if (keyed_values) slot_write(std::true_type{});
-      else slot_write(std::false_type{});
+      if (keyed_values) write(std::true_type{});
+      else write(std::false_type{});
     } else {
-      slot_write(std::false_type{});
+      write(std::false_type{});
     }
     check_launch("put_along_axis assign");
   } else {
@@ -633,33 +623,13 @@ void sorted_impl(A* acc, const T* values, const Idx* idx, void* workspace, size_
 }
 
 // ---------------------------------------------------------------------------------------- backward
-// Flag up: one pass over the target rows (o, k): a written slot's arr grad is 0 and its winner (o, j, i),
-// from the key, takes g (values_grad was zeroed before: one random write per written slot); an
-// unwritten slot passes g through.
-template <typename T>
-__global__ void __launch_bounds__(kThreads) slot_grads_rows_kernel(const T* g, const unsigned long long* slot_win, const int* flag,
-                                                                   T* arr_grad, T* values_grad, Rows sh, int shift, int logG) {
-  if (skip(flag, true)) return;
-  const Group gr(logG);
-  const index_t targets = sh.outer * sh.n, step = index_t(1) << logG;
-  for (index_t t = gr.first; t < targets; t += gr.stride) {
-    const index_t o = sh.outer == 1 ? 0 : t / sh.n;
-    for (index_t e = gr.lane; e < sh.inner; e += step) {
-      const index_t s = t * sh.inner + e;
-      const unsigned long long key = slot_win[s];
-      const T gs = g[s];
-      if (arr_grad) arr_grad[s] = key != 0 ? store<T>(0.0f) : gs;
-      if (values_grad && key != 0) values_grad[(o * sh.m + (index_t)(key >> shift) - 1) * sh.inner + e] = gs;
-    }
-  }
-}
-
-// Flag down: an update row's grads are g's target row where it won, zeros elsewhere (its first index is
-// its only one).
+// assign's values' grads, over the update rows (one launch for either state of the flag): flag down,
+// an update row's grads are g's target row where it won, zeros elsewhere (its first index is its only
+// one); flag up, zeros (assign_grads_rows_kernel then writes g to each slot's winner).
 template <typename T, typename Idx, int VW>
-__global__ void __launch_bounds__(kThreads) winner_values_grad_rows_kernel(const Idx* idx, const T* g, const int64_t* row_win, const int* flag,
-                                               T* values_grad, Rows sh, int logG) {
-  if (skip(flag, false)) return;
+__global__ void __launch_bounds__(kThreads) assign_values_grad_rows_kernel(const Idx* idx, const T* g, const int64_t* row_win,
+                                                                           const int* flag, T* values_grad, Rows sh, int logG) {
+  const bool per_slot = *flag != 0;
   const Group gr(logG);
   const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
   Pack<T, VW> zero;
@@ -667,28 +637,49 @@ __global__ void __launch_bounds__(kThreads) winner_values_grad_rows_kernel(const
   for (int u = 0; u < VW; ++u) zero.v[u] = store<T>(0.0f);
   for (index_t r = gr.first; r < rows; r += gr.stride) {
     const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
-    const index_t k = static_cast<index_t>(idx[p0]);
-    const index_t t = index_in_range(k, sh.n) ? o * sh.n + wrap_index(k, sh.n) : -1;
-    const bool won = t >= 0 && row_win[t] == j;
+    bool won = false;
+    index_t t = -1;
+    if (!per_slot) {
+      const index_t k = static_cast<index_t>(idx[p0]);
+      t = index_in_range(k, sh.n) ? o * sh.n + wrap_index(k, sh.n) : -1;
+      won = t >= 0 && row_win[t] == j;
+    }
     for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step)
       store_pack<VW>(values_grad + p0 + e, won ? load_pack<VW>(g + t * sh.inner + e) : zero);
   }
 }
 
-// Flag down: a target row that some update row won has a zero grad, the others pass g through.
+// assign's arr grads, over the target rows (one launch for either state of the flag): flag down, a
+// target row that some update row won has a zero grad, the others pass g through (packs of VW); flag
+// up, per slot: a written slot's grad is 0 and its winner (o, j, i), from the key, takes g (one random
+// write per written slot into the values' grads zeroed before); an unwritten slot passes g through.
 template <typename T, int VW>
-__global__ void __launch_bounds__(kThreads) winner_arr_grad_rows_kernel(const T* g, const int64_t* row_win, const int* flag, T* arr_grad, Rows sh,
-                                            int logG) {
-  if (skip(flag, false)) return;
+__global__ void __launch_bounds__(kThreads) assign_grads_rows_kernel(const T* g, const int64_t* row_win,
+                                                                     const unsigned long long* slot_win, const int* flag,
+                                                                     T* arr_grad, T* values_grad, Rows sh, int shift,
+                                                                     int logG) {
+  const bool per_slot = *flag != 0;
   const Group gr(logG);
-  const index_t targets = sh.outer * sh.n, step = index_t(VW) << logG;
+  const index_t targets = sh.outer * sh.n;
   Pack<T, VW> zero;
 #pragma unroll
   for (int u = 0; u < VW; ++u) zero.v[u] = store<T>(0.0f);
   for (index_t t = gr.first; t < targets; t += gr.stride) {
-    const bool written = row_win[t] >= 0;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step)
-      store_pack<VW>(arr_grad + t * sh.inner + e, written ? zero : load_pack<VW>(g + t * sh.inner + e));
+    if (!per_slot) {
+      if (!arr_grad) break;
+      const bool written = row_win[t] >= 0;
+      for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += index_t(VW) << logG)
+        store_pack<VW>(arr_grad + t * sh.inner + e, written ? zero : load_pack<VW>(g + t * sh.inner + e));
+    } else {
+      const index_t o = sh.outer == 1 ? 0 : t / sh.n;
+      for (index_t e = gr.lane; e < sh.inner; e += index_t(1) << logG) {
+        const index_t s = t * sh.inner + e;
+        const unsigned long long key = slot_win[s];
+        const T gs = g[s];
+        if (arr_grad) arr_grad[s] = key != 0 ? store<T>(0.0f) : gs;
+        if (values_grad && key != 0) values_grad[(o * sh.m + (index_t)(key >> shift) - 1) * sh.inner + e] = gs;
+      }
+    }
   }
 }
 
@@ -875,22 +866,16 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
       const RowPlan plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)) && aligned4(g, sizeof(T)) &&
                                                           aligned4(values_grad, sizeof(T)));
       with_pack(plan, [&](auto vw) {
-        winner_values_grad_rows_kernel<T, Idx, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(
+        assign_values_grad_rows_kernel<T, Idx, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(
             idx, g, w.row_win, w.flag, values_grad, sh, plan.logG);
-      });
-      fill_kernel<T><<<resident_grid(fill_kernel<T>), kThreads, 0, stream>>>(values_grad, store<T>(0.0f), positions, w.flag);
-    }
-    if (arr_grad && slots > 0) {
-      const RowPlan plan = row_plan(outer * n, inner, aligned4(g, sizeof(T)) && aligned4(arr_grad, sizeof(T)));
-      with_pack(plan, [&](auto vw) {
-        winner_arr_grad_rows_kernel<T, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(g, w.row_win, w.flag, arr_grad,
-                                                                                            sh, plan.logG);
       });
     }
     if (slots > 0 && (arr_grad || (values_grad && positions > 0))) {
-      const RowPlan plan = row_plan(outer * n, inner, false);
-      slot_grads_rows_kernel<T><<<resident_grid(slot_grads_rows_kernel<T>), kThreads, 0, stream>>>(
-          g, w.slot_win, w.flag, arr_grad, positions > 0 ? values_grad : nullptr, sh, w.shift, plan.logG);
+      const RowPlan plan = row_plan(outer * n, inner, aligned4(g, sizeof(T)) && aligned4(arr_grad, sizeof(T)));
+      with_pack(plan, [&](auto vw) {
+        assign_grads_rows_kernel<T, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(
+            g, w.row_win, w.slot_win, w.flag, arr_grad, positions > 0 ? values_grad : nullptr, sh, w.shift, plan.logG);
+      });
     }
   } else if constexpr (R == Reduce::Mul) {
     mul_backward<T, Idx>(arr, idx, values, g, arr_grad, values_grad, workspace, workspace_bytes, outer, n, m, inner,
