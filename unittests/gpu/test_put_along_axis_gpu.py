@@ -512,4 +512,5 @@ def test_assign_per_slot_keys_carry_the_winners_bits(dtype, misaligned):
         a64 = to_float64(host_array(arr, dtype), dtype)
         v64 = to_float64(host_array(vals, dtype), dtype)
         want = _fast_ref(a64, idx, v64, "assign", True)
-        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+        real = ~np.isnan(want)  # (a NaN's sign is not asserted: host rounding may canonicalise it)
+        np.testing.assert_array_equal(np.signbit(got[real]), np.signbit(want[real]))
