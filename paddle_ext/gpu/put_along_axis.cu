@@ -1,21 +1,26 @@
 // CUDA put_along_axis. Most passes walk the update rows (o, j) of `inner` positions: a group of G lanes
-// per row (G a power of two <= 32, so no division per element), each lane loading packs of 4 indices
-// and 4 values (16-byte aligned vector loads) where inner % 4 == 0 and the pointers allow, else 1.
+// per row (G a power of two <= 32, up to 256 when few rows would not fill the device; no division per
+// element), each lane loading packs of 4 indices and 4 values (16-byte aligned vector loads) where
+// inner % 4 == 0 and the pointers allow, else 1.
 //   add / mean      atomicAdd per element (float32 accumulation for the half types, int64 for an integer
 //                   mean), one float4 atomicAdd for a pack of 4 equal indices on sm_90; mean counts in
 //                   the same pass, then a divide pass;
-//   mul, amin, amax a compare-and-swap loop around the shared ReduceOp<R>::combine (NaN-aware);
+//   mul, amin, amax a compare-and-swap loop around the shared ReduceOp<R>::combine (NaN-aware), lanes
+//                   on consecutive elements (coalesced atomics), 4 elements per lane in flight;
 //   assign          deterministic, "the largest position wins" as on the CPU: a scan pass takes each
 //                   update row's largest j per target row (o, k) with atomicMax into a small row table
 //                   and raises a flag when a row's indices differ (the row pattern [E, 1] -> [E, C]
 //                   broken); without the flag one pass per target row copies its winner's values row;
-//                   with it (read on the device, no host sync) the per-slot passes run instead: atomicMax
-//                   of the position per slot, then only the winner writes;
+//                   with it (read on the device, no host sync) the per-slot passes run instead: one
+//                   64-bit atomicMax per position of (position, value bits) per slot, then one pass
+//                   over the slots writes the winners' values (8-byte types: the key holds the position
+//                   alone, and the pass reads each winner's value at it);
 //   include_self=False: a first pass sets every written slot to the reduction's identity;
 //   deterministic add / mean: a stable radix sort of (slot, position), then one thread per slot folds
 //                   its values in position order (the CPU's order, so the same bits).
 // Grads: per-slot statistics with atomics (counts, ties), assign's from the same winner tables as its
-// forward, except mul's, which sort the positions by slot and take exclusive prefix x suffix products.
+// forward (per-slot keys: one pass over the slots gives arr's grads and scatters g to the winners into a
+// zeroed values_grad), except mul's, which sort the positions by slot and take exclusive prefix x suffix products.
 // Out-of-range indices are skipped by every pass (nothing outside arr is written, no host sync).
 // The per-element math (combine, identities, mean rounding, the grad formulas) is in put_along_axis.h.
 #include <cstring>
@@ -121,6 +126,18 @@ __device__ inline bool uniform(const Pack<Idx, N>& ix) {
   return same;
 }
 
+inline int sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        n <= 0) {
+      cudaGetLastError();
+      n = 132;
+    }
+    return n;
+  }();
+  return sms;
+}
 // Host: the pack width (4 where inner % 4 == 0 and every pointer is aligned to 4 elements) and the group size.
 struct RowPlan {
   bool vec;
@@ -134,6 +151,10 @@ inline RowPlan row_plan(index_t rows, index_t inner, bool pointers_aligned) {
   const index_t packs = plan.vec ? inner / 4 : inner;
   plan.logG = 0;
   while (plan.logG < 5 && (index_t(1) << plan.logG) < packs) ++plan.logG;
+  // Few long rows: more lanes per row (up to a block) until the grid fills the device once, so each
+  // lane has a few packs in flight rather than a serial chain of them.
+  const index_t fill = (index_t)sm_count() * 2048;
+  while (plan.logG < 8 && (index_t(1) << plan.logG) < packs && (std::max<index_t>(rows, 1) << plan.logG) < fill) ++plan.logG;
   plan.grid = grid_size(std::max<index_t>(rows, 1) << plan.logG, kThreads);
   return plan;
 }
@@ -147,18 +168,6 @@ inline void with_pack(const RowPlan& plan, Fn&& fn) {
 // One full wave of resident blocks for `kernel` (grid-stride loops do the rest): the size for kernels
 // that run or not depending on a flag the device set (no host sync), whose blocks then exit at once,
 // and for the scan, whose groups poll that flag between rows.
-inline int sm_count() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        n <= 0) {
-      cudaGetLastError();
-      n = 132;
-    }
-    return n;
-  }();
-  return sms;
-}
 template <typename Kernel>
 unsigned resident_grid(Kernel kernel) {
   static thread_local std::unordered_map<const void*, unsigned> cache;  // per kernel: no query per launch
@@ -198,33 +207,13 @@ __device__ inline void combine_pack(A* acc, int32_t* count, const Pack<Idx, VW>&
     const index_t k = static_cast<index_t>(ix.v[u]);
     slot[u] = index_in_range(k, n) ? (srow + wrap_index(k, n)) * inner + e + u : -1;
   }
-  if constexpr (R == Reduce::Add || R == Reduce::Mean) {
+  static_assert(R == Reduce::Add || R == Reduce::Mean, "mul/amin/amax combine in cas_rows_kernel");
+  {
 #pragma unroll
     for (int u = 0; u < VW; ++u) {
       if (slot[u] < 0) continue;
       atomic_add(acc + slot[u], static_cast<A>(load(vs.v[u])));
       if (count) atomicAdd(count + slot[u], 1);
-    }
-  } else {
-    // Compare-and-swap, with the pack's loads and first CAS attempts issued back to back (independent
-    // round trips in flight together); an attempt that lost a race retries alone (atomic_update).
-    using Bits = typename std::conditional<sizeof(A) == 4, unsigned int, unsigned long long>::type;
-    Bits old[VW];
-    bool done[VW];
-#pragma unroll
-    for (int u = 0; u < VW; ++u) old[u] = slot[u] >= 0 ? *reinterpret_cast<const Bits*>(acc + slot[u]) : Bits(0);
-#pragma unroll
-    for (int u = 0; u < VW; ++u) {
-      done[u] = true;
-      if (slot[u] < 0) continue;
-      const Bits next = to_bits<Bits>(ReduceOp<R>::combine(from_bits<A>(old[u]), static_cast<A>(load(vs.v[u]))));
-      if (next != old[u]) done[u] = atomicCAS(reinterpret_cast<Bits*>(acc + slot[u]), old[u], next) == old[u];
-    }
-#pragma unroll
-    for (int u = 0; u < VW; ++u) {
-      if (done[u]) continue;
-      const A v = static_cast<A>(load(vs.v[u]));
-      atomic_update(acc + slot[u], [v](A x) { return ReduceOp<R>::combine(x, v); });
     }
   }
 }
@@ -238,6 +227,54 @@ __global__ void __launch_bounds__(kThreads) combine_rows_kernel(A* acc, const T*
     for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step)
       combine_pack<R, A>(acc, count, load_pack<VW>(idx + p0 + e), load_pack<VW>(values + p0 + e), o * sh.n, sh.n,
                          sh.inner, e);
+  }
+}
+
+// mul / amin / amax: compare-and-swap. Lane `lane` takes the elements lane + G * u (u < kCasSpan) of a
+// chunk, so each of the warp's atomics covers consecutive words (packs of 4 neighbours per lane spread
+// a warp's CAS over 4x the cache lines); the chunk's loads and first attempts are issued back to back
+// (independent round trips in flight together), an attempt that lost a race retries alone. An
+// attempt that would change nothing (amin/amax: the slot already wins) is not made.
+constexpr int kCasSpan = 4;
+template <Reduce R, typename T, typename A, typename Idx>
+__global__ void __launch_bounds__(kThreads) cas_rows_kernel(A* acc, const T* values, const Idx* idx, Rows sh, int logG) {
+  using Bits = typename std::conditional<sizeof(A) == 4, unsigned int, unsigned long long>::type;
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, G = index_t(1) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner, srow = o * sh.n;
+    for (index_t e0 = gr.lane; e0 < sh.inner; e0 += G * kCasSpan) {
+      index_t slot[kCasSpan];
+      A v[kCasSpan];
+#pragma unroll
+      for (int u = 0; u < kCasSpan; ++u) {
+        const index_t e = e0 + G * u;
+        slot[u] = -1;
+        v[u] = A(0);
+        if (e < sh.inner) {
+          const index_t k = static_cast<index_t>(idx[p0 + e]);
+          v[u] = static_cast<A>(load(values[p0 + e]));
+          if (index_in_range(k, sh.n)) slot[u] = (srow + wrap_index(k, sh.n)) * sh.inner + e;
+        }
+      }
+      Bits old[kCasSpan];
+      bool done[kCasSpan];
+#pragma unroll
+      for (int u = 0; u < kCasSpan; ++u) old[u] = slot[u] >= 0 ? *reinterpret_cast<const Bits*>(acc + slot[u]) : Bits(0);
+#pragma unroll
+      for (int u = 0; u < kCasSpan; ++u) {
+        done[u] = true;
+        if (slot[u] < 0) continue;
+        const Bits next = to_bits<Bits>(ReduceOp<R>::combine(from_bits<A>(old[u]), v[u]));
+        if (next != old[u]) done[u] = atomicCAS(reinterpret_cast<Bits*>(acc + slot[u]), old[u], next) == old[u];
+      }
+#pragma unroll
+      for (int u = 0; u < kCasSpan; ++u) {
+        if (done[u]) continue;
+        const A x = v[u];
+        atomic_update(acc + slot[u], [x](A y) { return ReduceOp<R>::combine(y, x); });
+      }
+    }
   }
 }
 
@@ -263,21 +300,27 @@ __global__ void __launch_bounds__(kThreads) reset_rows_kernel(A* acc, const Idx*
 // Scratch (put_along_axis_winner_scratch bytes, uninitialised; the launchers prepare it):
 //   flag      int32: set when some update row's indices are not all equal;
 //   row_win   int64 [outer * n]: the largest j of the uniform update rows aimed at target row (o, k), -1 if none;
-//   slot_win  int64 [outer * n * inner]: the per-slot winners (largest position), only when the flag is set.
+//   slot_win  uint64 [outer * n * inner]: the per-slot winners, only when the flag is set: key
+//             ((j + 1) << shift) | low, 0 = none; one atomicMax per position keeps the largest j (the slot
+//             fixes o and i, so the largest position). shift = 32 where j + 1 fits 32 bits, and then the
+//             forward of a <= 4-byte type carries the value's bits in `low` (the winner's value comes
+//             with its key: no second random read); else shift = 0, low = 0.
 inline size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
 
 struct WinnerScratch {
   int* flag;
   int64_t* row_win;
-  int64_t* slot_win;
+  unsigned long long* slot_win;
+  int shift;
 };
 
-inline WinnerScratch carve_winners(void* base, index_t outer, index_t n) {
+inline WinnerScratch carve_winners(void* base, index_t outer, index_t n, index_t m) {
   char* p = static_cast<char*>(base);
   WinnerScratch w;
   w.flag = reinterpret_cast<int*>(p);
   w.row_win = reinterpret_cast<int64_t*>(p + 256);
-  w.slot_win = reinterpret_cast<int64_t*>(p + 256 + align_up(sizeof(int64_t) * (size_t)(outer * n)));
+  w.slot_win = reinterpret_cast<unsigned long long*>(p + 256 + align_up(sizeof(int64_t) * (size_t)(outer * n)));
+  w.shift = m < (index_t)UINT32_MAX ? 32 : 0;
   return w;
 }
 
@@ -315,69 +358,74 @@ __global__ void __launch_bounds__(kThreads) winner_scan_rows_kernel(const Idx* i
   }
 }
 
-// Flag down: each target row with a winner takes that update row's values.
-template <typename T, typename A, int VW>
-__global__ void __launch_bounds__(kThreads) winner_write_rows_kernel(A* acc, const T* values, const int64_t* row_win, const int* flag, Rows sh,
-                                         int logG) {
-  if (skip(flag, false)) return;
-  const Group gr(logG);
-  const index_t targets = sh.outer * sh.n, step = index_t(VW) << logG;
-  for (index_t t = gr.first; t < targets; t += gr.stride) {
-    const int64_t w = row_win[t];
-    if (w < 0) continue;
-    const index_t o = sh.outer == 1 ? 0 : t / sh.n;
-    const T* src = values + (o * sh.m + w) * sh.inner;
-    A* dst = acc + t * sh.inner;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
-      const Pack<T, VW> v = load_pack<VW>(src + e);
-      Pack<A, VW> a;
-#pragma unroll
-      for (int u = 0; u < VW; ++u) a.v[u] = static_cast<A>(load(v.v[u]));
-      store_pack<VW>(dst + e, a);
-    }
-  }
-}
-
-// Flag up (some update row's indices differ): the per-slot winners, the largest j per slot (the slot
-// fixes o and i, so the largest j is the largest position).
-template <typename Idx, int VW>
-__global__ void __launch_bounds__(kThreads) slot_winner_rows_kernel(const Idx* idx, int64_t* slot_win, const int* flag, Rows sh,
-                                                                    int logG) {
+// Flag up (some update row's indices differ): the per-slot winner keys (see WinnerScratch); `values`
+// (forward, shift 32, <= 4-byte T) puts each position's value bits under its key, else null.
+template <typename T, typename Idx, int VW>
+__global__ void __launch_bounds__(kThreads) slot_winner_rows_kernel(const Idx* idx, const T* values, unsigned long long* slot_win,
+                                                                    const int* flag, Rows sh, int shift, int logG) {
   if (skip(flag, true)) return;
   const Group gr(logG);
   const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
   for (index_t r = gr.first; r < rows; r += gr.stride) {
     const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
+    const unsigned long long key = (unsigned long long)(j + 1) << shift;
     for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
       const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+      Pack<T, VW> vs;
+      if constexpr (sizeof(T) <= 4) {
+        if (values) vs = load_pack<VW>(values + p0 + e);
+      }
 #pragma unroll
       for (int u = 0; u < VW; ++u) {
         const index_t k = static_cast<index_t>(ix.v[u]);
-        if (index_in_range(k, sh.n))
-          atomicMax(reinterpret_cast<long long*>(slot_win + (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u),
-                    (long long)j);
+        if (!index_in_range(k, sh.n)) continue;
+        unsigned long long low = 0;
+        if constexpr (sizeof(T) <= 4) {
+          if (values) {
+            unsigned int b = 0;
+            memcpy(&b, &vs.v[u], sizeof(T));
+            low = b;
+          }
+        }
+        atomicMax(slot_win + (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u, key | low);
       }
     }
   }
 }
 
-// Flag up: only each slot's winner writes.
-template <typename T, typename A, typename Idx, int VW>
-__global__ void __launch_bounds__(kThreads) slot_assign_rows_kernel(A* acc, const T* values, const Idx* idx, const int64_t* slot_win,
-                                                                    const int* flag, Rows sh, int logG) {
-  if (skip(flag, true)) return;
+// assign's last pass, over the target rows (o, k) (one launch for either state of the flag):
+// flag down: each target row with a winner takes that update row's values (packs of VW);
+// flag up: each slot's key (coalesced); a written slot takes its winner's value: the key's low bits
+// where they carry it (Keyed), else values at the winner's position (o, j, i), one random read.
+template <typename T, typename A, int VW, bool Keyed>
+__global__ void __launch_bounds__(kThreads) assign_write_rows_kernel(A* acc, const T* values, const int64_t* row_win,
+                                                                     const unsigned long long* slot_win, const int* flag,
+                                                                     Rows sh, int shift, int logG) {
+  const bool per_slot = *flag != 0;
   const Group gr(logG);
-  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
-  for (index_t r = gr.first; r < rows; r += gr.stride) {
-    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
-      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+  const index_t targets = sh.outer * sh.n;
+  for (index_t t = gr.first; t < targets; t += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : t / sh.n;
+    A* dst = acc + t * sh.inner;
+    if (!per_slot) {
+      const int64_t w = row_win[t];
+      if (w < 0) continue;
+      const T* src = values + (o * sh.m + w) * sh.inner;
+      for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += index_t(VW) << logG) {
+        const Pack<T, VW> v = load_pack<VW>(src + e);
+        Pack<A, VW> a;
 #pragma unroll
-      for (int u = 0; u < VW; ++u) {
-        const index_t k = static_cast<index_t>(ix.v[u]);
-        if (!index_in_range(k, sh.n)) continue;
-        const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
-        if (slot_win[s] == j) acc[s] = static_cast<A>(load(values[p0 + e + u]));
+        for (int u = 0; u < VW; ++u) a.v[u] = static_cast<A>(load(v.v[u]));
+        store_pack<VW>(dst + e, a);
+      }
+    } else {
+      for (index_t e = gr.lane; e < sh.inner; e += index_t(1) << logG) {
+        const unsigned long long key = slot_win[t * sh.inner + e];
+        if (key == 0) continue;
+        if constexpr (Keyed)
+          dst[e] = static_cast<A>(load(from_bits<T>(static_cast<unsigned int>(key))));
+        else
+          dst[e] = static_cast<A>(load(values[(o * sh.m + (index_t)(key >> shift) - 1) * sh.inner + e]));
       }
     }
   }
@@ -392,10 +440,11 @@ __global__ void mean_divide_kernel(A* acc, const int32_t* count, int32_t self, i
 
 // Assign's winner tables for both passes (forward and grads): init, the row scan, and with the flag up
 // the per-slot winners (those passes exit at once while the flag is down).
-template <typename Idx>
-WinnerScratch pick_winners(const Idx* idx, void* scratch, const Rows& sh, cudaStream_t stream) {
+// `values`: the forward's, where the keys can carry them (w.shift == 32, sizeof(T) <= 4), else null.
+template <typename T, typename Idx>
+WinnerScratch pick_winners(const Idx* idx, const T* values, void* scratch, const Rows& sh, cudaStream_t stream) {
   const index_t targets = sh.outer * sh.n, slots = targets * sh.inner;
-  const WinnerScratch w = carve_winners(scratch, sh.outer, sh.n);
+  const WinnerScratch w = carve_winners(scratch, sh.outer, sh.n, sh.m);
   winner_init_kernel<<<grid_size(targets, kThreads), kThreads, 0, stream>>>(w.flag, w.row_win, targets);
   const RowPlan plan = row_plan(sh.outer * sh.m, sh.inner, aligned4(idx, sizeof(Idx)));
   if (sh.outer * sh.m * sh.inner > 0)  // (inner == 0: no row has a first index to read)
@@ -404,11 +453,12 @@ WinnerScratch pick_winners(const Idx* idx, void* scratch, const Rows& sh, cudaSt
       kernel<<<std::min(plan.grid, resident_grid(kernel)), kThreads, 0, stream>>>(idx, w.row_win, w.flag, sh,
                                                                                              plan.logG);
     });
-  fill_kernel<int64_t><<<resident_grid(fill_kernel<int64_t>), kThreads, 0, stream>>>(w.slot_win, int64_t(-1), slots, w.flag);
-  with_pack(plan, [&](auto vw) {
-    const auto kernel = slot_winner_rows_kernel<Idx, decltype(vw)::value>;
-    kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(idx, w.slot_win, w.flag, sh,
-                                                                                               plan.logG);
+  using U64 = unsigned long long;
+  fill_kernel<U64><<<resident_grid(fill_kernel<U64>), kThreads, 0, stream>>>(w.slot_win, U64(0), slots, w.flag);
+  const RowPlan key_plan = row_plan(sh.outer * sh.m, sh.inner, aligned4(idx, sizeof(Idx)) && aligned4(values, sizeof(T)));
+  with_pack(key_plan, [&](auto vw) {
+    const auto kernel = slot_winner_rows_kernel<T, Idx, decltype(vw)::value>;
+    kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(idx, values, w.slot_win, w.flag, sh, w.shift, key_plan.logG);
   });
   return w;
 }
@@ -420,18 +470,21 @@ void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, void*
   if (positions == 0 || n == 0) return;
   const Rows sh{outer, n, m, inner};
   if constexpr (R == Reduce::Assign) {
-    const WinnerScratch w = pick_winners(idx, winner, sh, stream);
+    const bool keyed_values = sizeof(T) <= 4 && m < (index_t)UINT32_MAX;  // carve_winners' shift == 32
+    const WinnerScratch w = pick_winners(idx, keyed_values ? values : nullptr, winner, sh, stream);
     const RowPlan plan = row_plan(outer * n, inner, aligned4(values, sizeof(T)) && aligned4(acc, sizeof(A)));
-    with_pack(plan, [&](auto vw) {
-      winner_write_rows_kernel<T, A, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(acc, values, w.row_win, w.flag, sh,
-                                                                                          plan.logG);
-    });
-    const RowPlan slot_plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)));
-    with_pack(slot_plan, [&](auto vw) {
-      const auto kernel = slot_assign_rows_kernel<T, A, Idx, decltype(vw)::value>;
-      kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(
-          acc, values, idx, w.slot_win, w.flag, sh, slot_plan.logG);
-    });
+    auto write = [&](auto keyed) {
+      with_pack(plan, [&](auto vw) {
+        assign_write_rows_kernel<T, A, decltype(vw)::value, decltype(keyed)::value><<<plan.grid, kThreads, 0, stream>>>(
+            acc, values, w.row_win, w.slot_win, w.flag, sh, w.shift, plan.logG);
+      });
+    };
+    if constexpr (sizeof(T) <= 4) {
+      if (keyed_values) write(std::true_type{});
+      else write(std::false_type{});
+    } else {
+      write(std::false_type{});
+    }
     check_launch("put_along_axis assign");
   } else {
     int32_t* mean_count = R == Reduce::Mean ? count : nullptr;
@@ -440,8 +493,14 @@ void forward_impl(A* acc, const T* values, const Idx* idx, int32_t* count, void*
     with_pack(plan, [&](auto vw) {
       constexpr int VW = decltype(vw)::value;
       if (!include_self) reset_rows_kernel<R, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(acc, idx, sh, plan.logG);
-      combine_rows_kernel<R, T, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(acc, values, idx, mean_count, sh, plan.logG);
+      if constexpr (R == Reduce::Add || R == Reduce::Mean)
+        combine_rows_kernel<R, T, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(acc, values, idx, mean_count, sh, plan.logG);
     });
+    if constexpr (R != Reduce::Add && R != Reduce::Mean) {
+      // one element per lane and chunk slot: the plan without packs (inner elements per row)
+      const RowPlan cas_plan = row_plan(outer * m, (inner + kCasSpan - 1) / kCasSpan, false);
+      cas_rows_kernel<R, T, A, Idx><<<cas_plan.grid, kThreads, 0, stream>>>(acc, values, idx, sh, cas_plan.logG);
+    }
     if (mean_count)
       mean_divide_kernel<A><<<grid_size(slots, kThreads), kThreads, 0, stream>>>(acc, mean_count, include_self ? 1 : 0,
                                                                                   slots);
@@ -564,41 +623,13 @@ void sorted_impl(A* acc, const T* values, const Idx* idx, void* workspace, size_
 }
 
 // ---------------------------------------------------------------------------------------- backward
-// Flag up: each position's grad is g at its slot where it won, else 0.
+// assign's values' grads, over the update rows (one launch for either state of the flag): flag down,
+// an update row's grads are g's target row where it won, zeros elsewhere (its first index is its only
+// one); flag up, zeros (assign_grads_rows_kernel then writes g to each slot's winner).
 template <typename T, typename Idx, int VW>
-__global__ void __launch_bounds__(kThreads) slot_values_grad_rows_kernel(const Idx* idx, const T* g, const int64_t* slot_win,
-                                                                         const int* flag, T* values_grad, Rows sh, int logG) {
-  if (skip(flag, true)) return;
-  const Group gr(logG);
-  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
-  for (index_t r = gr.first; r < rows; r += gr.stride) {
-    const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
-      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
-      Pack<T, VW> vg;
-#pragma unroll
-      for (int u = 0; u < VW; ++u) {
-        const index_t k = static_cast<index_t>(ix.v[u]);
-        const index_t s = index_in_range(k, sh.n) ? (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u : -1;
-        vg.v[u] = (s >= 0 && slot_win[s] == j) ? g[s] : store<T>(0.0f);
-      }
-      store_pack<VW>(values_grad + p0 + e, vg);
-    }
-  }
-}
-
-template <typename T>
-__global__ void assign_arr_grad_kernel(const T* g, const int64_t* winner, T* arr_grad, index_t slots, const int* flag) {
-  if (skip(flag, true)) return;
-  PE_GRID_LOOP(s, slots) { arr_grad[s] = winner[s] >= 0 ? store<T>(0.0f) : g[s]; }
-}
-
-// Flag down: an update row's grads are g's target row where it won, zeros elsewhere (its first index is
-// its only one).
-template <typename T, typename Idx, int VW>
-__global__ void __launch_bounds__(kThreads) winner_values_grad_rows_kernel(const Idx* idx, const T* g, const int64_t* row_win, const int* flag,
-                                               T* values_grad, Rows sh, int logG) {
-  if (skip(flag, false)) return;
+__global__ void __launch_bounds__(kThreads) assign_values_grad_rows_kernel(const Idx* idx, const T* g, const int64_t* row_win,
+                                                                           const int* flag, T* values_grad, Rows sh, int logG) {
+  const bool per_slot = *flag != 0;
   const Group gr(logG);
   const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
   Pack<T, VW> zero;
@@ -606,50 +637,82 @@ __global__ void __launch_bounds__(kThreads) winner_values_grad_rows_kernel(const
   for (int u = 0; u < VW; ++u) zero.v[u] = store<T>(0.0f);
   for (index_t r = gr.first; r < rows; r += gr.stride) {
     const index_t o = sh.outer == 1 ? 0 : r / sh.m, j = r - o * sh.m, p0 = r * sh.inner;
-    const index_t k = static_cast<index_t>(idx[p0]);
-    const index_t t = index_in_range(k, sh.n) ? o * sh.n + wrap_index(k, sh.n) : -1;
-    const bool won = t >= 0 && row_win[t] == j;
+    bool won = false;
+    index_t t = -1;
+    if (!per_slot) {
+      const index_t k = static_cast<index_t>(idx[p0]);
+      t = index_in_range(k, sh.n) ? o * sh.n + wrap_index(k, sh.n) : -1;
+      won = t >= 0 && row_win[t] == j;
+    }
     for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step)
       store_pack<VW>(values_grad + p0 + e, won ? load_pack<VW>(g + t * sh.inner + e) : zero);
   }
 }
 
-// Flag down: a target row that some update row won has a zero grad, the others pass g through.
+// assign's arr grads, over the target rows (one launch for either state of the flag): flag down, a
+// target row that some update row won has a zero grad, the others pass g through (packs of VW); flag
+// up, per slot: a written slot's grad is 0 and its winner (o, j, i), from the key, takes g (one random
+// write per written slot into the values' grads zeroed before); an unwritten slot passes g through.
 template <typename T, int VW>
-__global__ void __launch_bounds__(kThreads) winner_arr_grad_rows_kernel(const T* g, const int64_t* row_win, const int* flag, T* arr_grad, Rows sh,
-                                            int logG) {
-  if (skip(flag, false)) return;
+__global__ void __launch_bounds__(kThreads) assign_grads_rows_kernel(const T* g, const int64_t* row_win,
+                                                                     const unsigned long long* slot_win, const int* flag,
+                                                                     T* arr_grad, T* values_grad, Rows sh, int shift,
+                                                                     int logG) {
+  const bool per_slot = *flag != 0;
   const Group gr(logG);
-  const index_t targets = sh.outer * sh.n, step = index_t(VW) << logG;
+  const index_t targets = sh.outer * sh.n;
   Pack<T, VW> zero;
 #pragma unroll
   for (int u = 0; u < VW; ++u) zero.v[u] = store<T>(0.0f);
   for (index_t t = gr.first; t < targets; t += gr.stride) {
-    const bool written = row_win[t] >= 0;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step)
-      store_pack<VW>(arr_grad + t * sh.inner + e, written ? zero : load_pack<VW>(g + t * sh.inner + e));
+    if (!per_slot) {
+      if (!arr_grad) break;
+      const bool written = row_win[t] >= 0;
+      for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += index_t(VW) << logG)
+        store_pack<VW>(arr_grad + t * sh.inner + e, written ? zero : load_pack<VW>(g + t * sh.inner + e));
+    } else {
+      const index_t o = sh.outer == 1 ? 0 : t / sh.n;
+      for (index_t e = gr.lane; e < sh.inner; e += index_t(1) << logG) {
+        const index_t s = t * sh.inner + e;
+        const unsigned long long key = slot_win[s];
+        const T gs = g[s];
+        if (arr_grad) arr_grad[s] = key != 0 ? store<T>(0.0f) : gs;
+        if (values_grad && key != 0) values_grad[(o * sh.m + (index_t)(key >> shift) - 1) * sh.inner + e] = gs;
+      }
+    }
   }
 }
 
 // Per-slot statistics over the contributions (count; aux for Min/Max: contributors matching out).
+// Min/Max with `mark` (values_grad): each position's mark, 1 where its value equals its slot's result,
+// else 0 (out of range too), so that the values' grad pass reads g and the ties for those alone and
+// never the result again.
 template <Reduce R, typename T, typename A, typename Idx, int VW>
 __global__ void __launch_bounds__(kThreads) stats_rows_kernel(const Idx* idx, const T* values, const T* out, int32_t* count, int32_t* aux,
-                                  Rows sh, int logG) {
+                                  T* mark, Rows sh, int logG) {
   const Group gr(logG);
   const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
   for (index_t r = gr.first; r < rows; r += gr.stride) {
     const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner;
     for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
       const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+      Pack<T, VW> mk;
 #pragma unroll
       for (int u = 0; u < VW; ++u) {
+        mk.v[u] = store<T>(A(0));
         const index_t k = static_cast<index_t>(ix.v[u]);
         if (!index_in_range(k, sh.n)) continue;
         const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
         atomicAdd(count + s, 1);
         if constexpr (R == Reduce::Min || R == Reduce::Max) {
-          if (same_value(static_cast<A>(load(values[p0 + e + u])), static_cast<A>(load(out[s])))) atomicAdd(aux + s, 1);
+          if (same_value(static_cast<A>(load(values[p0 + e + u])), static_cast<A>(load(out[s])))) {
+            atomicAdd(aux + s, 1);
+            mk.v[u] = store<T>(A(1));
+          }
         }
+      }
+      if constexpr (R == Reduce::Min || R == Reduce::Max) {
+        if (mark) store_pack<VW>(mark + p0 + e, mk);
       }
     }
   }
@@ -674,6 +737,12 @@ __global__ void __launch_bounds__(kThreads) values_grad_rows_kernel(const Idx* i
         }
       }
       Pack<T, VW> vg;
+      bool mk[VW];  // Min/Max: the stats pass's marks (in values_grad)
+      if constexpr (R == Reduce::Min || R == Reduce::Max) {
+        const Pack<T, VW> m = load_pack<VW>(values_grad + p0 + e);
+#pragma unroll
+        for (int u = 0; u < VW; ++u) mk[u] = static_cast<A>(load(m.v[u])) != A(0);
+      }
 #pragma unroll
       for (int u = 0; u < VW; ++u) {
         const index_t k = static_cast<index_t>(ix.v[u]), p = p0 + e + u;
@@ -684,6 +753,12 @@ __global__ void __launch_bounds__(kThreads) values_grad_rows_kernel(const Idx* i
         const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
         if constexpr (R == Reduce::Add) {
           vg.v[u] = g[s];
+        } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
+          // only a value equal to its slot's result (marked by the stats pass) has a grad, its share of
+          // g (matches: v and out stand in as equal); g and the ties are read for those alone
+          vg.v[u] = store<T>(mk[u] ? values_grad_of<R, A>(static_cast<A>(load(g[s])), A(0), A(0), 0, aux[s], A(1),
+                                                            include_self)
+                                     : A(0));
         } else {
           vg.v[u] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), static_cast<A>(load(values[p])),
                                                   static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0, A(1),
@@ -786,28 +861,21 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   const unsigned sgrid = grid_size(slots, kThreads);
   const Rows sh{outer, n, m, inner};
   if constexpr (R == Reduce::Assign) {
-    const WinnerScratch w = pick_winners(idx, winner, sh, stream);
+    const WinnerScratch w = pick_winners(idx, static_cast<const T*>(nullptr), winner, sh, stream);
     if (values_grad && positions > 0) {
       const RowPlan plan = row_plan(outer * m, inner, aligned4(idx, sizeof(Idx)) && aligned4(g, sizeof(T)) &&
                                                           aligned4(values_grad, sizeof(T)));
       with_pack(plan, [&](auto vw) {
-        winner_values_grad_rows_kernel<T, Idx, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(
+        assign_values_grad_rows_kernel<T, Idx, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(
             idx, g, w.row_win, w.flag, values_grad, sh, plan.logG);
       });
-      with_pack(plan, [&](auto vw) {
-        const auto kernel = slot_values_grad_rows_kernel<T, Idx, decltype(vw)::value>;
-        kernel<<<resident_grid(kernel), kThreads, 0, stream>>>(
-            idx, g, w.slot_win, w.flag, values_grad, sh, plan.logG);
-      });
     }
-    if (arr_grad && slots > 0) {
+    if (slots > 0 && (arr_grad || (values_grad && positions > 0))) {
       const RowPlan plan = row_plan(outer * n, inner, aligned4(g, sizeof(T)) && aligned4(arr_grad, sizeof(T)));
       with_pack(plan, [&](auto vw) {
-        winner_arr_grad_rows_kernel<T, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(g, w.row_win, w.flag, arr_grad,
-                                                                                            sh, plan.logG);
+        assign_grads_rows_kernel<T, decltype(vw)::value><<<plan.grid, kThreads, 0, stream>>>(
+            g, w.row_win, w.slot_win, w.flag, arr_grad, positions > 0 ? values_grad : nullptr, sh, w.shift, plan.logG);
       });
-      assign_arr_grad_kernel<T><<<resident_grid(assign_arr_grad_kernel<T>), kThreads, 0, stream>>>(g, w.slot_win, arr_grad,
-                                                                                                   slots, w.flag);
     }
   } else if constexpr (R == Reduce::Mul) {
     mul_backward<T, Idx>(arr, idx, values, g, arr_grad, values_grad, workspace, workspace_bytes, outer, n, m, inner,
@@ -821,8 +889,12 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
                                                         aligned4(values_grad, sizeof(T)));
     with_pack(plan, [&](auto vw) {
       constexpr int VW = decltype(vw)::value;
-      if (positions > 0 && n > 0 && needs_stats)
-        stats_rows_kernel<R, T, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(idx, values, out, count, aux, sh, plan.logG);
+      // (Min/Max: also with n == 0, where it marks every value's grad 0 for the values' grad pass)
+      constexpr bool marks = R == Reduce::Min || R == Reduce::Max;
+      if (positions > 0 && (n > 0 || (marks && values_grad)) && needs_stats)
+        stats_rows_kernel<R, T, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(idx, values, out, count, aux,
+                                                                                marks ? values_grad : nullptr, sh,
+                                                                                plan.logG);
       if (values_grad && positions > 0)
         values_grad_rows_kernel<R, T, A, Idx, VW><<<plan.grid, kThreads, 0, stream>>>(idx, values, out, g, count, aux,
                                                                                       values_grad, include_self, sh,

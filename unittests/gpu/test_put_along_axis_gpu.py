@@ -471,3 +471,46 @@ def test_backward_with_empty_rows_passes_grad_through(reduce):
         got_a, got_v = _backward("float32", reduce, arr, idx, vals, arr, g, shape4, True)
         np.testing.assert_array_equal(got_a, g)
         assert got_v.shape == vals.shape
+
+
+# ------------------------------------------------------------------ few long rows, CAS chunks, keyed assign
+# (outer, n, m, inner): few update rows of many features widen the row groups past a warp (up to a block of
+# lanes per row); 1000 and 1030 features leave tails in the CAS chunks (lane + 256 u; 1030: a second chunk).
+LONG_ROW_SHAPES = [(1, 8, 16, 1000), (2, 6, 12, 1030), (1, 16, 40, 256)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int32"])
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+@pytest.mark.parametrize("pattern", ["rows", "independent"])
+@pytest.mark.parametrize("shape4", LONG_ROW_SHAPES)
+def test_forward_few_long_rows_matches_reference(dtype, reduce, pattern, shape4):
+    if reduce == "mul" and dtype == "int32" and pattern == "independent":
+        pytest.skip("a slot's dozen factors can wrap int32 (the float64 reference does not)")
+    make = _row_inputs if pattern == "rows" else _inputs
+    arr, idx, vals = make(dtype, shape4, seed=14)
+    _check_forward(dtype, reduce, arr, idx, vals, shape4, pattern == "rows")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32", "float64", "int64"])
+@pytest.mark.parametrize("misaligned", [False, True])
+def test_assign_per_slot_keys_carry_the_winners_bits(dtype, misaligned):
+    # independent indices: one atomicMax of (position, value bits) per element for <= 4-byte types, the
+    # position alone (then the winner's write) for 8-byte ones; the result is the winner's exact bits,
+    # whatever they are (negative, -0.0, inf, NaN, the most negative integer)
+    shape4 = (2, 50, 400, 12)
+    arr, idx, vals = _inputs(dtype, shape4, seed=15)
+    if dtype.startswith("int"):
+        vals[:, ::5] = np.iinfo(dtype).min
+        vals[:, 1::5] = -1
+    else:
+        vals[:, ::5] = -np.inf
+        vals[:, 1::5] = -0.0
+        vals[:, 2::5] = np.nan
+    _check_forward(dtype, "assign", arr, idx, vals, shape4, True, misaligned)
+    got = _forward(dtype, "assign", arr, idx, vals, shape4, True, misaligned)
+    if not dtype.startswith("int"):  # -0.0 stays -0.0
+        a64 = to_float64(host_array(arr, dtype), dtype)
+        v64 = to_float64(host_array(vals, dtype), dtype)
+        want = _fast_ref(a64, idx, v64, "assign", True)
+        real = ~np.isnan(want)  # (a NaN's sign is not asserted: host rounding may canonicalise it)
+        np.testing.assert_array_equal(np.signbit(got[real]), np.signbit(want[real]))
