@@ -49,7 +49,7 @@ extern "C" void host_forward(const double* px, const double* py, const int64_t* 
 
 // The band kernels' walk (band_walk) on the host: warps one after another (band w needs only band w - 1),
 // the 32 lanes of a warp in lockstep per step (a shuffle reads the lane's values before the step), the
-// chunk's coefficients computed ahead as on the device; the ring becomes the full top row of the band below.
+// chunk's coefficients loaded ahead as on the device; the ring becomes the full top row of the band below.
 // Passes of kHostPassRows rows (the device's are 32 * kMaxWarps): the first band of a later pass reads the
 // previous pass's top row through pol.row_get, which the last band of that pass stored with pol.row_put.
 constexpr index_t kHostPassRows = 64;
@@ -71,7 +71,7 @@ static void host_band_walk(Pol& pol, index_t nrows, index_t ncols, bool modified
     for (index_t j0 = 0; j0 < ncols + 31; j0 += kChunk) {
       Coef co[32][kChunk];
       for (int l = 0; l < 32; ++l)
-        for (int i = 0; i < kChunk; ++i) co[l][i] = pol.coef(pol.fetch(w * 32 + l, j0 + i - l), w * 32 + l, j0 + i - l);
+        for (int i = 0; i < kChunk; ++i) co[l][i] = pol.fetch(w * 32 + l, j0 + i - l);
       for (int i = 0; i < kChunk; ++i) {
         V pl[32], pl2[32];
         for (int l = 0; l < 32; ++l) pl[l] = left[l], pl2[l] = left2[l];
@@ -126,8 +126,9 @@ extern "C" int host_band_forward(const double* px, const double* py, const int64
     const MIBox box = mi_box(boundary, b, S, T);
     const index_t item = b * (S + 1) * P1;
     double* pb = p + item;
-    ForwardBand pol{xm.data() + item, ym.data() + item, xk.data() + item, yk.data() + item, pb, pk.data() + item, P1,
-                    box.s_begin, box.t_begin, box.s_end - box.s_begin + 1, box.t_end - box.t_begin + 1, true};
+    const index_t o = item + box.s_begin * P1 + box.t_begin;  // the box origin
+    ForwardBand pol{xm.data() + o, ym.data() + o, xk.data() + o, yk.data() + o, p + o, pk.data() + o, P1,
+                    box.s_end - box.s_begin + 1, box.t_end - box.t_begin + 1, true};
     if (!flag[b]) host_band_walk(pol, pol.nrows, pol.ncols, modified != 0);
     if (flag[b] || !pol.ok) {
       ++redone;

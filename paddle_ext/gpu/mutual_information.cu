@@ -124,9 +124,9 @@ __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t r0, index_t nrows
   V left = Pol::zero(), left2 = Pol::zero();  // v(r, c - 1), v(r, c - 2)
   V staged = Pol::zero();  // from_row: lane i < K holds column j0 + i of row r0 - 1 for the coming chunk
   if (from_row && lane < K && lane < ncols) staged = pol.row_get((pass - 1) & 1, r0 - 1, lane);
-  typename Pol::Raw raw[K];  // loads (backward: edge weights) of the chunk, fetched during the one before
+  Coef co[K];  // the pre-pass's coefficients of the next K cells: each loaded K steps before its use
 #pragma unroll
-  for (int i = 0; i < K; ++i) raw[i] = pol.fetch(r, i - lane);
+  for (int i = 0; i < K; ++i) co[i] = pol.fetch(r, i - lane);
   for (index_t j0 = 0; j0 < ncols + 31; j0 += K) {
     // Lane 0 reads columns < j0 + K of the band below; lane 31 overwrites ring slots of the columns
     // <= j0 + K - 32 - kRing, which warp + 1 must have read.
@@ -142,11 +142,6 @@ __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t r0, index_t nrows
     }
     __syncwarp();
     __threadfence_block();
-    Coef co[K];  // the chunk's independent work ahead of its serial chain
-#pragma unroll
-    for (int i = 0; i < K; ++i) co[i] = pol.coef(raw[i], r, j0 + i - lane);
-#pragma unroll
-    for (int i = 0; i < K; ++i) raw[i] = pol.fetch(r, j0 + K + i - lane);  // in flight during this chain
 #pragma unroll
     for (int i = 0; i < K; ++i) {
       const index_t c = j0 + i - lane;
@@ -159,6 +154,7 @@ __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t r0, index_t nrows
       const V below = lane > 0 ? up_v : (down && cb >= 0 && cb < ncols) ? ring_v : Pol::zero();
       const bool active = r < nrows && c >= 0 && c < ncols;
       const V cur = active ? pol.step(below, left, co[i], r, c) : Pol::zero();
+      co[i] = pol.fetch(r, c + K);  // (in flight during the next K steps)
       if (up && lane == 31 && active) ring_put(sh, warp, int(c & (kRing - 1)), cur);
       if (to_row && lane == 31 && active) pol.row_put(pass & 1, r, c, cur);
       pol.emit(r, c, cur, active);  // off the chain: overlaps the next steps
@@ -272,37 +268,35 @@ struct ForwardBand {
   struct Coef {
     MIExt x, y;  // exp of the s-step and the t-step into this cell (zero where no such edge)
   };
-  using Raw = Coef;  // loaded a chunk ahead
-  const double *xm, *ym;  // this item's, p-shaped
+  const double *xm, *ym;  // p-shaped, all six pointing at this item's box origin (s_begin, t_begin)
   const int *xk, *yk;
   P* p;
   int* pk;
-  index_t P1, s0, t0, nrows, ncols;
+  index_t P1, nrows, ncols;
   bool ok;
   PE_HOSTDEVICE static MIExt zero() { return {0.0, kMiExtZeroExp}; }
-  PE_HOSTDEVICE Raw fetch(index_t r, index_t c) const {
-    Raw raw{zero(), zero()};
+  PE_HOSTDEVICE Coef fetch(index_t r, index_t c) const {
+    Coef co{zero(), zero()};
     if (r < nrows && c >= 0 && c < ncols) {
-      const index_t i = (s0 + r) * P1 + t0 + c;
-      raw = {{xm[i], xk[i]}, {ym[i], yk[i]}};
+      const index_t i = r * P1 + c;
+      co = {{xm[i], xk[i]}, {ym[i], yk[i]}};
     }
-    return raw;
+    return co;
   }
-  PE_HOSTDEVICE Coef coef(const Raw& raw, index_t, index_t) const { return raw; }
   PE_HOSTDEVICE MIExt step(MIExt below, MIExt left, const Coef& co, index_t r, index_t c) const {
     if (r == 0 && c == 0) return {1.0, 0};
     return mi_ext_fma2(below, co.x, left, co.y);
   }
   // The previous pass's top row: emit stored it in p and pk.
   PE_HOSTDEVICE MIExt row_get(int, index_t r, index_t c) const {
-    const index_t i = (s0 + r) * P1 + t0 + c;
+    const index_t i = r * P1 + c;
     return {p[i], pk[i]};
   }
   PE_HOSTDEVICE void row_put(int, index_t, index_t, MIExt) const {}
   PE_HOSTDEVICE void emit(index_t r, index_t c, MIExt v, bool active) {
     if (active) {
       ok &= v.m == 0 || (v.k <= kMiExtMaxExp && v.k >= -kMiExtMaxExp);
-      const index_t i = (s0 + r) * P1 + t0 + c;
+      const index_t i = r * P1 + c;
       p[i] = v.m;
       pk[i] = v.k;
     }
@@ -316,7 +310,6 @@ struct BackwardBand {
   struct Coef {
     P w1, w2;  // exp(p + px - p_next) of the s-step and exp(p + py - p[s, t+1]) of the t-step out of this cell
   };
-  using Raw = Coef;  // loaded a chunk ahead
   const double *w1, *w2;  // this item's, p-shaped
   P* rows;                // this item's 2 x P1: a pass's top row of p's grad (slot = pass parity)
   T *px_grad, *py_grad;
@@ -325,8 +318,7 @@ struct BackwardBand {
   bool modified;
   PE_HOSTDEVICE static P zero() { return P(0); }
   PE_HOSTDEVICE bool has_s(index_t r, index_t c) const { return r > 0 && (!modified || c > 0); }
-  PE_HOSTDEVICE Coef coef(const Raw& raw, index_t, index_t) const { return raw; }
-  PE_HOSTDEVICE Raw fetch(index_t r, index_t c) const {
+  PE_HOSTDEVICE Coef fetch(index_t r, index_t c) const {
     Coef co{P(0), P(0)};
     if (r < nrows && c >= 0 && c < ncols) {
       const index_t i = (s1 - r) * P1 + t1 - c;
@@ -372,8 +364,9 @@ __global__ void __launch_bounds__(32 * W) forward_band_kernel(const T* px, const
   }
   const bool bad = flag[b] != 0;  // (block-uniform: written by the pre-pass; this block writes it after a barrier)
   if (threadIdx.x == 0) sh.ok = 1;
-  ForwardBand pol{xm + item, ym + item, xk + item, yk + item, pb, pk + item, P1, box.s_begin, box.t_begin,
-                  box.s_end - box.s_begin + 1, box.t_end - box.t_begin + 1, true};
+  const index_t o = item + box.s_begin * P1 + box.t_begin;  // the box origin
+  ForwardBand pol{xm + o, ym + o, xk + o, yk + o, p + o, pk + o, P1, box.s_end - box.s_begin + 1,
+                  box.t_end - box.t_begin + 1, true};
   if (!bad)
     for (index_t r0 = 0; r0 < pol.nrows; r0 += 32 * W) {
       if (r0 > 0) __syncthreads();  // the last pass's walk (counters, its top row in p) is done
