@@ -105,7 +105,7 @@ extern "C" void host_ext_math(const double* r, double* exp_r, const double* a, d
 
 // The launchers' sequence on the host: the parallel pre-pass over every cell, the walk per item (the
 // log-space redo for a flagged item or one whose exponents left the range), the post-pass over every cell.
-// Workspaces and p start as NaN: whatever the walk or the post-pass read must have been written.
+// Workspaces, p and the grads start as NaN: whatever the walk or the post-pass read must have been written.
 // Returns how many items took the log-space redo.
 template <typename F>
 static void host_cells(const F& f, index_t B, index_t S, index_t T) {
@@ -116,19 +116,17 @@ static void host_cells(const F& f, index_t B, index_t S, index_t T) {
 
 extern "C" int host_band_forward(const double* px, const double* py, const int64_t* boundary, double* p, double* ans,
                                  int64_t B, int64_t S, int64_t T, int modified) {
-  const index_t P1 = T + 1, T1 = modified ? T : T + 1, cells = B * (S + 1) * P1;
-  std::vector<double> xm(cells, NAN), ym(cells, NAN);
-  std::vector<int> xk(cells, 1 << 30), yk(cells, 1 << 30), pk(cells, 1 << 30), flag(B, 0);
-  for (index_t i = 0; i < cells; ++i) p[i] = NAN;
-  host_cells(ForwardPre<double>{px, py, boundary, xm.data(), ym.data(), xk.data(), yk.data(), flag.data(), S, T,
+  const index_t P1 = T + 1, T1 = modified ? T : T + 1, Z = skew_item(S, T), n = B * Z;
+  std::vector<double> xm(n, NAN), ym(n, NAN);
+  std::vector<int> xk(n, 1 << 30), yk(n, 1 << 30), flag(B, 0);
+  for (index_t i = 0; i < B * (S + 1) * P1; ++i) p[i] = NAN;
+  host_cells(ForwardPre<double>{px, py, boundary, xm.data(), ym.data(), xk.data(), yk.data(), flag.data(), S, T, Z,
                                 modified != 0}, B, S, T);
   int redone = 0;
   for (index_t b = 0; b < B; ++b) {
     const MIBox box = mi_box(boundary, b, S, T);
-    const index_t item = b * (S + 1) * P1;
-    double* pb = p + item;
-    const index_t o = item + box.s_begin * P1 + box.t_begin;  // the box origin
-    ForwardBand pol{xm.data() + o, ym.data() + o, xk.data() + o, yk.data() + o, p + o, pk.data() + o, P1,
+    double* pb = p + b * (S + 1) * P1;
+    ForwardBand pol{xm.data() + b * Z, ym.data() + b * Z, xk.data() + b * Z, yk.data() + b * Z, Skew{T + 32},
                     box.s_end - box.s_begin + 1, box.t_end - box.t_begin + 1, true};
     if (!flag[b]) host_band_walk(pol, pol.nrows, pol.ncols, modified != 0);
     if (flag[b] || !pol.ok) {
@@ -141,24 +139,25 @@ extern "C" int host_band_forward(const double* px, const double* py, const int64
       flag[b] = 1;
     }
   }
-  host_cells(ForwardPost<double>{boundary, p, pk.data(), flag.data(), ans, S, T}, B, S, T);
+  host_cells(ForwardPost<double>{boundary, xm.data(), xk.data(), flag.data(), p, ans, S, T, Z}, B, S, T);
   return redone;
 }
 
 extern "C" void host_band_backward(const double* px, const double* py, const int64_t* boundary, const double* p,
                                    const double* ans_grad, double* px_grad, double* py_grad, int64_t B, int64_t S,
                                    int64_t T, int modified) {
-  const index_t P1 = T + 1, T1 = modified ? T : T + 1, cells = B * (S + 1) * P1;
-  std::vector<double> w1(cells, NAN), w2(cells, NAN), rows(2 * B * P1, NAN);
-  host_cells(BackwardPre<double>{px, py, boundary, p, w1.data(), w2.data(), S, T, modified != 0}, B, S, T);
+  const index_t Z = skew_item(S, T), n = B * Z;
+  std::vector<double> w1(n, NAN), w2(n, NAN), g(n, NAN);
+  host_cells(BackwardPre<double>{px, py, boundary, p, w1.data(), w2.data(), S, T, Z, modified != 0}, B, S, T);
   for (index_t b = 0; b < B; ++b) {
     const MIBox box = mi_box(boundary, b, S, T);
-    const index_t item = b * (S + 1) * P1;
-    BackwardBand<double> pol{w1.data() + item, w2.data() + item, rows.data() + b * 2 * P1, px_grad + b * S * T1, py_grad + b * (S + 1) * T, T1,
-                             P1, box.s_end, box.t_end, box.s_end - box.s_begin + 1, box.t_end - box.t_begin + 1,
-                             ans_grad == nullptr ? 1.0 : ans_grad[b], modified != 0};
+    BackwardBand pol{w1.data() + b * Z, w2.data() + b * Z, g.data() + b * Z, Skew{T + 32},
+                     box.s_end - box.s_begin + 1, box.t_end - box.t_begin + 1,
+                     ans_grad == nullptr ? 1.0 : ans_grad[b], modified != 0};
     host_band_walk(pol, pol.nrows, pol.ncols, modified != 0);
   }
+  host_cells(BackwardPost<double>{boundary, w1.data(), w2.data(), g.data(), px_grad, py_grad, S, T, Z, modified != 0},
+             B, S, T);
 }
 """
 
@@ -233,9 +232,8 @@ def _band(lib, px, py, boundary, ans_grad=None):
     lib.host_band_forward.restype = ctypes.c_int
     redone = lib.host_band_forward(_ptr(px), _ptr(py), _ptr(boundary), _ptr(p), _ptr(ans), i64(B), i64(S), i64(T),
                                    modified)
-    # Without boundary the CUDA launcher does not zero the grads first: the walk must write every element.
-    gx, gy = (np.zeros_like(px), np.zeros_like(py)) if boundary is not None else \
-        (np.full_like(px, np.nan), np.full_like(py, np.nan))
+    # The CUDA launcher does not zero the grads first: the post-pass must write every element.
+    gx, gy = np.full_like(px, np.nan), np.full_like(py, np.nan)
     lib.host_band_backward(_ptr(px), _ptr(py), _ptr(boundary), _ptr(p), _ptr(ans_grad), _ptr(gx), _ptr(gy), i64(B),
                            i64(S), i64(T), modified)
     return ans, p, gx, gy, redone

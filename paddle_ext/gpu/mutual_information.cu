@@ -1,18 +1,19 @@
 // CUDA mutual_information_recursion: for each direction a parallel pre-pass over every cell (many blocks),
-// a serial walk per batch item with no transcendental on its chain, and (forward) a parallel post-pass.
+// a serial walk per batch item with no transcendental on its chain, and a parallel post-pass.
 // Walk: one block per batch item, one warp per band of 32 rows (lane = row), each warp walking its band
 // skewed (lane i does column j - i at step j), so a lane's two inputs are its own previous cell and, by one
 // __shfl_up, the lane below's: no block barrier per diagonal. Band w's bottom lane gets row 32w - 1 from
 // warp w - 1 through a shared-memory ring (kRing columns), synchronised per chunk of kChunk steps with
 // volatile produced/consumed counters (all warps of the block are resident, so spinning is safe; the ring
 // holds >= 2 chunks, so no wait cycle). Boxes taller than 32 * kMaxWarps rows are walked in passes (the
-// top row of a pass goes through global memory, one barrier between passes).
+// top row of a pass goes through global memory, one barrier between passes). The walk's workspaces are
+// stored skewed (Skew), so each step's loads and stores are coalesced.
 // Forward: the pre-pass stores exp(px), exp(py) in the extended range MIExt (mutual_information.h), the
 // chain is a multiply-add per cell in that range (m * 2^k: no underflow or overflow), the post-pass takes
 // logs (p in float64, as on the CPU). An item whose inputs leave that range (NaN, +inf, |x| > 1e6) or whose
 // exponents grow too large is redone by a log-space anti-diagonal wavefront in the walk kernel's block.
 // Backward (linear, as on the CPU): the pre-pass stores the edge weights w = exp(p + x - p_next), the chain
-// is g = g_up * w1 + g_right * w2, writing the px/py grads as it goes.
+// is g = g_up * w1 + g_right * w2, the post-pass writes the px/py grads (g_next * w) and zeros elsewhere.
 #include "paddle_ext/gpu/cuda_utils.cuh"
 #include "paddle_ext/mutual_information.h"
 
@@ -170,22 +171,33 @@ __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t r0, index_t nrows
 // ---- parallel passes around the walks (every cell of every item, many blocks) -------------------------
 // The per-cell functors take (b, s, t) of p's shape [B, S+1, T+1]; the host test calls them too.
 
-// Forward pre-pass: the exps of the two steps into cell (s, t) as MIExt, stored by that cell (p-shaped
-// xm/xk, ym/yk; zero where no such edge), so the walk's chain does no exp. Cells outside the box are not
-// written (the walk reads only its box). An input outside MIExt's range (NaN, +inf, |x| > 1e6) sets
-// flag[b]: the walk kernel then redoes the item in log space.
+// The walks' workspaces are skewed: cell (r, c) of a box (local coordinates) sits at step j = c + r % 32 of
+// band r / 32, so at each step a warp's 32 lanes touch 32 consecutive elements (coalesced; the natural
+// layout would touch 32 rows). J = T + 32 steps per band, Z elements per item.
+struct Skew {
+  index_t J;
+  PE_HOSTDEVICE index_t operator()(index_t r, index_t c) const {
+    const index_t l = r & 31;
+    return ((r >> 5) * J + c + l) * 32 + l;
+  }
+};
+PE_HOSTDEVICE inline index_t skew_item(index_t S, index_t T_) { return (S + 1 + 31) / 32 * (T_ + 32) * 32; }
+
+// Forward pre-pass: the exps of the two steps into cell (s, t) as MIExt (xm/xk: s-step, ym/yk: t-step;
+// zero where no such edge), so the walk's chain does no exp. Box cells only (the walk reads only its box).
+// An input outside MIExt's range (NaN, +inf, |x| > 1e6) sets flag[b]: the walk kernel redoes the item.
 template <typename T>
 struct ForwardPre {
   const T *px, *py;
   const int64_t* boundary;
   double *xm, *ym;
   int *xk, *yk, *flag;
-  index_t S, T_;
+  index_t S, T_, Z;
   bool modified;
   PE_HOSTDEVICE void operator()(index_t b, index_t s, index_t t) const {
     const MIBox box = mi_box(boundary, b, S, T_);
     if (!mi_box_valid(box, S, T_) || s < box.s_begin || s > box.s_end || t < box.t_begin || t > box.t_end) return;
-    const index_t P1 = T_ + 1, T1 = modified ? T_ : T_ + 1, i = (b * (S + 1) + s) * P1 + t;
+    const index_t T1 = modified ? T_ : T_ + 1, i = b * Z + Skew{T_ + 32}(s - box.s_begin, t - box.t_begin);
     bool ok = true;
     MIExt ex{0.0, kMiExtZeroExp}, ey{0.0, kMiExtZeroExp};
     if (s > box.s_begin && (!modified || t > box.t_begin))
@@ -196,50 +208,77 @@ struct ForwardPre {
   }
 };
 
-// Forward post-pass: the walk left p[s, t] = m * 2^k as m in p and k in pk; p becomes its log (float64),
-// -inf outside the box; ans from the end cell. Items the walk kernel redid (flag) or NaN'd (bad box) are skipped.
+// Forward post-pass: the walk left exp(p[s, t]) = m * 2^k in xm/xk; p becomes its log (float64), -inf
+// outside the box; ans from the end cell. Items the walk kernel redid (flag) or NaN'd (bad box) are skipped.
 template <typename T>
 struct ForwardPost {
   const int64_t* boundary;
+  const double* xm;
+  const int *xk, *flag;
   P* p;
-  const int *pk, *flag;
   T* ans;
-  index_t S, T_;
+  index_t S, T_, Z;
   PE_HOSTDEVICE void operator()(index_t b, index_t s, index_t t) const {
     const MIBox box = mi_box(boundary, b, S, T_);
     if (flag[b] || !mi_box_valid(box, S, T_)) return;
-    const index_t i = (b * (S + 1) + s) * (T_ + 1) + t;
+    P* out = p + (b * (S + 1) + s) * (T_ + 1) + t;
     if (s < box.s_begin || s > box.s_end || t < box.t_begin || t > box.t_end) {
-      p[i] = neg_inf<P>();
+      *out = neg_inf<P>();
       return;
     }
-    const double m = p[i], k = double(pk[i]);
+    const index_t i = b * Z + Skew{T_ + 32}(s - box.s_begin, t - box.t_begin);
+    const double m = xm[i], k = double(xk[i]);
     const double v = m == 0 ? neg_inf<P>() : std::fma(k, kMiLn2Hi, std::fma(k, kMiLn2Lo, std::log(m)));
-    p[i] = v;
+    *out = v;
     if (s == box.s_end && t == box.t_end) ans[b] = store<T>(v);
   }
 };
 
 // Backward pre-pass: the edge weights out of cell (s, t), w1 = exp(p + px - p_next) (s-step) and
-// w2 = exp(p + py - p[s, t+1]) (t-step), 0 where no such edge or not finite; p-shaped, box cells only.
+// w2 = exp(p + py - p[s, t+1]) (t-step), 0 where no such edge or not finite; box cells only, skewed in
+// the backward's local coordinates (s_end - s, t_end - t).
 template <typename T>
 struct BackwardPre {
   const T *px, *py;
   const int64_t* boundary;
   const P* p;
   double *w1, *w2;
-  index_t S, T_;
+  index_t S, T_, Z;
   bool modified;
   PE_HOSTDEVICE void operator()(index_t b, index_t s, index_t t) const {
     const MIBox box = mi_box(boundary, b, S, T_);
     if (!mi_box_valid(box, S, T_) || s < box.s_begin || s > box.s_end || t < box.t_begin || t > box.t_end) return;
-    const index_t P1 = T_ + 1, T1 = modified ? T_ : T_ + 1, i = (b * (S + 1) + s) * P1 + t;
-    const P here = p[i];
+    const index_t P1 = T_ + 1, T1 = modified ? T_ : T_ + 1, n = (b * (S + 1) + s) * P1 + t;
+    const P here = p[n];
     P a = P(0), c = P(0);
     if (s < box.s_end && (!modified || t < box.t_end))
-      a = mi_edge_weight<P>(here, static_cast<P>(load(px[(b * S + s) * T1 + t])), p[i + P1 + (modified ? 1 : 0)]);
-    if (t < box.t_end) c = mi_edge_weight<P>(here, static_cast<P>(load(py[(b * (S + 1) + s) * T_ + t])), p[i + 1]);
+      a = mi_edge_weight<P>(here, static_cast<P>(load(px[(b * S + s) * T1 + t])), p[n + P1 + (modified ? 1 : 0)]);
+    if (t < box.t_end) c = mi_edge_weight<P>(here, static_cast<P>(load(py[(b * (S + 1) + s) * T_ + t])), p[n + 1]);
+    const index_t i = b * Z + Skew{T_ + 32}(box.s_end - s, box.t_end - t);
     w1[i] = a, w2[i] = c;
+  }
+};
+
+// Backward post-pass: px_grad[s, t] = g(next) * w1, py_grad[s, t] = g[s, t+1] * w2 from the walk's g (the
+// products the chain summed), 0 outside the box or where no such edge: every grad element is written.
+template <typename T>
+struct BackwardPost {
+  const int64_t* boundary;
+  const double *w1, *w2, *g;
+  T *px_grad, *py_grad;
+  index_t S, T_, Z;
+  bool modified;
+  PE_HOSTDEVICE void operator()(index_t b, index_t s, index_t t) const {
+    const MIBox box = mi_box(boundary, b, S, T_);
+    const index_t T1 = modified ? T_ : T_ + 1, r = box.s_end - s, c = box.t_end - t;
+    const bool in = mi_box_valid(box, S, T_) && s >= box.s_begin && r >= 0 && t >= box.t_begin && c >= 0;
+    const Skew sk{T_ + 32};
+    const index_t i = b * Z + (in ? sk(r, c) : 0);
+    if (s < S && t < T1) {
+      const bool edge = in && r > 0 && (!modified || c > 0);
+      px_grad[(b * S + s) * T1 + t] = store<T>(edge ? g[b * Z + sk(r - 1, c - (modified ? 1 : 0))] * w1[i] : P(0));
+    }
+    if (t < T_) py_grad[(b * (S + 1) + s) * T_ + t] = store<T>(in && c > 0 ? g[b * Z + sk(r, c - 1)] * w2[i] : P(0));
   }
 };
 
@@ -262,23 +301,25 @@ void launch_cells(const F& f, index_t B, index_t S, index_t T_, cudaStream_t str
 }
 
 // Forward walk: v = exp(p[s, t]) as MIExt, a cell = mi_ext_fma2 of the pre-pass's exps (no exp or log on
-// the chain); emit stores m into p and k into pk for the post-pass; ok turns false if |k| leaves the range.
+// the chain); emit overwrites the cell's (already loaded) s-step exp xm/xk with v for the post-pass and the
+// next pass; ok turns false if |k| leaves the range.
 struct ForwardBand {
   using Value = MIExt;
   struct Coef {
     MIExt x, y;  // exp of the s-step and the t-step into this cell (zero where no such edge)
   };
-  const double *xm, *ym;  // p-shaped, all six pointing at this item's box origin (s_begin, t_begin)
-  const int *xk, *yk;
-  P* p;
-  int* pk;
-  index_t P1, nrows, ncols;
+  double* xm;  // this item's, skewed
+  const double* ym;
+  int* xk;
+  const int* yk;
+  Skew sk;
+  index_t nrows, ncols;
   bool ok;
   PE_HOSTDEVICE static MIExt zero() { return {0.0, kMiExtZeroExp}; }
   PE_HOSTDEVICE Coef fetch(index_t r, index_t c) const {
     Coef co{zero(), zero()};
     if (r < nrows && c >= 0 && c < ncols) {
-      const index_t i = r * P1 + c;
+      const index_t i = sk(r, c);
       co = {{xm[i], xk[i]}, {ym[i], yk[i]}};
     }
     return co;
@@ -287,57 +328,53 @@ struct ForwardBand {
     if (r == 0 && c == 0) return {1.0, 0};
     return mi_ext_fma2(below, co.x, left, co.y);
   }
-  // The previous pass's top row: emit stored it in p and pk.
   PE_HOSTDEVICE MIExt row_get(int, index_t r, index_t c) const {
-    const index_t i = r * P1 + c;
-    return {p[i], pk[i]};
+    const index_t i = sk(r, c);
+    return {xm[i], xk[i]};
   }
-  PE_HOSTDEVICE void row_put(int, index_t, index_t, MIExt) const {}
+  PE_HOSTDEVICE void row_put(int, index_t, index_t, MIExt) const {}  // (emit stored it)
   PE_HOSTDEVICE void emit(index_t r, index_t c, MIExt v, bool active) {
     if (active) {
       ok &= v.m == 0 || (v.k <= kMiExtMaxExp && v.k >= -kMiExtMaxExp);
-      const index_t i = r * P1 + c;
-      p[i] = v.m;
-      pk[i] = v.k;
+      const index_t i = sk(r, c);
+      xm[i] = v.m;
+      xk[i] = v.k;
     }
   }
 };
 
-// Backward: v = p's grad, linear as on the CPU, with the pre-pass's edge weights out of the cell.
-template <typename T>
+// Backward walk: v = p's grad, linear as on the CPU, with the pre-pass's edge weights out of the cell;
+// emit stores g for the post-pass and the next pass.
 struct BackwardBand {
   using Value = P;
   struct Coef {
     P w1, w2;  // exp(p + px - p_next) of the s-step and exp(p + py - p[s, t+1]) of the t-step out of this cell
   };
-  const double *w1, *w2;  // this item's, p-shaped
-  P* rows;                // this item's 2 x P1: a pass's top row of p's grad (slot = pass parity)
-  T *px_grad, *py_grad;
-  index_t T1, P1, s1, t1, nrows, ncols;
+  const double *w1, *w2;  // this item's, skewed
+  P* g;
+  Skew sk;
+  index_t nrows, ncols;
   P ans_grad;
   bool modified;
   PE_HOSTDEVICE static P zero() { return P(0); }
-  PE_HOSTDEVICE bool has_s(index_t r, index_t c) const { return r > 0 && (!modified || c > 0); }
   PE_HOSTDEVICE Coef fetch(index_t r, index_t c) const {
     Coef co{P(0), P(0)};
     if (r < nrows && c >= 0 && c < ncols) {
-      const index_t i = (s1 - r) * P1 + t1 - c;
+      const index_t i = sk(r, c);
       co = {w1[i], w2[i]};
     }
     return co;
   }
   PE_HOSTDEVICE P step(P below, P left, const Coef& co, index_t r, index_t c) const {
     if (r == 0 && c == 0) return ans_grad;
-    const index_t s = s1 - r, t = t1 - c;
-    const bool vs = has_s(r, c), vt = c > 0;
-    const P xg = vs ? below * co.w1 : P(0), yg = vt ? left * co.w2 : P(0);
-    if (vs) px_grad[s * T1 + t] = store<T>(xg);
-    if (vt) py_grad[s * (P1 - 1) + t] = store<T>(yg);
+    const P xg = r > 0 && (!modified || c > 0) ? below * co.w1 : P(0), yg = c > 0 ? left * co.w2 : P(0);
     return xg + yg;
   }
-  PE_HOSTDEVICE P row_get(int slot, index_t, index_t c) const { return rows[slot * P1 + c]; }
-  PE_HOSTDEVICE void row_put(int slot, index_t, index_t c, P v) const { rows[slot * P1 + c] = v; }
-  PE_HOSTDEVICE void emit(index_t, index_t, P, bool) const {}
+  PE_HOSTDEVICE P row_get(int, index_t r, index_t c) const { return g[sk(r, c)]; }
+  PE_HOSTDEVICE void row_put(int, index_t, index_t, P) const {}  // (emit stored it)
+  PE_HOSTDEVICE void emit(index_t r, index_t c, P v, bool active) const {
+    if (active) g[sk(r, c)] = v;
+  }
 };
 
 template <int W>
@@ -351,25 +388,24 @@ __device__ inline void band_shared_init(BandShared<W>& sh) {
 // and flagged for the post-pass to skip.
 template <typename T, int W>
 __global__ void __launch_bounds__(32 * W) forward_band_kernel(const T* px, const T* py, const int64_t* boundary,
-                                                              const double* xm, const int* xk, const double* ym,
-                                                              const int* yk, int* pk, int* flag, P* p, T* ans,
-                                                              index_t S, index_t T_, bool modified) {
+                                                              double* xm, int* xk, const double* ym, const int* yk,
+                                                              int* flag, P* p, T* ans, index_t S, index_t T_,
+                                                              bool modified) {
   __shared__ BandShared<W> sh;
-  const index_t b = blockIdx.x, P1 = T_ + 1, T1 = modified ? T_ : T_ + 1, item = b * (S + 1) * P1;
+  const index_t b = blockIdx.x, P1 = T_ + 1, T1 = modified ? T_ : T_ + 1, Z = skew_item(S, T_);
   const MIBox box = mi_box(boundary, b, S, T_);
-  P* pb = p + item;
+  P* pb = p + b * (S + 1) * P1;
   if (!mi_box_valid(box, S, T_)) {  // (block-uniform; the post-pass skips it too)
     if (threadIdx.x == 0) ans[b] = store<T>(std::numeric_limits<P>::quiet_NaN());
     return;
   }
   const bool bad = flag[b] != 0;  // (block-uniform: written by the pre-pass; this block writes it after a barrier)
   if (threadIdx.x == 0) sh.ok = 1;
-  const index_t o = item + box.s_begin * P1 + box.t_begin;  // the box origin
-  ForwardBand pol{xm + o, ym + o, xk + o, yk + o, p + o, pk + o, P1, box.s_end - box.s_begin + 1,
+  ForwardBand pol{xm + b * Z, ym + b * Z, xk + b * Z, yk + b * Z, Skew{T_ + 32}, box.s_end - box.s_begin + 1,
                   box.t_end - box.t_begin + 1, true};
   if (!bad)
     for (index_t r0 = 0; r0 < pol.nrows; r0 += 32 * W) {
-      if (r0 > 0) __syncthreads();  // the last pass's walk (counters, its top row in p) is done
+      if (r0 > 0) __syncthreads();  // the last pass's walk (counters, its top row) is done
       band_shared_init(sh);
       band_walk(pol, sh, r0, pol.nrows, pol.ncols, modified);
     }
@@ -391,22 +427,23 @@ __global__ void __launch_bounds__(32 * W) forward_band_kernel(const T* px, const
 
 template <typename T, int W>
 __global__ void __launch_bounds__(32 * W) backward_band_kernel(const int64_t* boundary, const double* w1,
-                                                               const double* w2, P* rows, const T* ans_grad, T* px_grad,
-                                                               T* py_grad, index_t S, index_t T_, bool modified) {
+                                                               const double* w2, P* g, const T* ans_grad,
+                                                               index_t S, index_t T_, bool modified) {
   __shared__ BandShared<W> sh;
-  const index_t b = blockIdx.x, P1 = T_ + 1, T1 = modified ? T_ : T_ + 1, item = b * (S + 1) * P1;
+  const index_t b = blockIdx.x, Z = skew_item(S, T_);
   const MIBox box = mi_box(boundary, b, S, T_);
-  if (!mi_box_valid(box, S, T_)) return;  // grads stay 0 (zeroed by the launcher)
+  if (!mi_box_valid(box, S, T_)) return;  // (the post-pass writes its grads as 0)
   const P ag = ans_grad == nullptr ? P(1) : static_cast<P>(load(ans_grad[b]));
-  BackwardBand<T> pol{w1 + item, w2 + item, rows + b * 2 * P1, px_grad + b * S * T1, py_grad + b * (S + 1) * T_, T1, P1,
-                      box.s_end, box.t_end, box.s_end - box.s_begin + 1, box.t_end - box.t_begin + 1, ag, modified};
+  BackwardBand pol{w1 + b * Z, w2 + b * Z, g + b * Z, Skew{T_ + 32}, box.s_end - box.s_begin + 1,
+                   box.t_end - box.t_begin + 1, ag, modified};
   for (index_t r0 = 0; r0 < pol.nrows; r0 += 32 * W) {
-    if (r0 > 0) __syncthreads();  // the last pass's walk (counters, its top row in rows) is done
+    if (r0 > 0) __syncthreads();  // the last pass's walk (counters, its top row) is done
     band_shared_init(sh);
     band_walk(pol, sh, r0, pol.nrows, pol.ncols, modified);
   }
 }
-// One warp per 32 rows of S + 1: up to 4 warps (S < 128), else up to kMaxWarps, in passes of 32 * kMaxWarps rows.
+
+// One warp per 32 rows of S + 1: up to 4 warps (S + 1 <= 128), else up to kMaxWarps, in passes of 32 * kMaxWarps rows.
 inline bool small_bands(index_t S) { return S + 1 <= 32 * kSmallWarps; }
 inline int band_threads(index_t S) { return int(std::min<index_t>(32 * kMaxWarps, (S + 1 + 31) / 32 * 32)); }
 
@@ -416,21 +453,21 @@ template <typename T>
 void mutual_information_forward(const T* px, const T* py, const int64_t* boundary, P* p, T* ans, index_t B,
                                 index_t S, index_t T_, bool modified, cudaStream_t stream) {
   if (B == 0) return;
-  // Workspace (stream-ordered cudaMallocAsync, DeviceScratch): the pre-pass's exps xm/ym (double) and
-  // xk/yk, the walk's exponents pk (int, all p-shaped), and the per-item redo flags.
-  const index_t cells = B * (S + 1) * (T_ + 1);
-  DeviceScratch<double> ws(2 * cells + (3 * cells + B + 1) / 2, stream);
-  double *xm = ws.ptr, *ym = xm + cells;
-  int *xk = reinterpret_cast<int*>(ym + cells), *yk = xk + cells, *pk = yk + cells, *flag = pk + cells;
+  // Workspace (stream-ordered cudaMallocAsync, DeviceScratch), skewed: the pre-pass's exps xm/ym (double)
+  // and xk/yk (int) (xm/xk then hold the walk's values), and the per-item redo flags.
+  const index_t Z = skew_item(S, T_), n = B * Z;
+  DeviceScratch<double> ws(2 * n + (2 * n + B + 1) / 2, stream);
+  double *xm = ws.ptr, *ym = xm + n;
+  int *xk = reinterpret_cast<int*>(ym + n), *yk = xk + n, *flag = yk + n;
   cudaMemsetAsync(flag, 0, sizeof(int) * B, stream);
-  launch_cells(ForwardPre<T>{px, py, boundary, xm, ym, xk, yk, flag, S, T_, modified}, B, S, T_, stream);
+  launch_cells(ForwardPre<T>{px, py, boundary, xm, ym, xk, yk, flag, S, T_, Z, modified}, B, S, T_, stream);
   if (small_bands(S))
     forward_band_kernel<T, kSmallWarps><<<(unsigned)B, band_threads(S), 0, stream>>>(
-        px, py, boundary, xm, xk, ym, yk, pk, flag, p, ans, S, T_, modified);
+        px, py, boundary, xm, xk, ym, yk, flag, p, ans, S, T_, modified);
   else
     forward_band_kernel<T, kMaxWarps><<<(unsigned)B, band_threads(S), 0, stream>>>(
-        px, py, boundary, xm, xk, ym, yk, pk, flag, p, ans, S, T_, modified);
-  launch_cells(ForwardPost<T>{boundary, p, pk, flag, ans, S, T_}, B, S, T_, stream);
+        px, py, boundary, xm, xk, ym, yk, flag, p, ans, S, T_, modified);
+  launch_cells(ForwardPost<T>{boundary, xm, xk, flag, p, ans, S, T_, Z}, B, S, T_, stream);
   check_launch("mutual_information_forward");
 }
 
@@ -438,25 +475,20 @@ template <typename T>
 void mutual_information_backward(const T* px, const T* py, const int64_t* boundary, const P* p, const T* ans_grad,
                                  T* px_grad, T* py_grad, index_t B, index_t S, index_t T_, bool modified,
                                  cudaStream_t stream) {
-  const index_t T1 = modified ? T_ : T_ + 1;
-  // Grads outside a box stay 0; without boundary the band walk writes every px/py grad itself.
-  if (boundary != nullptr) {
-    if (B * S * T1 > 0) cudaMemsetAsync(px_grad, 0, sizeof(T) * B * S * T1, stream);  // 0.0 is all-zero bits
-    if (B * (S + 1) * T_ > 0) cudaMemsetAsync(py_grad, 0, sizeof(T) * B * (S + 1) * T_, stream);
-  }
   if (B == 0) return;
-  // Workspace (stream-ordered cudaMallocAsync, DeviceScratch): the pre-pass's edge weights w1, w2 (double,
-  // p-shaped) and two rows per item for the passes' top rows.
-  const index_t cells = B * (S + 1) * (T_ + 1);
-  DeviceScratch<double> ws(2 * cells + 2 * B * (T_ + 1), stream);
-  double *w1 = ws.ptr, *w2 = w1 + cells, *rows = w2 + cells;
-  launch_cells(BackwardPre<T>{px, py, boundary, p, w1, w2, S, T_, modified}, B, S, T_, stream);
+  // Workspace (stream-ordered cudaMallocAsync, DeviceScratch), skewed: the pre-pass's edge weights w1, w2
+  // and the walk's g (double). The post-pass writes every px/py grad (0 outside the boxes).
+  const index_t Z = skew_item(S, T_), n = B * Z;
+  DeviceScratch<double> ws(3 * n, stream);
+  double *w1 = ws.ptr, *w2 = w1 + n, *g = w2 + n;
+  launch_cells(BackwardPre<T>{px, py, boundary, p, w1, w2, S, T_, Z, modified}, B, S, T_, stream);
   if (small_bands(S))
     backward_band_kernel<T, kSmallWarps><<<(unsigned)B, band_threads(S), 0, stream>>>(
-        boundary, w1, w2, rows, ans_grad, px_grad, py_grad, S, T_, modified);
+        boundary, w1, w2, g, ans_grad, S, T_, modified);
   else
     backward_band_kernel<T, kMaxWarps><<<(unsigned)B, band_threads(S), 0, stream>>>(
-        boundary, w1, w2, rows, ans_grad, px_grad, py_grad, S, T_, modified);
+        boundary, w1, w2, g, ans_grad, S, T_, modified);
+  launch_cells(BackwardPost<T>{boundary, w1, w2, g, px_grad, py_grad, S, T_, Z, modified}, B, S, T_, stream);
   check_launch("mutual_information_backward");
 }
 
