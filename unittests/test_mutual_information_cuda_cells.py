@@ -113,6 +113,13 @@ static void host_cells(const F& f, index_t B, index_t S, index_t T) {
     for (index_t s = 0; s <= S; ++s)
       for (index_t t = 0; t <= T; ++t) f(b, s, t);
 }
+// skew_cells_kernel's range: every lane of every band, every step (the functors skip what is outside the box).
+template <typename F>
+static void host_skew_cells(const F& f, index_t B, index_t S, index_t T) {
+  for (index_t b = 0; b < B; ++b)
+    for (index_t r = 0; r < (S + 1 + 31) / 32 * 32; ++r)
+      for (index_t j = 0; j < T + 32; ++j) f(b, r, j - (r & 31));
+}
 
 extern "C" int host_band_forward(const double* px, const double* py, const int64_t* boundary, double* p, double* ans,
                                  int64_t B, int64_t S, int64_t T, int modified) {
@@ -120,7 +127,7 @@ extern "C" int host_band_forward(const double* px, const double* py, const int64
   std::vector<double> xm(n, NAN), ym(n, NAN);
   std::vector<int> xk(n, 1 << 30), yk(n, 1 << 30), flag(B, 0);
   for (index_t i = 0; i < B * (S + 1) * P1; ++i) p[i] = NAN;
-  host_cells(ForwardPre<double>{px, py, boundary, xm.data(), ym.data(), xk.data(), yk.data(), flag.data(), S, T, Z,
+  host_skew_cells(ForwardPre<double>{px, py, boundary, xm.data(), ym.data(), xk.data(), yk.data(), flag.data(), S, T, Z,
                                 modified != 0}, B, S, T);
   int redone = 0;
   for (index_t b = 0; b < B; ++b) {
@@ -139,7 +146,8 @@ extern "C" int host_band_forward(const double* px, const double* py, const int64
       flag[b] = 1;
     }
   }
-  host_cells(ForwardPost<double>{boundary, xm.data(), xk.data(), flag.data(), p, ans, S, T, Z}, B, S, T);
+  host_skew_cells(ForwardPost<double>{boundary, xm.data(), xk.data(), flag.data(), p, ans, S, T, Z}, B, S, T);
+  if (boundary != nullptr) host_cells(ForwardFill{boundary, flag.data(), p, S, T}, B, S, T);
   return redone;
 }
 
@@ -148,7 +156,7 @@ extern "C" void host_band_backward(const double* px, const double* py, const int
                                    int64_t T, int modified) {
   const index_t Z = skew_item(S, T), n = B * Z;
   std::vector<double> w1(n, NAN), w2(n, NAN), g(n, NAN);
-  host_cells(BackwardPre<double>{px, py, boundary, p, w1.data(), w2.data(), S, T, Z, modified != 0}, B, S, T);
+  host_skew_cells(BackwardPre<double>{px, py, boundary, p, w1.data(), w2.data(), S, T, Z, modified != 0}, B, S, T);
   for (index_t b = 0; b < B; ++b) {
     const MIBox box = mi_box(boundary, b, S, T);
     BackwardBand pol{w1.data() + b * Z, w2.data() + b * Z, g.data() + b * Z, Skew{T + 32},
@@ -156,7 +164,7 @@ extern "C" void host_band_backward(const double* px, const double* py, const int
                      ans_grad == nullptr ? 1.0 : ans_grad[b], modified != 0};
     host_band_walk(pol, pol.nrows, pol.ncols, modified != 0);
   }
-  host_cells(BackwardPost<double>{boundary, w1.data(), w2.data(), g.data(), px_grad, py_grad, S, T, Z, modified != 0},
+  host_skew_cells(BackwardPost<double>{boundary, w1.data(), w2.data(), g.data(), px_grad, py_grad, S, T, Z, modified != 0},
              B, S, T);
 }
 """
@@ -232,8 +240,9 @@ def _band(lib, px, py, boundary, ans_grad=None):
     lib.host_band_forward.restype = ctypes.c_int
     redone = lib.host_band_forward(_ptr(px), _ptr(py), _ptr(boundary), _ptr(p), _ptr(ans), i64(B), i64(S), i64(T),
                                    modified)
-    # The CUDA launcher does not zero the grads first: the post-pass must write every element.
-    gx, gy = np.full_like(px, np.nan), np.full_like(py, np.nan)
+    # Without boundary the CUDA launcher does not zero the grads first: the post-pass must write every element.
+    gx, gy = (np.zeros_like(px), np.zeros_like(py)) if boundary is not None else \
+        (np.full_like(px, np.nan), np.full_like(py, np.nan))
     lib.host_band_backward(_ptr(px), _ptr(py), _ptr(boundary), _ptr(p), _ptr(ans_grad), _ptr(gx), _ptr(gy), i64(B),
                            i64(S), i64(T), modified)
     return ans, p, gx, gy, redone

@@ -169,11 +169,13 @@ __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t r0, index_t nrows
 }
 
 // ---- parallel passes around the walks (every cell of every item, many blocks) -------------------------
-// The per-cell functors take (b, s, t) of p's shape [B, S+1, T+1]; the host test calls them too.
-
 // The walks' workspaces are skewed: cell (r, c) of a box (local coordinates) sits at step j = c + r % 32 of
 // band r / 32, so at each step a warp's 32 lanes touch 32 consecutive elements (coalesced; the natural
-// layout would touch 32 rows). J = T + 32 steps per band, Z elements per item.
+// layout would touch 32 rows). J = T + 32 steps per band, Z elements per item. The pre- and post-passes
+// run in the same skewed order (their workspace side coalesced; a block's 32 steps x 32 rows cover whole
+// sectors of the natural side, so those scattered accesses hit L1 or merge in L2). Their functors take
+// (b, r, c) in box-local coordinates (forward (s - s_begin, t - t_begin), backward (s_end - s, t_end - t)),
+// r < 32 * ceil((S+1)/32), c in (-32, T + 32), and act only inside the box; the host test calls them too.
 struct Skew {
   index_t J;
   PE_HOSTDEVICE index_t operator()(index_t r, index_t c) const {
@@ -182,10 +184,13 @@ struct Skew {
   }
 };
 PE_HOSTDEVICE inline index_t skew_item(index_t S, index_t T_) { return (S + 1 + 31) / 32 * (T_ + 32) * 32; }
+PE_HOSTDEVICE inline bool in_box(const MIBox& box, index_t S, index_t T_, index_t r, index_t c) {
+  return mi_box_valid(box, S, T_) && r <= box.s_end - box.s_begin && c >= 0 && c <= box.t_end - box.t_begin;
+}
 
 // Forward pre-pass: the exps of the two steps into cell (s, t) as MIExt (xm/xk: s-step, ym/yk: t-step;
-// zero where no such edge), so the walk's chain does no exp. Box cells only (the walk reads only its box).
-// An input outside MIExt's range (NaN, +inf, |x| > 1e6) sets flag[b]: the walk kernel redoes the item.
+// zero where no such edge), so the walk's chain does no exp. An input outside MIExt's range (NaN, +inf,
+// |x| > 1e6) sets flag[b]: the walk kernel redoes the item.
 template <typename T>
 struct ForwardPre {
   const T *px, *py;
@@ -194,22 +199,22 @@ struct ForwardPre {
   int *xk, *yk, *flag;
   index_t S, T_, Z;
   bool modified;
-  PE_HOSTDEVICE void operator()(index_t b, index_t s, index_t t) const {
+  PE_HOSTDEVICE void operator()(index_t b, index_t r, index_t c) const {
     const MIBox box = mi_box(boundary, b, S, T_);
-    if (!mi_box_valid(box, S, T_) || s < box.s_begin || s > box.s_end || t < box.t_begin || t > box.t_end) return;
-    const index_t T1 = modified ? T_ : T_ + 1, i = b * Z + Skew{T_ + 32}(s - box.s_begin, t - box.t_begin);
+    if (!in_box(box, S, T_, r, c)) return;
+    const index_t T1 = modified ? T_ : T_ + 1, s = box.s_begin + r, t = box.t_begin + c, i = b * Z + Skew{T_ + 32}(r, c);
     bool ok = true;
     MIExt ex{0.0, kMiExtZeroExp}, ey{0.0, kMiExtZeroExp};
-    if (s > box.s_begin && (!modified || t > box.t_begin))
+    if (r > 0 && (!modified || c > 0))
       ex = mi_ext_exp(static_cast<P>(load(px[(b * S + s - 1) * T1 + t - (modified ? 1 : 0)])), ok);
-    if (t > box.t_begin) ey = mi_ext_exp(static_cast<P>(load(py[(b * (S + 1) + s) * T_ + t - 1])), ok);
+    if (c > 0) ey = mi_ext_exp(static_cast<P>(load(py[(b * (S + 1) + s) * T_ + t - 1])), ok);
     xm[i] = ex.m, xk[i] = ex.k, ym[i] = ey.m, yk[i] = ey.k;
     if (!ok) flag[b] = 1;  // (every writer stores 1)
   }
 };
 
-// Forward post-pass: the walk left exp(p[s, t]) = m * 2^k in xm/xk; p becomes its log (float64), -inf
-// outside the box; ans from the end cell. Items the walk kernel redid (flag) or NaN'd (bad box) are skipped.
+// Forward post-pass: the walk left exp(p[s, t]) = m * 2^k in xm/xk; p becomes its log (float64) and ans
+// comes from the end cell. Items the walk kernel redid (flag) or NaN'd (bad box) are skipped.
 template <typename T>
 struct ForwardPost {
   const int64_t* boundary;
@@ -218,25 +223,34 @@ struct ForwardPost {
   P* p;
   T* ans;
   index_t S, T_, Z;
-  PE_HOSTDEVICE void operator()(index_t b, index_t s, index_t t) const {
+  PE_HOSTDEVICE void operator()(index_t b, index_t r, index_t c) const {
     const MIBox box = mi_box(boundary, b, S, T_);
-    if (flag[b] || !mi_box_valid(box, S, T_)) return;
-    P* out = p + (b * (S + 1) + s) * (T_ + 1) + t;
-    if (s < box.s_begin || s > box.s_end || t < box.t_begin || t > box.t_end) {
-      *out = neg_inf<P>();
-      return;
-    }
-    const index_t i = b * Z + Skew{T_ + 32}(s - box.s_begin, t - box.t_begin);
+    if (!in_box(box, S, T_, r, c) || flag[b]) return;
+    const index_t i = b * Z + Skew{T_ + 32}(r, c), s = box.s_begin + r, t = box.t_begin + c;
     const double m = xm[i], k = double(xk[i]);
     const double v = m == 0 ? neg_inf<P>() : std::fma(k, kMiLn2Hi, std::fma(k, kMiLn2Lo, std::log(m)));
-    *out = v;
+    p[(b * (S + 1) + s) * (T_ + 1) + t] = v;
     if (s == box.s_end && t == box.t_end) ans[b] = store<T>(v);
   }
 };
 
+// p = -inf outside the box (natural order, f(b, s, t); launched only with a boundary); the walk kernel
+// writes all of a redone or bad-box item itself.
+struct ForwardFill {
+  const int64_t* boundary;
+  const int* flag;
+  P* p;
+  index_t S, T_;
+  PE_HOSTDEVICE void operator()(index_t b, index_t s, index_t t) const {
+    const MIBox box = mi_box(boundary, b, S, T_);
+    if (flag[b] || !mi_box_valid(box, S, T_)) return;
+    if (s < box.s_begin || s > box.s_end || t < box.t_begin || t > box.t_end)
+      p[(b * (S + 1) + s) * (T_ + 1) + t] = neg_inf<P>();
+  }
+};
+
 // Backward pre-pass: the edge weights out of cell (s, t), w1 = exp(p + px - p_next) (s-step) and
-// w2 = exp(p + py - p[s, t+1]) (t-step), 0 where no such edge or not finite; box cells only, skewed in
-// the backward's local coordinates (s_end - s, t_end - t).
+// w2 = exp(p + py - p[s, t+1]) (t-step), 0 where no such edge or not finite.
 template <typename T>
 struct BackwardPre {
   const T *px, *py;
@@ -245,22 +259,24 @@ struct BackwardPre {
   double *w1, *w2;
   index_t S, T_, Z;
   bool modified;
-  PE_HOSTDEVICE void operator()(index_t b, index_t s, index_t t) const {
+  PE_HOSTDEVICE void operator()(index_t b, index_t r, index_t c) const {
     const MIBox box = mi_box(boundary, b, S, T_);
-    if (!mi_box_valid(box, S, T_) || s < box.s_begin || s > box.s_end || t < box.t_begin || t > box.t_end) return;
-    const index_t P1 = T_ + 1, T1 = modified ? T_ : T_ + 1, n = (b * (S + 1) + s) * P1 + t;
+    if (!in_box(box, S, T_, r, c)) return;
+    const index_t P1 = T_ + 1, T1 = modified ? T_ : T_ + 1, s = box.s_end - r, t = box.t_end - c;
+    const index_t n = (b * (S + 1) + s) * P1 + t;
     const P here = p[n];
-    P a = P(0), c = P(0);
-    if (s < box.s_end && (!modified || t < box.t_end))
+    P a = P(0), e = P(0);
+    if (r > 0 && (!modified || c > 0))
       a = mi_edge_weight<P>(here, static_cast<P>(load(px[(b * S + s) * T1 + t])), p[n + P1 + (modified ? 1 : 0)]);
-    if (t < box.t_end) c = mi_edge_weight<P>(here, static_cast<P>(load(py[(b * (S + 1) + s) * T_ + t])), p[n + 1]);
-    const index_t i = b * Z + Skew{T_ + 32}(box.s_end - s, box.t_end - t);
-    w1[i] = a, w2[i] = c;
+    if (c > 0) e = mi_edge_weight<P>(here, static_cast<P>(load(py[(b * (S + 1) + s) * T_ + t])), p[n + 1]);
+    const index_t i = b * Z + Skew{T_ + 32}(r, c);
+    w1[i] = a, w2[i] = e;
   }
 };
 
 // Backward post-pass: px_grad[s, t] = g(next) * w1, py_grad[s, t] = g[s, t+1] * w2 from the walk's g (the
-// products the chain summed), 0 outside the box or where no such edge: every grad element is written.
+// products the chain summed), 0 where no such edge; grads outside the boxes are zeroed by the launcher
+// (without a boundary every grad element is some box cell's).
 template <typename T>
 struct BackwardPost {
   const int64_t* boundary;
@@ -268,17 +284,17 @@ struct BackwardPost {
   T *px_grad, *py_grad;
   index_t S, T_, Z;
   bool modified;
-  PE_HOSTDEVICE void operator()(index_t b, index_t s, index_t t) const {
+  PE_HOSTDEVICE void operator()(index_t b, index_t r, index_t c) const {
     const MIBox box = mi_box(boundary, b, S, T_);
-    const index_t T1 = modified ? T_ : T_ + 1, r = box.s_end - s, c = box.t_end - t;
-    const bool in = mi_box_valid(box, S, T_) && s >= box.s_begin && r >= 0 && t >= box.t_begin && c >= 0;
+    if (!in_box(box, S, T_, r, c)) return;
+    const index_t T1 = modified ? T_ : T_ + 1, s = box.s_end - r, t = box.t_end - c;
     const Skew sk{T_ + 32};
-    const index_t i = b * Z + (in ? sk(r, c) : 0);
+    const index_t i = b * Z + sk(r, c);
     if (s < S && t < T1) {
-      const bool edge = in && r > 0 && (!modified || c > 0);
+      const bool edge = r > 0 && (!modified || c > 0);
       px_grad[(b * S + s) * T1 + t] = store<T>(edge ? g[b * Z + sk(r - 1, c - (modified ? 1 : 0))] * w1[i] : P(0));
     }
-    if (t < T_) py_grad[(b * (S + 1) + s) * T_ + t] = store<T>(in && c > 0 ? g[b * Z + sk(r, c - 1)] * w2[i] : P(0));
+    if (t < T_) py_grad[(b * (S + 1) + s) * T_ + t] = store<T>(c > 0 ? g[b * Z + sk(r, c - 1)] * w2[i] : P(0));
   }
 };
 
@@ -298,6 +314,24 @@ void launch_cells(const F& f, index_t B, index_t S, index_t T_, cudaStream_t str
   const index_t rows = B * (S + 1), P1 = T_ + 1;
   const dim3 grid((unsigned)((P1 + kPassThreads - 1) / kPassThreads), (unsigned)std::min<index_t>(rows, 65535));
   cells_kernel<<<grid, kPassThreads, 0, stream>>>(f, rows, S + 1, P1);
+}
+
+// Calls f(b, r, c) in skewed order: y over (item, band), x over blocks of 32 steps; warp = one step's 32 lanes.
+template <typename F>
+__global__ void __launch_bounds__(kPassThreads) skew_cells_kernel(F f, index_t rows, index_t nb, index_t J) {
+  const int lane = threadIdx.x & 31;
+  for (index_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const index_t b = row / nb, r = (row - b * nb) * 32 + lane;
+    for (index_t j = index_t(blockIdx.x) * 32 + (threadIdx.x >> 5); j < std::min<index_t>(J, index_t(blockIdx.x) * 32 + 32);
+         j += kPassThreads / 32)
+      f(b, r, j - lane);
+  }
+}
+template <typename F>
+void launch_skew_cells(const F& f, index_t B, index_t S, index_t T_, cudaStream_t stream) {
+  const index_t nb = (S + 1 + 31) / 32, rows = B * nb, J = T_ + 32;
+  const dim3 grid((unsigned)((J + 31) / 32), (unsigned)std::min<index_t>(rows, 65535));
+  skew_cells_kernel<<<grid, kPassThreads, 0, stream>>>(f, rows, nb, J);
 }
 
 // Forward walk: v = exp(p[s, t]) as MIExt, a cell = mi_ext_fma2 of the pre-pass's exps (no exp or log on
@@ -460,14 +494,15 @@ void mutual_information_forward(const T* px, const T* py, const int64_t* boundar
   double *xm = ws.ptr, *ym = xm + n;
   int *xk = reinterpret_cast<int*>(ym + n), *yk = xk + n, *flag = yk + n;
   cudaMemsetAsync(flag, 0, sizeof(int) * B, stream);
-  launch_cells(ForwardPre<T>{px, py, boundary, xm, ym, xk, yk, flag, S, T_, Z, modified}, B, S, T_, stream);
+  launch_skew_cells(ForwardPre<T>{px, py, boundary, xm, ym, xk, yk, flag, S, T_, Z, modified}, B, S, T_, stream);
   if (small_bands(S))
     forward_band_kernel<T, kSmallWarps><<<(unsigned)B, band_threads(S), 0, stream>>>(
         px, py, boundary, xm, xk, ym, yk, flag, p, ans, S, T_, modified);
   else
     forward_band_kernel<T, kMaxWarps><<<(unsigned)B, band_threads(S), 0, stream>>>(
         px, py, boundary, xm, xk, ym, yk, flag, p, ans, S, T_, modified);
-  launch_cells(ForwardPost<T>{boundary, xm, xk, flag, p, ans, S, T_, Z}, B, S, T_, stream);
+  launch_skew_cells(ForwardPost<T>{boundary, xm, xk, flag, p, ans, S, T_, Z}, B, S, T_, stream);
+  if (boundary != nullptr) launch_cells(ForwardFill{boundary, flag, p, S, T_}, B, S, T_, stream);
   check_launch("mutual_information_forward");
 }
 
@@ -476,19 +511,24 @@ void mutual_information_backward(const T* px, const T* py, const int64_t* bounda
                                  T* px_grad, T* py_grad, index_t B, index_t S, index_t T_, bool modified,
                                  cudaStream_t stream) {
   if (B == 0) return;
+  const index_t T1 = modified ? T_ : T_ + 1;
+  if (boundary != nullptr) {  // grads outside the boxes; without boundary the post-pass writes every element
+    if (B * S * T1 > 0) cudaMemsetAsync(px_grad, 0, sizeof(T) * B * S * T1, stream);  // 0.0 is all-zero bits
+    if (B * (S + 1) * T_ > 0) cudaMemsetAsync(py_grad, 0, sizeof(T) * B * (S + 1) * T_, stream);
+  }
   // Workspace (stream-ordered cudaMallocAsync, DeviceScratch), skewed: the pre-pass's edge weights w1, w2
-  // and the walk's g (double). The post-pass writes every px/py grad (0 outside the boxes).
+  // and the walk's g (double).
   const index_t Z = skew_item(S, T_), n = B * Z;
   DeviceScratch<double> ws(3 * n, stream);
   double *w1 = ws.ptr, *w2 = w1 + n, *g = w2 + n;
-  launch_cells(BackwardPre<T>{px, py, boundary, p, w1, w2, S, T_, Z, modified}, B, S, T_, stream);
+  launch_skew_cells(BackwardPre<T>{px, py, boundary, p, w1, w2, S, T_, Z, modified}, B, S, T_, stream);
   if (small_bands(S))
     backward_band_kernel<T, kSmallWarps><<<(unsigned)B, band_threads(S), 0, stream>>>(
         boundary, w1, w2, g, ans_grad, S, T_, modified);
   else
     backward_band_kernel<T, kMaxWarps><<<(unsigned)B, band_threads(S), 0, stream>>>(
         boundary, w1, w2, g, ans_grad, S, T_, modified);
-  launch_cells(BackwardPost<T>{boundary, w1, w2, g, px_grad, py_grad, S, T_, Z, modified}, B, S, T_, stream);
+  launch_skew_cells(BackwardPost<T>{boundary, w1, w2, g, px_grad, py_grad, S, T_, Z, modified}, B, S, T_, stream);
   check_launch("mutual_information_backward");
 }
 
