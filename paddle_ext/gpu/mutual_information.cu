@@ -202,7 +202,8 @@ struct ForwardPre {
   PE_HOSTDEVICE void operator()(index_t b, index_t r, index_t c) const {
     const MIBox box = mi_box(boundary, b, S, T_);
     if (!in_box(box, S, T_, r, c)) return;
-    const index_t T1 = modified ? T_ : T_ + 1, s = box.s_begin + r, t = box.t_begin + c, i = b * Z + Skew{T_ + 32}(r, c);
+    const index_t T1 = modified ? T_ : T_ + 1, s = box.s_begin + r, t = box.t_begin + c;
+    const index_t i = b * Z + Skew{T_ + 32}(r, c);
     bool ok = true;
     MIExt ex{0.0, kMiExtZeroExp}, ey{0.0, kMiExtZeroExp};
     if (r > 0 && (!modified || c > 0))
@@ -322,9 +323,8 @@ __global__ void __launch_bounds__(kPassThreads) skew_cells_kernel(F f, index_t r
   const int lane = threadIdx.x & 31;
   for (index_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const index_t b = row / nb, r = (row - b * nb) * 32 + lane;
-    for (index_t j = index_t(blockIdx.x) * 32 + (threadIdx.x >> 5); j < std::min<index_t>(J, index_t(blockIdx.x) * 32 + 32);
-         j += kPassThreads / 32)
-      f(b, r, j - lane);
+    const index_t j0 = index_t(blockIdx.x) * 32, j1 = std::min<index_t>(J, j0 + 32);
+    for (index_t j = j0 + (threadIdx.x >> 5); j < j1; j += kPassThreads / 32) f(b, r, j - lane);
   }
 }
 template <typename F>

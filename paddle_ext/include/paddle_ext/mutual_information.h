@@ -58,10 +58,11 @@ PE_HOSTDEVICE inline A mi_forward_cell(A from_s, A from_t) {
 
 // Extended-range linear value m * 2^k (the CUDA forward's chain, where a log_add per cell would put an
 // exp and a log1p on the serial path; a parallel pre-pass computes the exps, a post-pass the logs):
-// m in [1, 2), or m = 0 for -inf. With exp(x) split as exp(r) * 2^kx (|r| <= ln2/2), a product is a multiply and an exponent add, a sum aligns the smaller
-// term (one below 2^-64 of the larger cannot change its rounding), so every finite p is kept to ulps
-// of the log-space recursion with no underflow or overflow. Callers keep |x| <= kMiExtMaxInput
-// (|kx| < 2^21: kx * kMiLn2Hi exact) and |k| <= kMiExtMaxExp (no int overflow); outside, log space.
+// m in [1, 2), or m = 0 for -inf. With exp(x) split as exp(r) * 2^kx (|r| <= ln2/2), a product is a
+// multiply and an exponent add, a sum aligns the smaller term (one below 2^-64 of the larger cannot
+// change its rounding), so every finite p is kept to ulps of the log-space recursion with no underflow
+// or overflow. Callers keep |x| <= kMiExtMaxInput (|kx| < 2^21: kx * kMiLn2Hi exact) and
+// |k| <= kMiExtMaxExp (no int overflow); outside, log space.
 struct MIExt {
   double m;
   int k;
