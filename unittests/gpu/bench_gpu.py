@@ -295,7 +295,8 @@ def fast_rnnt_peer(torch):
 
 def bench_mutual_information(rows, quick):
     # The case (B=32 S=100 T=500) in both modes and dtypes, and neighbours that select the other
-    # launcher branches: S=200 (the 16-warp band kernel), S=600 (the anti-diagonal wavefront), B=1, long T.
+    # launcher branches: S=200 (the 16-warp band kernel), S=600 (the 16-warp band kernel in two passes),
+    # B=1, long T.
     # With PE_FAST_RNNT_SRC=<fast_rnnt checkout> and a CUDA torch, fast_rnnt's kernels run side by side
     # (their p is in the input dtype; ours is float64).
     lib = library()

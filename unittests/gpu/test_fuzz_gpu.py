@@ -101,14 +101,15 @@ def test_put_along_axis_gpu(case):
 
 def _mi_multi_warp_cases():
     """Every mix on shapes that give the CUDA band kernels several warps (S + 1 > 32: 2..5 bands, both
-    instantiations, S + 1 = 128 and 129 at the switch), both modes and dtypes, boxes or none."""
+    instantiations, S + 1 = 128 and 129 at the switch; 512, 513 and 601 rows: one pass, two passes),
+    both modes and dtypes, boxes or none."""
     mixes = ("normal", "x1e3", "spikes", "spread700", "neginf", "posinf", "nan", "all_equal", "ties", "mixed")
     for seed, mix in enumerate(mixes * 2):
         rng = fc.rng_for("mutual_information_gpu_warps", seed)
         modified = bool(seed % 2)
         dtype = ("float64", "float32")[(seed // 2) % 2]
         B = int(rng.choice([1, 2, 3]))
-        S = int(rng.choice([32, 33, 64, 100, 127, 128, 150]))
+        S = int(rng.choice([32, 33, 64, 100, 127, 128, 150, 511, 512, 600]))
         T = int(rng.integers(S if modified else 0, S + 90))
         px = fc.mi_values(rng, (B, S, T if modified else T + 1), mix, dtype)
         py = fc.mi_values(rng, (B, S + 1, T), mix, dtype)

@@ -167,10 +167,12 @@ def _assert_close(got, want, rtol):
 
 
 # Every dispatch branch of the launchers: the 4-warp band kernel (S + 1 <= 128: 1..4 bands, the last one
-# partial or full), the 16-warp one (129..512 rows), the anti-diagonal wavefront (S + 1 > 512); empty
-# sides (S = 0, T = 0), T around the 16-step chunk and the 64-column ring between warps, B = 1.
+# partial or full), the 16-warp one (129..512 rows), and its passes of 512 rows (S + 1 > 512: a second pass
+# of 1 row, two full passes, three passes); empty sides (S = 0, T = 0), T around the 16-step chunk and the
+# 64-column ring between warps, B = 1.
 BRANCH_SHAPES = [(1, 0, 0), (2, 0, 7), (2, 5, 0), (1, 1, 1), (3, 31, 16), (3, 32, 17), (2, 127, 64), (2, 126, 65),
-                 (2, 128, 40), (2, 200, 129), (1, 511, 20), (1, 512, 20), (2, 100, 500)]
+                 (2, 128, 40), (2, 200, 129), (1, 511, 20), (1, 512, 20), (2, 1023, 12), (1, 1100, 20),
+                 (2, 100, 500)]
 
 
 @pytest.mark.parametrize("modified", [False, True])
@@ -190,7 +192,7 @@ def test_gpu_every_dispatch_branch(modified, B, S, T):
 
 
 @pytest.mark.parametrize("modified", [False, True])
-@pytest.mark.parametrize("S", [40, 300])  # the 4-warp and the 16-warp band kernels
+@pytest.mark.parametrize("S", [40, 300, 700])  # the 4-warp and the 16-warp band kernels, two passes
 @pytest.mark.parametrize("kind", ["nan", "posinf", "huge", "big", "neginf_rows"])
 def test_gpu_band_kernels_redo_or_stay_exact(modified, S, kind):
     # NaN, +inf and |x| > 1e6 leave the forward's extended range: that item is redone in log space (NaN

@@ -57,11 +57,12 @@ PE_HOSTDEVICE inline A mi_forward_cell(A from_s, A from_t) {
 }
 
 // Extended-range linear value m * 2^k (the CUDA forward's chain, where a log_add per cell would put an
-// exp and a log1p on the serial path): m in [1, 2), or m = 0 for -inf. With exp(x) split as
-// exp(r) * 2^kx (|r| <= ln2/2), a product is a multiply and an exponent add, a sum aligns the smaller
-// term (one below 2^-64 of the larger cannot change its rounding), so every finite p is kept to ulps
-// of the log-space recursion with no underflow or overflow. Callers keep |x| <= kMiExtMaxInput
-// (|kx| < 2^21: kx * kMiLn2Hi exact) and |k| <= kMiExtMaxExp (no int overflow); outside, log space.
+// exp and a log1p on the serial path; a parallel pre-pass computes the exps, a post-pass the logs):
+// m in [1, 2), or m = 0 for -inf. With exp(x) split as exp(r) * 2^kx (|r| <= ln2/2), a product is a
+// multiply and an exponent add, a sum aligns the smaller term (one below 2^-64 of the larger cannot
+// change its rounding), so every finite p is kept to ulps of the log-space recursion with no underflow
+// or overflow. Callers keep |x| <= kMiExtMaxInput (|kx| < 2^21: kx * kMiLn2Hi exact) and
+// |k| <= kMiExtMaxExp (no int overflow); outside, log space.
 struct MIExt {
   double m;
   int k;
@@ -82,8 +83,7 @@ PE_HOSTDEVICE inline double mi_from_bits(uint64_t u) {
   return v;
 }
 
-// The MIExt helpers are straight-line code (selects, no branches, no library exp/log with special-case
-// paths), so the compiler can interleave a chunk's independent exps and logs with the serial chain.
+// The MIExt helpers are straight-line code (selects, no branches), so the walk's chain has no branch.
 
 // m * 2^k for m >= 0 finite and normal (or 0), brought to m in [1, 2).
 PE_HOSTDEVICE inline MIExt mi_ext_normalize(double m, int k) {
@@ -110,57 +110,6 @@ PE_HOSTDEVICE inline double mi_exp_reduced(double r) {
   return std::fma(e, r, 1.0);
 }
 
-// exp(a) for any a, straight-line: |a| clamped to 1400 (exp is 0 or inf there anyway), a = k ln2 + r,
-// 2^k applied as two normal powers of two (subnormal results round once); NaN stays NaN.
-PE_HOSTDEVICE inline double mi_exp_straight(double a) {
-  const double ac = std::fmin(std::fmax(a, -1400.0), 1400.0);  // (NaN -> -1400; restored below)
-  const double kd = std::rint(ac * 1.4426950408889634);
-  const double r = std::fma(-kd, kMiLn2Lo, std::fma(-kd, kMiLn2Hi, ac));
-  const int k = int(kd), k1 = k / 2, k2 = k - k1;  // both in [-1010, 1010]
-  const double e = mi_exp_reduced(r) * mi_from_bits(uint64_t(k1 + 1023) << 52) * mi_from_bits(uint64_t(k2 + 1023) << 52);
-  return a == a ? e : a;
-}
-
-// mi_edge_weight with mi_exp_straight (the CUDA band backward: no branches between a chunk's steps).
-PE_HOSTDEVICE inline double mi_edge_weight_straight(double p_from, double x, double p_to) {
-  const double e = mi_exp_straight(p_from + x - p_to);
-  return (e == e && e != -neg_inf<double>()) ? e : 0.0;
-}
-
-// 1 / d for d in [1.7, 2.5]: the hardware approximation (~2^-20) and three Newton steps on the device
-// (each squares the relative error; the last leaves the rounding of q).
-PE_HOSTDEVICE inline double mi_recip(double d) {
-#ifdef __CUDA_ARCH__
-  double q;
-  asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(q) : "d"(d));
-  for (int i = 0; i < 3; ++i) q = std::fma(q, std::fma(-d, q, 1.0), q);
-  return q;
-#else
-  return 1.0 / d;
-#endif
-}
-
-// log(m * 2^k) for m in [1, 2): m above sqrt(2) is halved (k + 1), then log m = 2 atanh(s) with
-// s = (m - 1) / (m + 1), |s| <= 0.172, to s^23 (the rest is below 1e-18 relative).
-PE_HOSTDEVICE inline double mi_ext_log_finite(double m, int k) {
-  const bool halve = m > 1.4142135623730951;
-  const double mm = halve ? 0.5 * m : m, kk = double(k) + (halve ? 1.0 : 0.0);
-  const double s = (mm - 1.0) * mi_recip(mm + 1.0), z = s * s;
-  double q = 0.043478260869565216;  // 1/23
-  q = std::fma(q, z, 0.047619047619047616);
-  q = std::fma(q, z, 0.05263157894736842);
-  q = std::fma(q, z, 0.058823529411764705);
-  q = std::fma(q, z, 0.06666666666666667);
-  q = std::fma(q, z, 0.07692307692307693);
-  q = std::fma(q, z, 0.09090909090909091);
-  q = std::fma(q, z, 0.1111111111111111);
-  q = std::fma(q, z, 0.14285714285714285);
-  q = std::fma(q, z, 0.2);
-  q = std::fma(q, z, 0.3333333333333333);
-  const double lm = std::fma(2.0 * s * z, q, 2.0 * s);
-  return std::fma(kk, kMiLn2Hi, std::fma(kk, kMiLn2Lo, lm));
-}
-
 // exp(x) for x <= kMiExtMaxInput in magnitude or -inf (0); clears ok for NaN, +inf or a larger |x|.
 PE_HOSTDEVICE inline MIExt mi_ext_exp(double x, bool& ok) {
   const bool in = std::fabs(x) <= kMiExtMaxInput;
@@ -182,12 +131,6 @@ PE_HOSTDEVICE inline MIExt mi_ext_fma2(MIExt a, MIExt x, MIExt b, MIExt y) {
   const bool add = lm != 0 && d >= -64;
   const double s = std::fma(lm, mi_from_bits(uint64_t((add ? d : 0) + 1023) << 52), hm);
   return mi_ext_normalize(add ? s : hm, hk);
-}
-
-// log of an extended value (-inf for 0).
-PE_HOSTDEVICE inline double mi_ext_log(MIExt v) {
-  const double l = mi_ext_log_finite(v.m == 0 ? 1.0 : v.m, v.k);
-  return v.m == 0 ? neg_inf<double>() : l;
 }
 
 struct MIBox {
