@@ -1433,9 +1433,11 @@ void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t 
     // float16/bfloat16 already accumulate in float in the older kernels; where those fill the device
     // (many rows of <= kWarpRowMax, or >= kHalfColumnLinesMin strided lines of <= kWarpRowMax steps) they
     // measured faster than the tiles (H100, [4096, 4096] float16: 0.064 vs 0.102 ms along axis -1, 0.111
-    // vs 0.147 ms along axis 0), so they keep them.
+    // vs 0.147 ms along axis 0), and so did the chunked rows on few long rows ([16, 2^20]: 0.162 vs
+    // 0.176 ms), so they keep them.
     constexpr bool kHalf = !std::is_same<T, float>::value;
-    const bool half_rows_old = kHalf && n <= kWarpRowMax && outer >= kWarpRowsMin;
+    const bool half_rows_old =
+        kHalf && ((n <= kWarpRowMax && outer >= kWarpRowsMin) || (chunks > 1 && outer < kFewRows));
     const bool half_columns_old = kHalf && n <= kWarpRowMax && outer * inner >= kHalfColumnLinesMin;
     if (inner == 1 && n >= kTileRowMin && outer * tiles_per_row < (1 << 30) && !half_rows_old) {
       launch_forward_tiles(x, out, outer, n, tiles_per_row, exclusive, reverse, stream);
