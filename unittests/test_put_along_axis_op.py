@@ -665,7 +665,7 @@ def test_integer_mean_of_many_equal_values_is_their_floor_mean(dtype, count, exp
 # the general ones, with index rows that agree over the inner columns (row-level bookkeeping) or not.
 INT_MEAN_CASES = [((3, 4), (3, 300), 1, "random"), ((5,), (400,), -1, "random"),
                   ((4, 3), (300, 3), 0, "random"), ((4, 8), (300, 8), 0, "uniform"),
-                  ((2, 4, 3), (2, 250, 3), 1, "random")]
+                  ((2, 4, 3), (2, 250, 3), 1, "random"), ((2, 8), (700, 8), 0, "uniform")]
 
 
 def _int_mean_inputs(dtype, arr_shape, idx_shape, axis, rows, seed=0):
@@ -683,6 +683,16 @@ def test_integer_mean_sums_do_not_overflow(dtype, arr_shape, idx_shape, axis, ro
     arr, indices, values = _int_mean_inputs(dtype, arr_shape, idx_shape, axis, rows)
     got = _int_put(arr, indices, values, axis, "mean", include_self, inplace)
     np.testing.assert_array_equal(got, refs.put_along_axis(arr, indices, values, axis, "mean", include_self))
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+def test_mean_of_more_than_255_agreeing_rows_per_destination_row(include_self):
+    # ~350 index rows aim at each destination row: a per-row count past a byte (the row counts' carry)
+    arr, values = rand((2, 8)), rand((700, 8), seed=2)
+    indices = np.repeat(rand_indices((2, 8), (700, 1), 0, seed=1), 8, axis=1)
+    assert np.bincount(indices[:, 0] % 2).min() > 255
+    got = put(*map(paddle.to_tensor, (arr, indices, values)), 0, "mean", include_self).numpy()
+    assert_close(got, refs.put_along_axis(arr, indices, values, 0, "mean", include_self), "float64")
 
 
 @pytest.mark.parametrize("dtype", INT_DTYPES)

@@ -221,9 +221,9 @@ struct Hints {
   const void* b = nullptr;
   int elem_size = 0;
   bool write = false;
-  // Per stat row bookkeeping that fn updates (mean's counts: 4 MiB a thread in the graph case, past L2),
-  // prefetched with the destination row (mean's row-pattern forward spent ~25 ms on these misses).
-  const int32_t* stat = nullptr;
+  // Per stat row bookkeeping that fn updates (mean's row counts), a byte per row, prefetched with the
+  // destination row (mean's row-pattern forward spent ~25 ms on these misses).
+  const uint8_t* stat = nullptr;
   const uint8_t* only = nullptr;
   bool all_uniform = false;
   // {so, sm, si} (ValuesAt::stride): fn gets the values offset o * so + j * sm + i * si of a position in
@@ -433,7 +433,9 @@ struct Counter {
   std::unique_ptr<HugeScratch> slot_mem;  // zero pages, faulted in where touched
   int32_t* slot = nullptr;
   std::atomic<bool> slot_used{false};
-  Counter(const Geometry& g, const Plan& plan) : row(new int32_t[plan.nblocks * g.outer * g.n]()) {
+  // Without `rows` only the slot counts exist (mean's forward keeps its row counts in RowBytes).
+  Counter(const Geometry& g, const Plan& plan, bool rows = true)
+      : row(rows ? new int32_t[plan.nblocks * g.outer * g.n]() : nullptr) {
     if (g.inner > 1 && g.slots() > 0) {
       slot_mem.reset(new HugeScratch(g.slots() * sizeof(int32_t)));
       slot = slot_mem->as<int32_t>();
@@ -457,6 +459,25 @@ struct Counter {
     }
   }
   int32_t at(index_t s, index_t r) const { return row[r] + (scattered() ? slot[s] : 0); }
+};
+
+// mean's forward counts per stat row: a byte per row (1 MiB a thread in the graph case, in L2; int32s were
+// 4 MiB, twice L2, and each increment waited on memory), its carries in an int32 per row whose pages are
+// touched only where some row reaches 256 contributions. count(r) = low[r] + 256 * high[r]. A stat row
+// belongs to one thread, as with Counter.
+struct RowBytes {
+  std::unique_ptr<uint8_t[]> low;
+  HugeScratch high_mem;  // zero pages, faulted in where touched
+  int32_t* high;
+  std::atomic<bool> carried{false};
+  explicit RowBytes(index_t rows)
+      : low(new uint8_t[std::max<index_t>(rows, 1)]()), high_mem(rows * sizeof(int32_t)), high(high_mem.as<int32_t>()) {}
+  // Counting is `if (++low[r] == 0) carry(r)` at the call site, `low` captured by value (see ByteCounts).
+  void carry(index_t r) {
+    ++high[r];
+    if (!carried.load(std::memory_order_relaxed)) carried.store(true, std::memory_order_relaxed);
+  }
+  int32_t at(index_t r, bool wide) const { return int32_t(low[r]) + (wide ? high[r] << 8 : 0); }
 };
 
 // Counts of every slot, one visit.
@@ -812,16 +833,23 @@ bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx*
                       });
                     }));
   }
-  Counter cnt(g, plan);
+  Counter cnt(g, plan, /*rows=*/false);
   Counter* c = &cnt;
-  pf.stat = cnt.row.get();
-  const bool ok = visit(idx, g, plan, pf, [combine, c](index_t s, index_t p, index_t len, index_t r, auto u) {
+  RowBytes rows(plan.nblocks * g.outer * g.n);
+  RowBytes* rb = &rows;
+  pf.stat = rows.low.get();
+  const bool ok = visit(idx, g, plan, pf, [combine, c, rb, low = rows.low.get()](index_t s, index_t p, index_t len,
+                                                                                 index_t r, auto u) {
                     combine(s, p, len);
-                    c->add(s, r, u);
+                    if constexpr (decltype(u)::value) {
+                      if (__builtin_expect(++low[r] == 0, 0)) rb->carry(r);
+                    } else {
+                      c->add(s, r, u);
+                    }
                   }).ok;
-  const bool scattered = cnt.scattered();
-  for_slots(g, plan, [acc, c, self, scattered, counts_out](index_t s, index_t len, index_t r) {
-    const int32_t rc = c->row[r];
+  const bool scattered = cnt.scattered(), wide = rows.carried.load();
+  for_slots(g, plan, [acc, c, rb, wide, self, scattered, counts_out](index_t s, index_t len, index_t r) {
+    const int32_t rc = rb->at(r, wide);
     if (counts_out)
       for (index_t t = 0; t < len; ++t) counts_out[s + t] = rc + (scattered ? c->slot[s + t] : 0);
     if (!scattered) {
