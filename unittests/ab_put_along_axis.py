@@ -23,12 +23,14 @@ import numpy as np
 REDUCES = ("assign", "add", "mul", "mean", "amin", "amax")
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int32", "int64", "int16", "uint8")
 FLOATS = ("float16", "bfloat16", "float32", "float64")
-PATTERNS = ("independent", "rows", "mixed", "few")
+PATTERNS = ("independent", "rows", "uniform", "mixed", "few")
 
 
 def _indices(rng, pattern, n, shape, axis):
-    """Indices along `axis` in [-n, n): independent per element, one per index row (broadcast over the
-    other axes), half the rows one then independent, or a few destinations (many duplicates)."""
+    """Indices along `axis` in [-n, n): independent per element, one destination per index row (broadcast
+    over the other axes; "rows": each element's sign drawn on its own, so the raw values of a row differ,
+    "uniform": one sign per row, every entry of a row the same value, the kernels' agreeing-row path),
+    half the rows one then independent, or a few destinations (many duplicates)."""
     if pattern == "independent":
         k = rng.integers(0, n, size=shape)
     elif pattern == "few":
@@ -40,7 +42,11 @@ def _indices(rng, pattern, n, shape, axis):
             free = rng.integers(0, n, size=shape)
             pick = rng.random(size=row_shape) < 0.5
             k = np.where(np.broadcast_to(pick, shape), free, k)
-    negative = rng.random(size=shape) < 0.3
+    if pattern == "uniform":
+        row_shape = [s if d <= axis else 1 for d, s in enumerate(shape)]
+        negative = np.broadcast_to(rng.random(size=row_shape) < 0.3, shape)
+    else:
+        negative = rng.random(size=shape) < 0.3
     return np.where(negative, k - n, k)
 
 
@@ -66,10 +72,11 @@ def cases():
         seed += 1
         adversarial = dtype in FLOATS and seed % 3 == 0
         yield f"s{seed}", (a, i, axis, dtype, idt, reduce, inc, pattern, adversarial, seed)
-    # partitioned (one thread: > 2 MiB of destination) and two-thread (> 2^21 positions) sizes
+    # partitioned (one thread: > 2 MiB of destination) and two-thread (> 2^21 positions) sizes; "uniform" there
+    # takes one thread over whole rows where the baseline split columns (choose_plan)
     large = [((12000, 64), (18000, 64), 0), ((20000, 64), (40000, 64), 0), ((3, 6000, 48), (3, 15000, 48), 1)]
     for (a, i, axis), dtype, reduce, inc, pattern in itertools.product(
-            large, ("float32", "float64"), REDUCES, (True, False), ("independent", "mixed")):
+            large, ("float32", "float64"), REDUCES, (True, False), ("independent", "mixed", "uniform")):
         seed += 1
         yield f"l{seed}", (a, i, axis, dtype, "int64" if seed % 2 else "int32", reduce, inc, pattern, seed % 5 == 0, seed)
 

@@ -606,13 +606,15 @@ def assert_matches(got, ref, dtype, scale=1.0, what="out", rtol=None, abs_scale=
 def put_along_axis_path_cases():
     """One case per fast path, always present: the flat kernels (last axis; float32 + int64 add grads
     take the AVX-512 masked gathers, m = 37 leaves a partial mask), the row-uniform rows (graph case:
-    axis 0 with 64 features), and scattered rows that are not uniform (the per-slot bookkeeping). Under
+    axis 0 with 64 features: past L2, one thread over whole rows; `row_uniform_columns`, a destination
+    that stays in cache, keeps the two threads' column blocks), and scattered rows that are not uniform (the per-slot bookkeeping). Under
     PADDLE_EXT_PUT_TILE=small the scattered layouts take the destination-partitioned passes: one part
     (one thread), column parts (`bucket_columns`, two threads) and outer-row parts (`bucket_outer`);
     `bucket_hot` gives slots ~300 contributions (mean's byte counts there carry past 255; finite values,
     so that a wrong count shows)."""
     rng = rng_for("put_along_axis_paths", 0)
     layouts = {"flat": ((3, 20), (3, 37), 1, "negative"), "row_uniform": ((20, 64), (37, 64), 0, "row_uniform"),
+               "row_uniform_columns": ((2, 48), (37, 48), 0, "row_uniform"),
                "scattered": ((20, 6), (37, 6), 0, "random"), "bucket_columns": ((40, 24), (83, 24), 0, "random"),
                "bucket_outer": ((4, 30, 5), (4, 61, 5), 1, "random"),
                "bucket_hot": ((40, 24), (600, 24), 0, "dup_heavy")}

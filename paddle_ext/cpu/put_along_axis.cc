@@ -2,8 +2,9 @@
 //
 // Every pass is a visit of (slot, position) pairs by visit(), which partitions the *destination*
 // among the threads so that no two threads ever touch one slot (no atomics, no locks,
-// deterministic): by outer block, by inner column block (the graph case: rows scattered along axis 0
-// with 64 features), or, when both are too narrow, by ranges of the scattered axis itself. Each
+// deterministic): by outer block, by inner column block (rows scattered along axis 0 whose indices
+// disagree, or a destination that fits in cache; the graph case's agreeing rows take one thread, see
+// choose_plan), or, when both are too narrow, by ranges of the scattered axis itself. Each
 // position belongs to exactly one slot, so the same visit also partitions the positions for the
 // gathers of the backward. Within a slot, contributions arrive in increasing flat position (or
 // decreasing, for the reverse visit of assign's backward), as in a sequential loop.
@@ -185,9 +186,15 @@ struct Plan {
   index_t chunk = 1;    // outer rows per dynamic chunk (Outer)
 };
 
-Plan make_plan(const Geometry& g) {
+// One part on the calling thread: every column in one block.
+Plan single_plan(const Geometry& g) {
   Plan p;
   p.block = std::max<index_t>(g.inner, 1);
+  return p;
+}
+
+Plan make_plan(const Geometry& g) {
+  Plan p = single_plan(g);
   const int threads = g.positions() < 2 * tiles().grain ? 1 : max_threads();
   if (threads <= 1) return p;
   p.threads = threads;
@@ -461,7 +468,7 @@ struct Counter {
   int32_t at(index_t s, index_t r) const { return row[r] + (scattered() ? slot[s] : 0); }
 };
 
-// mean's forward counts per stat row: a byte per row (1 MiB a thread in the graph case, in L2; int32s were
+// mean's forward counts per stat row: a byte per row (1 MiB in the graph case, in L2; int32s were
 // 4 MiB, twice L2, and each increment waited on memory), its carries in an int32 per row whose pages are
 // touched only where some row reaches 256 contributions. count(r) = low[r] + 256 * high[r]. A stat row
 // belongs to one thread, as with Counter.
@@ -722,6 +729,22 @@ bool use_buckets(const Idx* idx, const Geometry& g, const Plan& plan, index_t el
   return plan.kind != Plan::Narrow && misses_l2(g, plan, elem) && mostly_scattered(idx, g, plan);
 }
 
+// make_plan's split, except where its column blocks would split index rows that agree, into a destination
+// past L2 (the graph case [1e6, 64] <- [2e6, 64], and indices [E, 1] read as broadcast). There a pass is
+// bound by the latency of its random destination rows, one per index row: column blocks halve the bytes
+// a thread moves but not the rows it waits on, so two threads gain little over one (80 against 85 ms),
+// and where the index rows start on 256-byte boundaries (as Paddle's large tensors do) the two threads' halves
+// of each row made both slower (154 ms). One thread over whole rows, Paddle tensors, AMD EPYC: add forward
+// 159 -> 81 ms, mean 176 -> 89, add forward + backward 333 -> 256, broadcast [E, 1] add 87 -> 63. Rows
+// that disagree keep the column blocks: their partitioned passes are compute-bound (independent add 520 ms
+// on two threads, 1133 on one).
+template <typename Idx>
+Plan choose_plan(const Idx* idx, const Geometry& g, index_t elem) {
+  const Plan p = make_plan(g);
+  if (p.kind == Plan::Columns && misses_l2(g, p, elem) && !mostly_scattered(idx, g, p)) return single_plan(g);
+  return p;
+}
+
 // mean_divide(sum, count) for a slot with `count` contributions (a slot with none keeps its value),
 // branch-free for floats (x / 1 is exact, and the select keeps the bits of an undivided value).
 template <typename A>
@@ -778,7 +801,7 @@ template <Reduce R, typename T, typename Idx>
 bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx* idx, const Geometry& g,
                   bool include_self, int32_t* counts_out) {
   using A = reduce_acc_t<R, T>;
-  const Plan plan = make_plan(g);
+  const Plan plan = choose_plan(idx, g, sizeof(A));
   // No destination prefetch for assign: its stores do not wait on the line (add's loads do: -10% time on the
   // row pattern with it), and the prefetch only made assign's time vary (143-178 ms against 147-158).
   Hints pf{R == Reduce::Assign ? nullptr : acc, nullptr, int(sizeof(A)), true};
@@ -1127,7 +1150,7 @@ template <Reduce R, typename T, typename Idx>
 bool forward_of(const T* arr, T* out, const T* values_ptr, const Idx* idx, const Geometry& g, bool include_self,
                 int32_t* counts) {
   using A = reduce_acc_t<R, T>;
-  const Plan plan = make_plan(g);
+  const Plan plan = choose_plan(idx, g, sizeof(A));
   const ValuesAt<T> values(values_ptr, g);
   if (R != Reduce::Mean) counts = nullptr;
   if (counts && g.slots() > 0 && g.positions() == 0) std::memset(counts, 0, g.slots() * sizeof(int32_t));
@@ -1176,7 +1199,7 @@ template <Reduce R, typename T, typename Idx>
 void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, const T* g, T* arr_grad,
                    T* values_grad, const Geometry& geo, bool include_self, const int32_t* counts) {
   using A = acc_t<T>;
-  const Plan plan = make_plan(geo);
+  const Plan plan = choose_plan(idx, geo, sizeof(T));
   if (flat_plan(geo, plan))
     return flat_backward<R, T, Idx>(arr, idx, values, out, g, arr_grad, values_grad, geo, plan, include_self);
   const T zero = store<T>(A(0));
