@@ -1199,7 +1199,9 @@ template <Reduce R, typename T, typename Idx>
 void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, const T* g, T* arr_grad,
                    T* values_grad, const Geometry& geo, bool include_self, const int32_t* counts) {
   using A = acc_t<T>;
-  const Plan plan = choose_plan(idx, geo, sizeof(T));
+  // amin/amax keep the column split: their grads read g, out and the values and count the ties per
+  // element, enough work that one thread over whole rows was slower (graph case fwd+bwd 575 -> 667 ms).
+  const Plan plan = R == Reduce::Min || R == Reduce::Max ? make_plan(geo) : choose_plan(idx, geo, sizeof(T));
   if (flat_plan(geo, plan))
     return flat_backward<R, T, Idx>(arr, idx, values, out, g, arr_grad, values_grad, geo, plan, include_self);
   const T zero = store<T>(A(0));
