@@ -799,9 +799,8 @@ struct ByteCounts {
 // The hot lambdas capture pointers by value: by-reference captures are reloaded on every element.
 template <Reduce R, typename T, typename Idx>
 bool forward_impl(reduce_acc_t<R, T>* acc, const ValuesAt<T>& values, const Idx* idx, const Geometry& g,
-                  bool include_self, int32_t* counts_out) {
+                  const Plan& plan, bool include_self, int32_t* counts_out) {
   using A = reduce_acc_t<R, T>;
-  const Plan plan = choose_plan(idx, g, sizeof(A));
   // No destination prefetch for assign: its stores do not wait on the line (add's loads do: -10% time on the
   // row pattern with it), and the prefetch only made assign's time vary (143-178 ms against 147-158).
   Hints pf{R == Reduce::Assign ? nullptr : acc, nullptr, int(sizeof(A)), true};
@@ -1157,12 +1156,12 @@ bool forward_of(const T* arr, T* out, const T* values_ptr, const Idx* idx, const
   if (flat_plan(g, plan)) return flat_forward<R, T, Idx>(arr, out, values, idx, g, plan, include_self, counts);
   if (std::is_same<A, T>::value) {  // reduce in out itself (arr == out for the inplace op)
     convert(arr, out, g.slots());
-    return forward_impl<R, T, Idx>(reinterpret_cast<A*>(out), values, idx, g, include_self, counts);
+    return forward_impl<R, T, Idx>(reinterpret_cast<A*>(out), values, idx, g, plan, include_self, counts);
   }
   // half types (float32) and integer means (int64): accumulate wider, round once
   std::unique_ptr<A[]> acc(new A[std::max<index_t>(g.slots(), 1)]);
   convert(arr, acc.get(), g.slots());
-  const bool ok = forward_impl<R, T, Idx>(acc.get(), values, idx, g, include_self, counts);
+  const bool ok = forward_impl<R, T, Idx>(acc.get(), values, idx, g, plan, include_self, counts);
   convert(acc.get(), out, g.slots());
   return ok;
 }
