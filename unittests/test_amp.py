@@ -253,7 +253,8 @@ class _Model(paddle.nn.Layer):
 
     def _logcumsumexp(self, tokens, symbols, boundary, labels):
         enc, _ = self._encode(tokens, symbols)
-        return paddle_ext.logcumsumexp(enc, axis=1).mean()
+        # the loss in float32: a bfloat16 mean as a to_static output hits a Paddle bug (conftest.py)
+        return paddle_ext.logcumsumexp(enc, axis=1).astype("float32").mean()
 
     def _put_along_axis(self, tokens, symbols, boundary, labels):
         enc, _ = self._encode(tokens, symbols)
