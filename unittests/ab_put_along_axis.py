@@ -74,7 +74,9 @@ def cases():
         yield f"s{seed}", (a, i, axis, dtype, idt, reduce, inc, pattern, adversarial, seed)
     # partitioned (one thread: > 2 MiB of destination) and two-thread (> 2^21 positions) sizes; "uniform" there
     # takes one thread over whole rows where the baseline split columns (choose_plan)
-    large = [((12000, 64), (18000, 64), 0), ((20000, 64), (40000, 64), 0), ((3, 6000, 48), (3, 15000, 48), 1)]
+    # and a scatter along the last axis (flat rows) of two-thread size
+    large = [((12000, 64), (18000, 64), 0), ((20000, 64), (40000, 64), 0), ((3, 6000, 48), (3, 15000, 48), 1),
+             ((40, 30000), (40, 60000), 1)]
     for (a, i, axis), dtype, reduce, inc, pattern in itertools.product(
             large, ("float32", "float64"), REDUCES, (True, False), ("independent", "mixed", "uniform")):
         seed += 1

@@ -301,6 +301,8 @@ def cases(quick: bool):
         out += [_backward_case(arr_shape, idx_shape, 0, r, repeats, "independent") for r in ("assign", "add", "mean")]
     out += [_broadcast_case(n, repeats), _broadcast_case(n, repeats, backward=True)]
     out += [_broadcast_values_case(n, repeats, r, backward) for r in ("add", "assign") for backward in (False, True)]
+    # along the last axis (the flat kernels), long rows: mean against add
+    out += [_forward_case((64, n), (64, 2 * n), 1, r, repeats, "independent") for r in ("add", "mean")]
     out += [_forward_case(*square, r, 5) for r in REDUCES]
     out += [_backward_case(*square, r, 5) for r in ("add", "mean", "amax")]
     return out
