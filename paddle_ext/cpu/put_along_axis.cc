@@ -1164,28 +1164,33 @@ void flat_mul_row(const T* arr, const Idx* ir, const T* vr, const T* g, T* ag, T
 
 template <Reduce R, typename T, typename Idx>
 void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, const T* g, T* arr_grad, T* vg,
-                   const Geometry& geo, const Plan& plan, bool include_self) {
+                   const Geometry& geo, const Plan& plan, bool include_self, const int32_t* counts) {
   using A = acc_t<T>;
   constexpr bool kMul = R == Reduce::Mul, kMinMax = R == Reduce::Min || R == Reduce::Max;
-  // Counts where backward_impl keeps them (without them every count reads as 1).
+  constexpr bool kMean = R == Reduce::Mean;
+  // Counts where backward_impl keeps them (without them every count reads as 1); mean's from the forward
+  // when it kept them.
   const bool need_count = R == Reduce::Assign || R == Reduce::Mean || !include_self;
   const index_t n = geo.n, m = geo.m;
-  const size_t per_row = n * 2 * sizeof(int32_t) + (kMul ? (n + m) * sizeof(A) : 0);
+  const size_t per_row = n * 2 * sizeof(int32_t) + (kMul ? (n + m) * sizeof(A) : 0) + (kMean ? n * sizeof(T) : 0);
   const T zero = store<T>(A(0));
   for_outer_rows(geo, plan, per_row, [&](index_t o0, index_t o1, char* scratch) {
-    int32_t* const cnt = reinterpret_cast<int32_t*>(scratch);
-    int32_t* const aux = cnt + n;
+    int32_t* const own_cnt = reinterpret_cast<int32_t*>(scratch);
+    int32_t* const aux = own_cnt + n;
     A* const run = reinterpret_cast<A*>(aux + n);
+    T* const q = reinterpret_cast<T*>(aux + n);  // mean: a slot's values_grad (run is mul's)
     for (index_t o = o0; o < o1; ++o) {
       const index_t s0 = o * n, p0 = o * m;
       const Idx* ir = idx + p0;
       const T* vr = values + p0;
       if constexpr (kMul) {
-        flat_mul_row<T, Idx>(arr + s0, ir, vr, g + s0, arr_grad ? arr_grad + s0 : nullptr, vg ? vg + p0 : nullptr, cnt,
+        flat_mul_row<T, Idx>(arr + s0, ir, vr, g + s0, arr_grad ? arr_grad + s0 : nullptr, vg ? vg + p0 : nullptr, own_cnt,
                              run, run + n, n, m, include_self);
         continue;
       }
-      if (need_count) std::memset(cnt, 0, n * sizeof(int32_t));
+      const bool counted = kMean && counts;  // the forward's counts: no count pass
+      int32_t* const cnt = counted ? const_cast<int32_t*>(counts + s0) : own_cnt;
+      if (need_count && !counted) std::memset(cnt, 0, n * sizeof(int32_t));
       int32_t nan_result = 0;  // some slot of the row is NaN: only then is same_value needed below
       if (kMinMax)
         for (index_t k = 0; k < n; ++k) nan_result |= int32_t(is_nan(load(out[s0 + k])));
@@ -1210,17 +1215,22 @@ void flat_backward(const T* arr, const Idx* idx, const T* values, const T* out, 
             if (vg) vg[p0 + j] = pick(cnt[kk] > 0, zero, g[s0 + kk]);
             ++cnt[kk];
           }
-        } else if (need_count || kMinMax) {
+        } else if ((need_count && !counted) || kMinMax) {
           for (index_t j = 0; j < m; ++j) {
             const index_t k = static_cast<index_t>(ir[j]);
             if (!index_in_range(k, n)) continue;
             const index_t kk = wrap_index(k, n);
-            if (need_count) ++cnt[kk];
+            if (need_count && !counted) ++cnt[kk];
             if (kMinMax) aux[kk] += int32_t(matches<kNan>(load(vr[j]), load(out[s0 + kk])));
           }
         }
         if (vg && R == Reduce::Add) {
           gather_row<T, Idx>(g + s0, ir, vg + p0, m, n, zero);
+        } else if (vg && kMean) {  // a slot's share once per slot, then add's gather of it
+          for (index_t k = 0; k < n; ++k)
+            q[k] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s0 + k])), A(0), A(0), cnt[k], 0, A(1),
+                                                 include_self));
+          gather_row<T, Idx>(q, ir, vg + p0, m, n, zero);
         } else if (vg && R != Reduce::Assign)
           for (index_t j = 0; j < m; ++j) {
             const index_t k = static_cast<index_t>(ir[j]);
@@ -1318,7 +1328,7 @@ void backward_impl(const T* arr, const Idx* idx, const T* values, const T* out, 
   // element, enough work that one thread over whole rows was slower (graph case fwd+bwd 575 -> 667 ms).
   const Plan plan = R == Reduce::Min || R == Reduce::Max ? make_plan(geo) : choose_plan(idx, geo, sizeof(T));
   if (flat_plan(geo, plan))
-    return flat_backward<R, T, Idx>(arr, idx, values, out, g, arr_grad, values_grad, geo, plan, include_self);
+    return flat_backward<R, T, Idx>(arr, idx, values, out, g, arr_grad, values_grad, geo, plan, include_self, counts);
   const T zero = store<T>(A(0));
   const Hints pf_g{g, nullptr, int(sizeof(T)), false};
   T* vg = values_grad;
