@@ -41,7 +41,7 @@ def compiled(tmp_path_factory):
                 paddle_include, paddle_include / "third_party", sysconfig.get_paths()["include"],
                 ROOT / "paddle_ext" / "include", ROOT, generated]
     flags = ["-std=c++17", "-fsyntax-only", "-DPADDLE_WITH_CUDA", "-DPADDLE_EXT_WITH_CUDA",
-             *[f"-I{p}" for p in includes]]
+             *[f"-I{p}" for p in includes], "-idirafter", str(ROOT / "paddle_ext" / "include" / "paddle_ext" / "compat")]
 
     def run(unit):
         proc = subprocess.run([CXX, *flags, str(unit)], capture_output=True, text=True)

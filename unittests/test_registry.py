@@ -86,3 +86,57 @@ def test_codegen_inplace_kernel_returns_void(tmp_path):
     assert '.SetInplaceMap({{"x", "out"}})' in text
     assert "std::is_same<decltype(&paddle_ext::FooKernel), void (*)(paddle::Tensor&, int)>" in text
     assert "std::is_same<decltype(&paddle_ext::FooGradKernel), std::vector<paddle::Tensor> (*)(const paddle::Tensor&, const paddle::Tensor&, int)>" in text
+
+
+def _kernel_signature(op_type):
+    """What Paddle's OpTest asks of an op to map its inputs and attrs onto the op's Python API."""
+    from paddle.base.framework import _dygraph_tracer  # noqa: PLC0415
+
+    inputs, attrs, outputs = _dygraph_tracer()._get_kernel_signature(op_type, {}, {}, {})
+    return list(inputs), list(attrs), list(outputs)
+
+
+@pytest.mark.parametrize("op", [op["name"] for op in _library.manifest()])
+def test_kernel_signature_lookup_answers_for_every_op(op):
+    from paddle.base.framework import OpProtoHolder  # noqa: PLC0415
+
+    spec = next(o for o in _library.manifest() if o["name"] == op)
+    grad = spec["forward"] is not None
+
+    def proto_name(name, optional=False):  # Paddle's names: paddle::Grad("out") and paddle::Optional("x")
+        name = f"{name[:-5]}@GRAD" if grad and name.endswith("_grad") else name
+        return f"{name}@OPTIONAL" if optional else name
+
+    inputs, attrs, outputs = _kernel_signature(op)
+    assert inputs == [proto_name(i["name"], i["optional"]) for i in spec["inputs"]]
+    assert attrs == [a["name"] for a in spec["attrs"]]
+    assert outputs == [proto_name(o) for o in spec["outputs"]]
+    if not grad:  # forward ops also have an OpProto to agree with
+        proto = OpProtoHolder.instance().get_op_proto(op)
+        assert inputs == [i.name for i in proto.inputs]
+        assert outputs == [o.name for o in proto.outputs]
+        assert set(attrs) <= {a.name for a in proto.attrs}
+
+
+def test_kernel_signature_lookup_of_paddle_ops_is_unchanged_by_import():
+    script = (
+        "import paddle\n"
+        "from paddle.base.framework import _dygraph_tracer\n"
+        "def sig(op):\n"
+        "    try:\n"
+        "        return [list(part) for part in _dygraph_tracer()._get_kernel_signature(op, {}, {}, {})]\n"
+        "    except Exception as err:\n"
+        "        return type(err).__name__\n"
+        "ops = ['logcumsumexp', 'put_along_axis', 'softmax', 'cumsum', 'matmul_v2']\n"
+        "before = [sig(op) for op in ops]\n"
+        "import paddle_ext\n"
+        "print(before == [sig(op) for op in ops], before)\n"
+    )
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    same, before = proc.stdout.strip().split(" ", 1)
+    assert same == "True", proc.stdout
+    assert "axis" in before  # the lookup answered for Paddle's own ops (not only errors on both sides)

@@ -373,7 +373,44 @@ def emit_family(ops: list[Op], family: str) -> str:
         lines.append(f"    .SetInferShapeFn(PD_INFER_SHAPE({infer_shape}))")
         lines.append(f"    .SetInferDtypeFn(PD_INFER_DTYPE({infer_dtype}));")
         lines.append("")
+    lines += _emit_kernel_signatures([o for o in ops if o.family == family], family)
     return "\n".join(lines)
+
+
+def op_proto_names(op: Op) -> tuple[list[str], list[str], list[str]]:
+    """The input, attr and output names Paddle gives the registered op (its OpProto): a grad op's
+    `<name>_grad` is `<name>@GRAD`, an optional input `<name>@OPTIONAL`."""
+
+    def proto(name: str, optional: bool = False) -> str:
+        if op.is_backward and name.endswith("_grad"):
+            name = f"{name[:-5]}@GRAD"
+        return f"{name}@OPTIONAL" if optional else name
+
+    return ([proto(a.name, a.optional) for a in op.inputs], [a.name for a in op.attrs],
+            [proto(o) for o in op.outputs])
+
+
+def _emit_kernel_signatures(ops: list[Op], family: str) -> list[str]:
+    """Registers each op's kernel signature (its OpProto's inputs, attrs, outputs) where Paddle's
+    kernel-signature lookup finds it (`Tracer._get_kernel_signature`, through which Paddle's OpTest
+    maps an op's inputs and attrs onto its Python API). Custom ops have no such entry otherwise; the
+    table is consulted only by that lookup, so how the op runs is unchanged."""
+    lines = [
+        # A CUDA build's op_utils.h also includes cuBLAS's headers (through enforce.h): needed too.
+        '#if __has_include("paddle/phi/core/compat/op_utils.h") && \\',
+        "    (!defined(PADDLE_WITH_CUDA) || __has_include(<cublas_v2.h>))",
+        '#include "paddle/phi/core/compat/op_utils.h"',
+        "",
+        f"static const int pe_{family}_kernel_signatures = [] {{",
+        "  auto& signatures = phi::DefaultKernelSignatureMap::Instance();",
+    ]
+    for op in ops:
+        name = op.forward + "_grad" if op.is_backward else op.name
+        inputs, attrs, outputs = (", ".join(f'"{n}"' for n in names) for names in op_proto_names(op))
+        lines.append(f'  if (!signatures.Has("{name}"))')
+        lines.append(f'    signatures.Insert("{name}", phi::KernelSignature("{name}", {{{inputs}}}, {{{attrs}}}, {{{outputs}}}));')
+    lines += ["  return 0;", "}();", "#endif", ""]
+    return lines
 
 
 def generate(ops_dir: pathlib.Path, out_dir: pathlib.Path) -> list[Op]:
