@@ -76,7 +76,7 @@ CASES = {
     "rnnt_loss_pruned": (
         [[B, T, 2, C]], lambda x: paddle_ext.rnnt_loss_pruned(x, _symbols(), _ranges(), 0, _boundary())),
     "get_rnnt_logprobs": (
-        LM_AM, lambda lm, am: paddle_ext.get_rnnt_logprobs(lm, am, _symbols(), 0, _boundary())),
+        LM_AM, lambda lm, am: paddle_ext.get_rnnt_logprobs(lm, am, _symbols(), 0, boundary=_boundary())),
     "get_rnnt_logprobs_smoothed": (
         LM_AM, lambda lm, am: paddle_ext.get_rnnt_logprobs_smoothed(lm, am, _symbols(), 0)),
     "get_rnnt_logprobs_joint": (
