@@ -89,6 +89,12 @@ def _check_float(x, arg, op, ndim):
     return list(x.shape)
 
 
+def _times(x, c):
+    """x * c for a Python float c: a static graph stores a bare float as a float32 attribute (1e-8 relative
+    off in float64), so there c goes in as a 0-D tensor of x's dtype."""
+    return x * c if paddle.in_dynamic_mode() else x * paddle.full([], c, dtype=x.dtype)
+
+
 def _neg_inf(shape, dtype):
     return paddle.full(shape, float("-inf"), dtype=dtype)
 
@@ -130,7 +136,7 @@ def _add_delay_penalty(px, boundary, rnnt_type, delay_penalty):
         offset = paddle.full([B, 1, 1], half, dtype=px.dtype)
     else:
         offset = ((boundary[:, 3].astype(px.dtype) - 1) / 2).reshape([-1, 1, 1])
-    penalty = (offset - paddle.arange(T0, dtype=px.dtype).reshape([1, 1, -1])) * delay_penalty
+    penalty = _times(offset - paddle.arange(T0, dtype=px.dtype).reshape([1, 1, -1]), delay_penalty)
     return px + penalty
 
 
@@ -270,7 +276,7 @@ def _fastemit(px, fastemit_lambda):
     factor = 1.0 + fastemit_lambda
     if paddle.in_dynamic_mode():
         return _ScaleGrad.apply(px, factor)
-    return paddle.static.nn.static_pylayer(paddle.assign, [px], lambda grad: grad * factor)
+    return paddle.static.nn.static_pylayer(paddle.assign, [px], lambda grad: _times(grad, factor))
 
 
 def _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda):
@@ -598,8 +604,8 @@ def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_sca
     # a zero scale would turn -inf terms into NaN (0 * -inf): k2 uses 1e-20 instead
     lm_only_scale = lm_only_scale or 1.0e-20
     am_only_scale = am_only_scale or 1.0e-20
-    px = px * combined + px_lmonly * lm_only_scale + px_amonly * am_only_scale
-    py = py * combined + py_lmonly * lm_only_scale + py_amonly * am_only_scale
+    px = _times(px, combined) + _times(px_lmonly, lm_only_scale) + _times(px_amonly, am_only_scale)
+    py = _times(py, combined) + _times(py_lmonly, lm_only_scale) + _times(py_amonly, am_only_scale)
     if rnnt_type == "regular" and layout == "modified":
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
     return _finish_px(px, py, boundary, rnnt_type), py
