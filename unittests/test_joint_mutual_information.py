@@ -136,3 +136,19 @@ def test_errors_name_the_argument(px, py, exc, match):
     args = [[named.get(v, v) for v in arg] if isinstance(arg, list) else arg for arg in (px, py)]
     with pytest.raises(exc, match=match):
         paddle_ext.joint_mutual_information_recursion(*args)
+
+
+def test_to_static_matches_dygraph():
+    pxs, pys, boundary = terms(2, seed=10)
+
+    def fn(x0, x1, y0, y1, boundary):
+        return paddle_ext.joint_mutual_information_recursion([x0, x1], [y0, y1], boundary)
+
+    outs = []
+    for f in (fn, paddle.jit.to_static(fn, full_graph=True)):
+        xs = [_t(a, False) for a in (*pxs, *pys)]
+        rows = f(*xs, _t(boundary))
+        (rows * _t(np.arange(6.0).reshape(2, 3))).sum().backward()
+        outs.append([rows.numpy()] + [x.grad.numpy() for x in xs])
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)

@@ -401,15 +401,18 @@ def get_rnnt_prune_ranges(px_grad, py_grad, boundary, s_range):
     For each frame t, the window of ``s_range`` consecutive symbol positions that holds the most
     occupation mass: ``ranges[b, t] = s_begin[b, t] + arange(s_range)``, with s_begin non-decreasing,
     starting at 0, stepping by less than s_range (so no symbol is skipped), and ending so that the
-    last real frame reaches ``s_end``. s_range is raised to the least value that keeps a path
-    (regular: ``(S-1)//T + 2`` in dygraph, with a warning) and capped at S+1 (in a static graph with a
-    dynamic S, when it runs: the last dim of the ranges is then dynamic too).
+    last real frame reaches ``s_end``. As in k2, a regular px_grad raises s_range to the least value that
+    keeps a path (``max_b((S_b-1)//T_b + 2)`` in dygraph, with a warning), a modified/constrained one (the
+    same layout for both) keeps it, and every s_range is capped at S+1 (in a static graph with a dynamic
+    S, when it runs: the last dim of the ranges is then dynamic too). Windows that leave an item no path
+    (e.g. constrained with s_range 1) give it an inf pruned loss.
 
     Args:
         px_grad (Tensor): ``[B, S, T+1]`` (regular) or ``[B, S, T]``.
         py_grad (Tensor): ``[B, S+1, T]``.
         boundary (Tensor): int64 ``[B, 4]`` (required).
-        s_range (int): symbols kept per frame; >= 2 for regular RNN-T and where T is dynamic.
+        s_range (int): symbols kept per frame, >= 0; after the rule above >= 2 for regular RNN-T (and where
+            T is dynamic), >= 1 otherwise.
     """
     return _amp.float32_op(_get_rnnt_prune_ranges, 2, px_grad, py_grad, boundary, s_range)
 
