@@ -45,26 +45,6 @@ K2_SIGNATURES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(K2_SIGNATURES))
-def test_signature_is_k2s_with_our_extras_keyword_only(name):
-    assert name in paddle_ext.__all__
-    params = list(inspect.signature(getattr(paddle_ext, name)).parameters.values())
-    k2 = K2_SIGNATURES[name]
-    assert [(p.name, p.default) for p in params[:len(k2)]] == k2
-    assert all(p.kind == p.POSITIONAL_OR_KEYWORD for p in params[:len(k2)])
-    assert all(p.kind == p.KEYWORD_ONLY for p in params[len(k2):]), [p.name for p in params[len(k2):]]
-
-
-def test_get_rnnt_logprobs_takes_rnnt_type_before_boundary():
-    """k2's order, positionally: (lm, am, symbols, termination_symbol, rnnt_type, boundary)."""
-    lm, am, symbols, boundary = problem(B=2, T=5, S=3)
-    px, py = paddle_ext.get_rnnt_logprobs(_t(lm), _t(am), _t(symbols), 0, "modified", _t(boundary))
-    assert px.shape == [2, 3, 5]  # modified: [B, S, T]
-    ref_px, ref_py = refs.rnnt_logprobs(lm[:, None] + am[:, :, None], symbols, 0, boundary, "modified")
-    np.testing.assert_allclose(px.numpy(), ref_px, rtol=1e-10)
-    np.testing.assert_allclose(py.numpy(), ref_py, rtol=1e-10)
-
-
 def problem(B=3, T=7, S=4, C=5, seed=0):
     rng = np.random.default_rng(seed)
     lm = rng.normal(size=(B, S + 1, C))
@@ -95,6 +75,26 @@ def _loss(name, lm, am, symbols, boundary, ranges=None, **kw):
         return paddle_ext.rnnt_loss(lm.unsqueeze(1) + am.unsqueeze(2), symbols, 0, boundary, **kw)
     am_p, lm_p = paddle_ext.do_rnnt_pruning(am, lm, ranges)
     return paddle_ext.rnnt_loss_pruned(am_p + lm_p, symbols, ranges, 0, boundary, **kw)
+
+
+@pytest.mark.parametrize("name", sorted(K2_SIGNATURES))
+def test_signature_is_k2s_with_our_extras_keyword_only(name):
+    assert name in paddle_ext.__all__
+    params = list(inspect.signature(getattr(paddle_ext, name)).parameters.values())
+    k2 = K2_SIGNATURES[name]
+    assert [(p.name, p.default) for p in params[:len(k2)]] == k2
+    assert all(p.kind == p.POSITIONAL_OR_KEYWORD for p in params[:len(k2)])
+    assert all(p.kind == p.KEYWORD_ONLY for p in params[len(k2):]), [p.name for p in params[len(k2):]]
+
+
+def test_get_rnnt_logprobs_takes_rnnt_type_before_boundary():
+    """k2's order, positionally: (lm, am, symbols, termination_symbol, rnnt_type, boundary)."""
+    lm, am, symbols, boundary = problem(B=2, T=5, S=3)
+    px, py = paddle_ext.get_rnnt_logprobs(_t(lm), _t(am), _t(symbols), 0, "modified", _t(boundary))
+    assert px.shape == [2, 3, 5]  # modified: [B, S, T]
+    ref_px, ref_py = refs.rnnt_logprobs(lm[:, None] + am[:, :, None], symbols, 0, boundary, "modified")
+    np.testing.assert_allclose(px.numpy(), ref_px, rtol=1e-10)
+    np.testing.assert_allclose(py.numpy(), ref_py, rtol=1e-10)
 
 
 # ---------------------------------------------------------------------------------------------
