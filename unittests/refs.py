@@ -372,15 +372,41 @@ def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="reg
     return rnnt_loss_from_logprobs(px, py, boundary, rnnt_type, delay_penalty)
 
 
-def rnnt_loss_from_logprobs(px, py, boundary=None, rnnt_type="regular", delay_penalty=0.0):
+def rnnt_delay_penalised(px, py, boundary=None, delay_penalty=0.0):
+    """px + delay_penalty * ((t_end - 1) / 2 - t): k2's penalty against late symbols."""
+    px = np.array(px, np.float64)
     if delay_penalty > 0:
         B, _, T0 = px.shape
-        T = py.shape[2]
-        px = px.copy()
         for b in range(B):
-            t_end = T if boundary is None else int(boundary[b][3])
+            t_end = py.shape[2] if boundary is None else int(boundary[b][3])
             px[b] += delay_penalty * ((t_end - 1) / 2 - np.arange(T0))[None, :]
-    return -mutual_information(px, py, boundary)[0]
+    return px
+
+
+def rnnt_loss_from_logprobs(px, py, boundary=None, rnnt_type="regular", delay_penalty=0.0):
+    return -mutual_information(rnnt_delay_penalised(px, py, boundary, delay_penalty), py, boundary)[0]
+
+
+def rnnt_loss_logprob_grads(px, py, boundary=None, delay_penalty=0.0, fastemit_lambda=0.0):
+    """Grads of sum(loss) w.r.t. px and py under FastEmit: -(1 + lambda) x and -1 x the occupation."""
+    gx, gy = mutual_information_grad(rnnt_delay_penalised(px, py, boundary, delay_penalty), py, boundary)
+    return -(1.0 + fastemit_lambda) * gx, -gy
+
+
+def joint_mutual_information(pxs, pys, boundary=None):
+    """k2's joint recursion [N, B]: row i = <occ_x, px[i]> + <occ_y, py[i]> over the occupied cells, the
+    occupations of the summed lattice; row 0 also holds ans(sums) minus the sum of the rows."""
+    px_tot, py_tot = np.sum(pxs, axis=0), np.sum(pys, axis=0)
+    ans = mutual_information(px_tot, py_tot, boundary)[0]
+    gx, gy = mutual_information_grad(px_tot, py_tot, boundary)
+
+    def inner(terms, occ):
+        return np.array([[np.sum(occ[b][occ[b] != 0] * term[b][occ[b] != 0]) for b in range(len(occ))]
+                         for term in terms])
+
+    rows = inner(pxs, gx) + inner(pys, gy)
+    rows[0] += ans - rows.sum(axis=0)
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------------

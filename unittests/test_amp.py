@@ -64,6 +64,9 @@ CASES = {
         [[B, S, T + 1], [B, S + 1, T]], lambda px, py: paddle_ext.mutual_information_recursion(px, py, _boundary())),
     "mutual_information_recursion(return_grad)": (
         [[B, S, T], [B, S + 1, T]], lambda px, py: paddle_ext.mutual_information_recursion(px, py, return_grad=True)),
+    "joint_mutual_information_recursion": (
+        [[B, S, T + 1], [B, S, T + 1], [B, S + 1, T], [B, S + 1, T]],
+        lambda x0, x1, y0, y1: paddle_ext.joint_mutual_information_recursion([x0, x1], [y0, y1], _boundary())),
     "rnnt_loss_simple": (
         LM_AM, lambda lm, am: paddle_ext.rnnt_loss_simple(lm, am, _symbols(), 0, _boundary(), reduction="none")),
     "rnnt_loss_simple(return_grad)": (
@@ -75,8 +78,14 @@ CASES = {
         [[B, T, S + 1, C]], lambda x: paddle_ext.rnnt_loss(x, _symbols(), 0, _boundary(), delay_penalty=0.1)),
     "rnnt_loss_pruned": (
         [[B, T, 2, C]], lambda x: paddle_ext.rnnt_loss_pruned(x, _symbols(), _ranges(), 0, _boundary())),
+    "rnnt_loss(return_grad, fastemit_lambda)": (
+        [[B, T, S + 1, C]], lambda x: paddle_ext.rnnt_loss(x, _symbols(), 0, _boundary(), return_grad=True,
+                                                           fastemit_lambda=0.5)),
+    "rnnt_loss_pruned(return_grad, fastemit_lambda)": (
+        [[B, T, 2, C]], lambda x: paddle_ext.rnnt_loss_pruned(x, _symbols(), _ranges(), 0, _boundary(),
+                                                              return_grad=True, fastemit_lambda=0.5)),
     "get_rnnt_logprobs": (
-        LM_AM, lambda lm, am: paddle_ext.get_rnnt_logprobs(lm, am, _symbols(), 0, _boundary())),
+        LM_AM, lambda lm, am: paddle_ext.get_rnnt_logprobs(lm, am, _symbols(), 0, boundary=_boundary())),
     "get_rnnt_logprobs_smoothed": (
         LM_AM, lambda lm, am: paddle_ext.get_rnnt_logprobs_smoothed(lm, am, _symbols(), 0)),
     "get_rnnt_logprobs_joint": (
@@ -183,6 +192,9 @@ POLICY = {
     "mutual_information_recursion": (_mi, {"O1": ("float32", "float32"), "O2": ("float32", "float32")}),
     "rnnt_loss": (lambda x: paddle_ext.rnnt_loss(x.reshape([1, 2, 3, 4]), paddle.ones([1, 2], "int64"), 0),
                   {"O1": ("float32", "float32"), "O2": ("float32", "float32")}),
+    "joint_mutual_information_recursion": (lambda x: paddle_ext.joint_mutual_information_recursion(
+        [x.reshape([1, 4, 6])[:, :, :5]] * 2, [paddle.concat([x, x[:1]]).reshape([1, 5, 6])[:, :, :4]] * 2),
+        {"O1": ("float32", "float32"), "O2": ("float32", "float32")}),
     "rnnt_loss_simple": (lambda x: paddle_ext.rnnt_loss_simple(x.reshape([1, 3, 8]), x.reshape([1, 3, 8]),
                                                                paddle.ones([1, 2], "int64"), 0),
                          {"O1": ("float32", "float32"), "O2": ("float32", "float32")}),
@@ -281,7 +293,7 @@ class _Model(paddle.nn.Layer):
         ranges = paddle_ext.get_rnnt_prune_ranges(px_grad, py_grad, boundary, 2)
         enc_pruned, dec_pruned = paddle_ext.do_rnnt_pruning(enc, dec, ranges)
         logits = self.joiner(paddle.tanh(enc_pruned + dec_pruned))
-        return simple + paddle_ext.rnnt_loss_pruned(logits, symbols, ranges, 0, boundary)
+        return simple + paddle_ext.rnnt_loss_pruned(logits, symbols, ranges, 0, boundary, fastemit_lambda=0.01)
 
     def _adaptive_layer(self, tokens, symbols, boundary, labels):
         enc, _ = self._encode(tokens, symbols)

@@ -57,25 +57,30 @@ def test_survival_demo_learns_and_exports(tmp_path):
 
 
 def test_rnnt_loss_bench_quick_rows_agree(tmp_path):
-    """`paddle-ext bench --op rnnt_loss --quick`: the five loss rows, Paddle's F.rnnt_loss on the full one,
-    the peak-RSS note, and every other candidate's per-item losses within 1e-5 of paddle_ext's (the same
-    numbers go in). fast_rnnt is a column only where it loads (PADDLE_EXT_FAST_RNNT_SRC and torch)."""
+    """`paddle-ext bench --op rnnt_loss --quick`: the five loss rows and the two FastEmit rows (against
+    fastemit_lambda=0), Paddle's F.rnnt_loss on the full ones, the peak-RSS note, and every other candidate's
+    per-item losses within 1e-5 of paddle_ext's (the same numbers go in; FastEmit leaves the loss alone).
+    fast_rnnt is a column only where it loads (PADDLE_EXT_FAST_RNNT_SRC and torch)."""
     from paddle_ext.benchmarks import rnnt_loss
 
     path = tmp_path / "bench.json"
     assert cli.main(["bench", "--op", "rnnt_loss", "--quick", "--repeats", "1", "--json", str(path)]) == 0
     rows = json.loads(path.read_text())
-    names = [r["name"].split(" fwd+bwd")[0] for r in rows]
-    assert names == ["rnnt_loss_simple", "rnnt_loss_smoothed", "rnnt_loss_pruned", "pruned recipe", "rnnt_loss"]
+    names = [r["name"].split(" fwd+bwd")[0] + (" fastemit" if "fastemit_lambda=0.5" in r["name"] else "")
+             for r in rows]
+    assert names == ["rnnt_loss_simple", "rnnt_loss_simple fastemit", "rnnt_loss_smoothed", "rnnt_loss_pruned",
+                     "pruned recipe", "rnnt_loss", "rnnt_loss fastemit"]
+    fastemit = [r for r in rows if "fastemit" in r["name"]]
     peer = rnnt_loss.fast_rnnt() is not None
     for r in rows:
         assert r["medians_ms"]["paddle_ext"] > 0 and "peak RSS growth MiB: paddle_ext" in r["note"]
-        assert ("fast_rnnt" in r["ratios"]) == peer
+        assert ("fast_rnnt" in r["ratios"]) == (peer and r not in fastemit)
+        assert ("paddle_ext(fastemit_lambda=0)" in r["ratios"]) == (r in fastemit)
         for diff in r["note"].split("vs paddle_ext: ")[1:]:
             for cell in diff.split(", "):
                 loss_diff = float(cell.split()[1].split("/")[0])
                 assert loss_diff < 1e-5, (r["name"], cell)
-    assert "paddle" in rows[-1]["ratios"] and all("paddle" not in r["ratios"] for r in rows[:-1])
+    assert all(("paddle" in r["ratios"]) == r["name"].startswith("rnnt_loss fwd+bwd") for r in rows)
 
 
 def test_rnnt_loss_bench_names_a_wrong_fast_rnnt_path(monkeypatch, tmp_path):

@@ -97,7 +97,7 @@ def test_simple_loss_return_grad_and_numeric_grads(rnnt_type):
     lm, am, symbols, boundary = problem(B=2, T=5, S=3, C=4, seed=7)
     loss, (gx, gy) = paddle_ext.rnnt_loss_simple(t(lm), t(am), t(symbols), 0, t(boundary), rnnt_type=rnnt_type,
                                                  reduction="none", return_grad=True)
-    px, py = paddle_ext.get_rnnt_logprobs(t(lm), t(am), t(symbols), 0, t(boundary), rnnt_type=rnnt_type)
+    px, py = paddle_ext.get_rnnt_logprobs(t(lm), t(am), t(symbols), 0, rnnt_type, t(boundary))
     rgx, rgy = refs.mutual_information_grad(px.numpy(), py.numpy(), boundary)
     np.testing.assert_allclose(gx.numpy(), rgx, rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(gy.numpy(), rgy, rtol=1e-10, atol=1e-14)
@@ -286,12 +286,6 @@ def test_simple_loss_errors(kwargs, exc, match):
         paddle_ext.rnnt_loss_simple(**args)
 
 
-def test_modified_needs_enough_frames():
-    lm, am, symbols, _ = problem(B=1, T=3, S=4, seed=0)
-    with pytest.raises(ValueError, match="T >= S"):
-        paddle_ext.rnnt_loss_simple(_lt(lm), _lt(am), _lt(symbols), 0, rnnt_type="modified")
-
-
 def test_pruning_errors():
     gx, gy = _lt(np.zeros((2, 3, 6))), _lt(np.zeros((2, 4, 5)))
     boundary = _lt(np.array([[0, 0, 3, 5]] * 2))
@@ -373,13 +367,13 @@ PROBLEMS = dict(_problems())
 def test_simple_logprobs_are_the_exact_log_softmax(name, rnnt_type):
     lm, am, symbols, boundary = PROBLEMS[name]
     bd = None if boundary is None else t(boundary)
-    px, py = paddle_ext.get_rnnt_logprobs(t(lm), t(am), t(symbols), 0, bd, rnnt_type)
+    px, py = paddle_ext.get_rnnt_logprobs(t(lm), t(am), t(symbols), 0, rnnt_type, bd)
     ref_px, ref_py = refs.rnnt_logprobs(lm[:, None] + am[:, :, None], symbols, 0, boundary, rnnt_type)
     np.testing.assert_allclose(px.numpy(), ref_px, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(py.numpy(), ref_py, rtol=1e-9, atol=1e-9)
     # float32: the float64 result on the same (float32) inputs, to float32 rounding of values this large
     lm32, am32 = lm.astype(np.float32), am.astype(np.float32)
-    px32, py32 = paddle_ext.get_rnnt_logprobs(t(lm32), t(am32), t(symbols), 0, bd, rnnt_type)
+    px32, py32 = paddle_ext.get_rnnt_logprobs(t(lm32), t(am32), t(symbols), 0, rnnt_type, bd)
     ref_px, ref_py = refs.rnnt_logprobs(lm32[:, None].astype(np.float64) + am32[:, :, None], symbols, 0, boundary,
                                         rnnt_type)
     np.testing.assert_allclose(px32.numpy(), ref_px, rtol=1e-5, atol=1e-5)
@@ -409,7 +403,7 @@ def test_simple_logprobs_grads_with_wide_logits(rnnt_type):
     lm, am, symbols, boundary = wide_problem(1e3, B=1, T=3, S=2, C=3)
 
     def fn(lm, am, symbols, boundary):
-        return paddle_ext.get_rnnt_logprobs(lm, am, symbols, 0, boundary, rnnt_type)
+        return paddle_ext.get_rnnt_logprobs(lm, am, symbols, 0, rnnt_type, boundary)
 
     check_grad(fn, {"lm": lm, "am": am, "symbols": symbols, "boundary": boundary}, ["lm", "am"], delta=1e-4)
 
@@ -435,7 +429,7 @@ def test_simple_logprobs_static_with_wide_logits():
     lm, am, symbols, boundary = wide_problem(1e3)
 
     def fn(lm, am, symbols, boundary):
-        return paddle_ext.get_rnnt_logprobs(lm, am, symbols, 0, boundary)
+        return paddle_ext.get_rnnt_logprobs(lm, am, symbols, 0, boundary=boundary)
 
     check_output(fn, {"lm": lm, "am": am, "symbols": symbols, "boundary": boundary},
                  lambda lm, am, sy, bd: refs.rnnt_logprobs(lm[:, None] + am[:, :, None], sy, 0, bd), rtol=1e-9)
@@ -447,7 +441,7 @@ def test_simple_logprobs_export_with_wide_logits(scale, tmp_path):
     cells to recompute."""
     lm, am, symbols, boundary = wide_problem(scale)
     f32 = {"lm": lm.astype(np.float32), "am": am.astype(np.float32), "symbols": symbols, "boundary": boundary}
-    out = check_export(lambda lm, am, sy, bd: paddle_ext.get_rnnt_logprobs(lm, am, sy, 0, bd), f32,
+    out = check_export(lambda lm, am, sy, bd: paddle_ext.get_rnnt_logprobs(lm, am, sy, 0, boundary=bd), f32,
                        directory=str(tmp_path), rtol=1e-5)
     ref = refs.rnnt_logprobs(f32["lm"][:, None].astype(np.float64) + f32["am"][:, :, None], symbols, 0, boundary)
     for got, want in zip(out, ref):
@@ -455,7 +449,7 @@ def test_simple_logprobs_export_with_wide_logits(scale, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# ranges that leave no path are an error, not an inf loss
+# malformed ranges are an error; well-formed ranges that leave no path give that item an inf loss
 
 
 def _with_start(start, R):
@@ -469,13 +463,9 @@ def _with_start(start, R):
     (0, [-1, 1, 2, 3, 4, 4, 4], r"ranges\[0, 0\] = \[-1, 0, 1\] does not fit in \[0, S\] = \[0, 6\]"),
     (0, [0, 1, 2, 3, 4, 4, 5], r"ranges\[0, 6\] = \[5, 6, 7\] does not fit in \[0, S\] = \[0, 6\]"),
     (0, [0, 1, 2, 3, 2, 4, 4], r"non-decreasing along T, but ranges\[0, 4, 0\] = 2 < ranges\[0, 3, 0\] = 3"),
-    (0, [0, 0, 0, 4, 4, 4, 4], r"no path through the lattice for batch item 0"),  # a jump past the window
-    (1, [0, 0, 0, 0, 0, 0, 0], r"no path through the lattice for batch item 1"),  # never reaches s_end
-    (0, [1, 1, 2, 3, 4, 4, 4], r"no path through the lattice for batch item 0"),  # misses s_begin = 0
 ])
 def test_pruned_loss_rejects_invalid_ranges(rnnt_type, item, start, match):
-    """k2's ranges: ranges[b, t] = s_begin[b, t] + arange(s_range) inside [0, S], s_begin non-decreasing,
-    and some lattice path inside the windows; anything else gave an inf loss silently."""
+    """k2's ranges: ranges[b, t] = s_begin[b, t] + arange(s_range) inside [0, S], s_begin non-decreasing."""
     B, T, S, R, C = 2, 7, 6, 3, 5
     _, _, symbols, _ = problem(B=B, T=T, S=S, C=C, seed=21)
     ranges = _with_start(np.broadcast_to([0, 1, 2, 3, 4, 4, 4], (B, T)), R)
@@ -498,37 +488,45 @@ def test_pruned_loss_ranges_must_be_integers():
                                     t(np.zeros((1, 2, 2), np.float32)), 0)
 
 
-@pytest.mark.parametrize("rnnt_type", ["regular", "modified", "constrained"])
-def test_pruned_loss_refuses_ranges_exactly_when_the_loss_would_be_inf(rnnt_type, monkeypatch):
-    """The path check follows each item's boundary (t_end < T, s_end < S) and the rnnt_type: it raises
-    iff the unchecked loss on those ranges is inf, for every window start sequence of a small lattice."""
-    import sys
+def _has_path(start, R, S, row, rnnt_type):
+    """Whether windows start[t] + arange(R) (one item, boundary row) hold a lattice path: a 0/-inf recursion."""
+    T = len(start)
+    inside = (np.arange(S + 1) >= start[:, None]) & (np.arange(S + 1) < start[:, None] + R)  # [T, S+1]
+    mask = np.where(inside, 0.0, -np.inf).T  # [S+1, T]
+    px = mask[:S]
+    if rnnt_type == "regular":  # no symbol on frame T nor on t_end
+        px = np.concatenate([px, np.full((S, 1), -np.inf)], axis=1)
+        px[:, row[3]] = -np.inf
+    elif rnnt_type == "constrained":
+        px = px + mask[1:]
+    return bool(np.isfinite(refs.mutual_information(px[None], mask[None], row[None])[0][0]))
 
-    import paddle_ext.rnnt_loss  # noqa: F401
 
-    mod = sys.modules["paddle_ext.rnnt_loss"]
+@pytest.mark.parametrize("rnnt_type", TYPES)
+def test_pruned_loss_is_inf_exactly_where_the_ranges_leave_no_path(rnnt_type):
+    """Each item's boundary (t_end < T, s_end < S) and the rnnt_type decide whether its windows hold a path;
+    an item without one gets an inf loss and zero grads, the others their loss (no error for the batch)."""
     B, T, S, R, C = 3, 6, 4, 2, 5
     _, _, symbols, _ = problem(B=B, T=T, S=S, C=C, seed=23)
-    boundary = t(np.array([[0, 0, S, T], [0, 0, S - 1, T - 1], [0, 0, 2, T - 2]], np.int64))
-    logits = t(np.random.default_rng(24).normal(size=(B, T, R, C)))
+    rows = np.array([[0, 0, S, T], [0, 0, S - 1, T - 1], [0, 0, 2, T - 2]], np.int64)
+    logits_np = np.random.default_rng(24).normal(size=(B, T, R, C))
     rng = np.random.default_rng(25)
     starts = [np.minimum(np.sort(rng.integers(0, S, size=T)), S + 1 - R) for _ in range(12)]
     starts += [np.minimum(np.arange(T) * k // 2, S + 1 - R) for k in (1, 2)]
-    unchecked, refused = [], []
+    no_path = []
     for start in starts:
         ranges = t(_with_start(np.broadcast_to(start, (B, T)), R))
-        try:
-            paddle_ext.rnnt_loss_pruned(logits, t(symbols), ranges, 0, boundary, rnnt_type, reduction="none")
-            refused.append(False)
-        except ValueError as e:
-            assert "no path through the lattice" in str(e)
-            refused.append(True)
-        with monkeypatch.context() as m:
-            m.setattr(mod, "_check_ranges", lambda *a: None)
-            loss = paddle_ext.rnnt_loss_pruned(logits, t(symbols), ranges, 0, boundary, rnnt_type, reduction="none")
-        unchecked.append(bool(np.isinf(loss.numpy()).any()))
-    assert refused == unchecked
-    assert any(refused) and not all(refused)
+        logits = t(logits_np, False)
+        loss = paddle_ext.rnnt_loss_pruned(logits, t(symbols), ranges, 0, t(rows), rnnt_type, reduction="none")
+        loss.backward()  # the inf items' grads are zero
+        expected = [not _has_path(start, R, S, row, rnnt_type) for row in rows]
+        np.testing.assert_array_equal(np.isposinf(loss.numpy()), expected)
+        assert np.isfinite(loss.numpy()[np.logical_not(expected)]).all()
+        grad = logits.grad.numpy()
+        assert np.isfinite(grad).all() and (grad[expected] == 0).all()
+        assert (np.abs(grad[np.logical_not(expected)]).sum(axis=(1, 2, 3)) > 0).all()
+        no_path += expected
+    assert any(no_path) and not all(no_path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,7 +605,7 @@ def _pruning(px_grad, py_grad, boundary, am, lm):
 # name -> (fn(rnnt_type, *inputs), input names); "boundary?": only regular px uses the boundary (the others'
 # graphs would not use that input)
 DYN_CASES = {
-    "get_rnnt_logprobs": (lambda ty, lm, am, sy, bd=None: paddle_ext.get_rnnt_logprobs(lm, am, sy, 0, bd, ty),
+    "get_rnnt_logprobs": (lambda ty, lm, am, sy, bd=None: paddle_ext.get_rnnt_logprobs(lm, am, sy, 0, ty, bd),
                           ["lm", "am", "symbols", "boundary?"]),
     "get_rnnt_logprobs_smoothed": (
         lambda ty, lm, am, sy, bd=None: paddle_ext.get_rnnt_logprobs_smoothed(lm, am, sy, 0, 0.1, 0.2, bd, ty),

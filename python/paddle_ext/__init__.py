@@ -12,7 +12,7 @@ from . import nn  # noqa: E402
 from ._library import library_path  # noqa: E402
 from .adaptive_log_softmax import adaptive_log_softmax_full, adaptive_log_softmax_target
 from .logcumsumexp import logcumsumexp
-from .mutual_information import mutual_information_recursion
+from .mutual_information import joint_mutual_information_recursion, mutual_information_recursion
 from .put_along_axis import put_along_axis, put_along_axis_
 from .rnnt_loss import (do_rnnt_pruning, get_rnnt_logprobs, get_rnnt_logprobs_joint, get_rnnt_logprobs_pruned,
                         get_rnnt_logprobs_smoothed, get_rnnt_prune_ranges, rnnt_loss, rnnt_loss_pruned,
@@ -21,6 +21,7 @@ from .rnnt_loss import (do_rnnt_pruning, get_rnnt_logprobs, get_rnnt_logprobs_jo
 __version__ = "0.1.0"
 
 __all__ = ["logcumsumexp", "put_along_axis", "put_along_axis_", "mutual_information_recursion",
+           "joint_mutual_information_recursion",
            "rnnt_loss_simple", "rnnt_loss_smoothed", "rnnt_loss", "rnnt_loss_pruned", "get_rnnt_prune_ranges",
            "do_rnnt_pruning", "get_rnnt_logprobs", "get_rnnt_logprobs_joint", "get_rnnt_logprobs_pruned",
            "get_rnnt_logprobs_smoothed", "adaptive_log_softmax_target", "adaptive_log_softmax_full", "nn",

@@ -61,7 +61,7 @@ def check_px_py(px, py, op="mutual_information_recursion"):
     return B, S, T, T1 == T
 
 
-def mutual_information_recursion(px, py, boundary=None, return_grad=False, name=None):
+def mutual_information_recursion(px, py, boundary=None, return_grad=False, *, name=None):
     """The log-add recursion of k2's ``mutual_information_recursion``.
 
     ``p[b, s_begin, t_begin] = 0``; regular (px ``[B, S, T+1]``):
@@ -112,6 +112,61 @@ def _recursion(px, py, boundary, return_grad, op):
     return ans, (px_grad, py_grad)
 
 
+def joint_mutual_information_recursion(px, py, boundary=None):
+    """k2's ``joint_mutual_information_recursion``: the recursion on ``sum(px)``, ``sum(py)``, reported per term.
+
+    Args:
+        px (list[Tensor]): N >= 1 tensors of one shape, ``[B, S, T+1]`` or ``[B, S, T]``, one floating dtype.
+        py (list[Tensor]): N tensors ``[B, S+1, T]``, px's dtype.
+        boundary (Tensor|None): as in :func:`mutual_information_recursion`.
+
+    Returns:
+        ``[N, B]``: row i is ``<occ_x, px[i]> + <occ_y, py[i]>`` with ``(occ_x, occ_y)`` the occupation
+        probabilities of the summed lattice (constants: the grad of row i w.r.t. px[i] is occ_x, and 0
+        w.r.t. px[j], j != i); row 0 also holds ``ans - sum of the rows`` (no grad), so the rows sum to
+        the recursion's ``ans`` on the sums. Cells with zero occupation count 0 (even where px[i] is -inf).
+    """
+    n = _check_sequences(px, py)
+    return _amp.float32_op(lambda *xy: _joint(xy[:n], xy[n:], boundary), 2 * n, *px, *py)
+
+
+@paddle.jit.not_to_static
+def _check_sequences(px, py):
+    op = "joint_mutual_information_recursion"
+    for arg, v in (("px", px), ("py", py)):
+        if not isinstance(v, (list, tuple)) or not v:
+            raise TypeError(f"{op}: {arg} must be a non-empty list of tensors, got {type(v).__name__}"
+                            + (" of length 0" if isinstance(v, (list, tuple)) else ""))
+    if len(px) != len(py):
+        raise ValueError(f"{op}: px and py must have the same length, got {len(px)} and {len(py)}")
+    for i, (x, y) in enumerate(zip(px, py)):
+        check_tensor(x, f"px[{i}]", op)
+        check_tensor(y, f"py[{i}]", op)
+        for arg, v, first in ((f"px[{i}]", x, px[0]), (f"py[{i}]", y, py[0])):
+            if list(v.shape) != list(first.shape) or v.dtype != first.dtype:
+                raise ValueError(f"{op}: {arg} must have the shape and dtype of {arg[:2]}[0], "
+                                 f"{list(first.shape)} {dtype_name(first.dtype)}; got {list(v.shape)} "
+                                 f"{dtype_name(v.dtype)}")
+    return len(px)
+
+
+def _joint(px, py, boundary):
+    op = "joint_mutual_information_recursion"
+    check_px_py(px[0], py[0], op)
+    x_tot, y_tot = paddle.add_n(list(px)), paddle.add_n(list(py))
+    ans, (x_occ, y_occ) = _recursion(x_tot.detach(), y_tot.detach(), boundary, True, op)
+
+    def inner(terms, occ):  # [N, B]: each term's sum over the cells the lattice occupies
+        terms = paddle.stack(list(terms)).flatten(2)
+        occ = occ.flatten(1).unsqueeze(0)
+        terms = paddle.where(occ != 0, terms, paddle.zeros_like(terms))  # 0 * -inf would be NaN
+        return paddle.sum(terms * occ, axis=2)
+
+    prods = inner(px, x_occ) + inner(py, y_occ)
+    first = prods[:1] + (ans - paddle.sum(prods.detach(), axis=0))  # the log-of-sum minus sum-of-log offset
+    return first if len(px) == 1 else paddle.concat([first, prods[1:]], axis=0)
+
+
 class _FirstOrderOnly(PyLayer):
     """Identity whose backward refuses to be recorded: the registered grad op has no grad of its own,
     so Paddle would otherwise build a silently wrong (or unusable) higher-order graph through it."""
@@ -129,4 +184,4 @@ class _FirstOrderOnly(PyLayer):
         return grad
 
 
-__all__ = ["mutual_information_recursion"]
+__all__ = ["joint_mutual_information_recursion", "mutual_information_recursion"]

@@ -22,6 +22,7 @@ import warnings
 
 import numpy as np
 import paddle
+from paddle.autograd import PyLayer
 
 from . import _amp, _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
@@ -71,17 +72,11 @@ def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_ty
     if rnnt_type not in RNNT_TYPES:
         raise ValueError(f"{op}: rnnt_type must be one of {RNNT_TYPES}, got {rnnt_type!r}")
     check_boundary(boundary, B, S, T, op)
-    if paddle.in_dynamic_mode():
-        if symbols.numel() > 0:
-            lo, hi = int(symbols.min()), int(symbols.max())
-            if lo < 0 or hi >= C:
-                raise ValueError(f"{op}: symbols must lie in [0, {C}), got values in [{lo}, {hi}]")
-        if rnnt_type == "modified":  # k2: every symbol takes a frame, so T >= S
-            rows = [[0, 0, S, T]] * B if boundary is None else boundary.numpy().tolist()
-            for b, (_, _, s_end, t_end) in enumerate(rows):
-                if t_end < s_end:
-                    raise ValueError(f"{op}: rnnt_type 'modified' needs T >= S, but batch item {b} has "
-                                     f"S = {s_end}, T = {t_end}")
+    # an item without alignment (modified/constrained with T_b < S_b) is no error: its loss is inf
+    if paddle.in_dynamic_mode() and symbols.numel() > 0:
+        lo, hi = int(symbols.min()), int(symbols.max())
+        if lo < 0 or hi >= C:
+            raise ValueError(f"{op}: symbols must lie in [0, {C}), got values in [{lo}, {hi}]")
 
 
 @paddle.jit.not_to_static
@@ -92,6 +87,12 @@ def _check_float(x, arg, op, ndim):
     if len(x.shape) != ndim:
         raise ValueError(f"{op}: {arg} must be {ndim}-D, got shape {list(x.shape)}")
     return list(x.shape)
+
+
+def _times(x, c):
+    """x * c for a Python float c: a static graph stores a bare float as a float32 attribute (1e-8 relative
+    off in float64), so there c goes in as a 0-D tensor of x's dtype."""
+    return x * c if paddle.in_dynamic_mode() else x * paddle.full([], c, dtype=x.dtype)
 
 
 def _neg_inf(shape, dtype):
@@ -135,7 +136,7 @@ def _add_delay_penalty(px, boundary, rnnt_type, delay_penalty):
         offset = paddle.full([B, 1, 1], half, dtype=px.dtype)
     else:
         offset = ((boundary[:, 3].astype(px.dtype) - 1) / 2).reshape([-1, 1, 1])
-    penalty = (offset - paddle.arange(T0, dtype=px.dtype).reshape([1, 1, -1])) * delay_penalty
+    penalty = _times(offset - paddle.arange(T0, dtype=px.dtype).reshape([1, 1, -1]), delay_penalty)
     return px + penalty
 
 
@@ -180,16 +181,17 @@ def _exp_shifted(x):
     return paddle.exp(x - x_max), x_max
 
 
-def get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
+def get_rnnt_logprobs(lm, am, symbols, termination_symbol, rnnt_type="regular", boundary=None):
     """(px, py) for an additive joiner: ``log_softmax(lm[b, s] + am[b, t])`` without the [B, S+1, T, C] tensor.
 
     Args: lm ``[B, S+1, C]``, am ``[B, T, C]``, symbols int ``[B, S]``; see rnnt_loss_simple.
-    Returns: px ``[B, S, T+1]`` (regular) or ``[B, S, T]``, py ``[B, S+1, T]``.
+    Returns: px ``[B, S, T+1]`` (regular) or ``[B, S, T]``, py ``[B, S+1, T]``. Note k2's argument order:
+    ``rnnt_type`` comes before ``boundary`` here (and after it in every other function).
     """
     return _amp.float32_op(_get_rnnt_logprobs, 2, lm, am, symbols, termination_symbol, boundary, rnnt_type)
 
 
-def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
+def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type):
     op = "get_rnnt_logprobs"
     B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
@@ -207,7 +209,7 @@ def _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type):
 
 
 def rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
-                     reduction="mean", return_grad=False, name=None):
+                     reduction="mean", return_grad=False, *, fastemit_lambda=0.0, name=None):
     """RNN-T loss where the joiner is just ``lm + am`` (k2 / fast_rnnt ``rnnt_loss_simple``).
 
     Args:
@@ -217,41 +219,74 @@ def rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_ty
         termination_symbol (int): the blank / next-frame symbol.
         boundary (Tensor|None): int64 ``[B, 4]`` rows ``(s_begin, t_begin, s_end, t_end)``; default ``(0, 0, S, T)``.
         rnnt_type (str): 'regular' (a symbol does not consume a frame), 'modified' (every emission consumes
-            a frame; needs T >= S) or 'constrained' (a symbol also takes the blank of the next context).
+            a frame) or 'constrained' (a symbol also takes the blank of the next context).
         delay_penalty (float): k2's linear penalty against late symbols (0 disables it).
         reduction (str): 'none' ([B]), 'mean' or 'sum'.
         return_grad (bool): also return ``(px_grad, py_grad)``, the occupation probabilities (grads of
-            ``-loss.sum()`` w.r.t. px, py, reduction 'none'), as get_rnnt_prune_ranges wants them.
+            ``-loss.sum()`` w.r.t. px, py, reduction 'none', without FastEmit's scaling), as
+            get_rnnt_prune_ranges wants them.
+        fastemit_lambda (float): FastEmit, >= 0: the loss is unchanged and the grad of every symbol emission
+            (px) is scaled by ``1 + fastemit_lambda``, as in ``paddle.nn.functional.rnnt_loss``.
 
     Returns:
-        loss, or ``(loss, (px_grad, py_grad))``.
+        loss, or ``(loss, (px_grad, py_grad))``. An item with no path through its lattice (e.g. modified or
+        constrained with T_b < S_b) gets an inf loss and zero grads.
     """
     return _amp.float32_op(_rnnt_loss_simple, 2, lm, am, symbols, termination_symbol, boundary, rnnt_type,
-                           delay_penalty, reduction, return_grad, name)
+                           delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
-def _rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
-                      reduction="mean", return_grad=False, name=None):
-    _check_reduction("rnnt_loss_simple", reduction)
-    px, py = get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type)
-    px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss_simple", delay_penalty))
-    out = _recursion(px, py, boundary, return_grad, "rnnt_loss_simple")
-    if return_grad:
-        return _reduce(out[0], reduction), out[1]
-    return _reduce(out, reduction)
+def _rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction,
+                      return_grad, fastemit_lambda):
+    op = "rnnt_loss_simple"
+    delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
+    px, py = get_rnnt_logprobs(lm, am, symbols, termination_symbol, rnnt_type, boundary)
+    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
 @paddle.jit.not_to_static
-def _check_reduction(op, reduction):
+def _check_loss_args(op, delay_penalty, reduction, fastemit_lambda):
+    """-> (delay_penalty, fastemit_lambda) as floats."""
     if reduction not in REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    for arg, v in (("delay_penalty", delay_penalty), ("fastemit_lambda", fastemit_lambda)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 <= v < float("inf"):
+            raise ValueError(f"{op}: {arg} must be a finite float >= 0, got {v!r}")
+    return float(delay_penalty), float(fastemit_lambda)
 
 
-@paddle.jit.not_to_static
-def _check_penalty(op, delay_penalty):
-    if isinstance(delay_penalty, bool) or not isinstance(delay_penalty, numbers.Real) or delay_penalty < 0:
-        raise ValueError(f"{op}: delay_penalty must be a float >= 0, got {delay_penalty!r}")
-    return float(delay_penalty)
+class _ScaleGrad(PyLayer):
+    """Identity whose backward scales the grad by a constant."""
+
+    @staticmethod
+    def forward(ctx, x, factor):
+        ctx.factor = factor
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor
+
+
+def _fastemit(px, fastemit_lambda):
+    """px with its grad scaled by 1 + fastemit_lambda and its values untouched (a straight-through
+    px + lambda * (px - px.detach()) would turn px's -inf cells into NaN)."""
+    if fastemit_lambda == 0.0 or px.stop_gradient:
+        return px
+    factor = 1.0 + fastemit_lambda
+    if paddle.in_dynamic_mode():
+        return _ScaleGrad.apply(px, factor)
+    return paddle.static.nn.static_pylayer(paddle.assign, [px], lambda grad: _times(grad, factor))
+
+
+def _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda):
+    """What every loss does with its (px, py): delay penalty, FastEmit, the recursion, the reduction. An item
+    with no path gets ans = -inf and zero grads from the recursion, so an inf loss (and 'sum'/'mean' inf)."""
+    px = _fastemit(_add_delay_penalty(px, boundary, rnnt_type, delay_penalty), fastemit_lambda)
+    out = _recursion(px, py, boundary, return_grad, op)
+    if return_grad:  # occupation probabilities: the recursion's own, before FastEmit's scaling
+        return _reduce(out[0], reduction), out[1]
+    return _reduce(out, reduction)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,22 +321,23 @@ def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None,
 
 
 def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
-              reduction="mean", name=None):
+              reduction="mean", return_grad=False, *, fastemit_lambda=0.0, name=None):
     """The RNN-T loss on full joiner output ``logits [B, T, S+1, C]`` (k2 / fast_rnnt ``rnnt_loss``).
 
     Other arguments as in :func:`rnnt_loss_simple`. Regular rnnt_loss with reduction 'none' equals
-    ``paddle.nn.functional.rnnt_loss(log_softmax(logits), ..., fastemit_lambda=0, reduction='none')``.
+    ``paddle.nn.functional.rnnt_loss(log_softmax(logits), ..., fastemit_lambda=fastemit_lambda,
+    reduction='none')``, values and grads.
     """
     return _amp.float32_op(_rnnt_loss, 1, logits, symbols, termination_symbol, boundary, rnnt_type, delay_penalty,
-                           reduction, name)
+                           reduction, return_grad, fastemit_lambda)
 
 
-def _rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
-               reduction="mean", name=None):
-    _check_reduction("rnnt_loss", reduction)
+def _rnnt_loss(logits, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
+               fastemit_lambda):
+    op = "rnnt_loss"
+    delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
     px, py = get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type)
-    px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss", delay_penalty))
-    return _reduce(_recursion(px, py, boundary, False, "rnnt_loss"), reduction)
+    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,6 +375,8 @@ def _check_prune_ranges(op, px_grad, py_grad, boundary, s_range):
     check_boundary(boundary, B, S, T, op)
     if isinstance(s_range, bool) or not isinstance(s_range, numbers.Integral):
         raise TypeError(f"{op}: s_range must be an int, got {s_range!r}")
+    if s_range < 0:
+        raise ValueError(f"{op}: s_range must be >= 0, got {s_range}")
     is_regular = T1 != T if both_t else None
     if is_regular and paddle.in_dynamic_mode() and T > 0:
         rows = boundary.numpy()
@@ -363,15 +401,18 @@ def get_rnnt_prune_ranges(px_grad, py_grad, boundary, s_range):
     For each frame t, the window of ``s_range`` consecutive symbol positions that holds the most
     occupation mass: ``ranges[b, t] = s_begin[b, t] + arange(s_range)``, with s_begin non-decreasing,
     starting at 0, stepping by less than s_range (so no symbol is skipped), and ending so that the
-    last real frame reaches ``s_end``. s_range is raised to the least value that keeps a path
-    (regular: ``(S-1)//T + 2`` in dygraph, with a warning) and capped at S+1 (in a static graph with a
-    dynamic S, when it runs: the last dim of the ranges is then dynamic too).
+    last real frame reaches ``s_end``. As in k2, a regular px_grad raises s_range to the least value that
+    keeps a path (``max_b((S_b-1)//T_b + 2)`` in dygraph, with a warning), a modified/constrained one (the
+    same layout for both) keeps it, and every s_range is capped at S+1 (in a static graph with a dynamic
+    S, when it runs: the last dim of the ranges is then dynamic too). Windows that leave an item no path
+    (e.g. constrained with s_range 1) give it an inf pruned loss.
 
     Args:
         px_grad (Tensor): ``[B, S, T+1]`` (regular) or ``[B, S, T]``.
         py_grad (Tensor): ``[B, S+1, T]``.
         boundary (Tensor): int64 ``[B, 4]`` (required).
-        s_range (int): symbols kept per frame; >= 2 for regular RNN-T and where T is dynamic.
+        s_range (int): symbols kept per frame, >= 0; after the rule above >= 2 for regular RNN-T (and where
+            T is dynamic), >= 1 otherwise.
     """
     return _amp.float32_op(_get_rnnt_prune_ranges, 2, px_grad, py_grad, boundary, s_range)
 
@@ -445,10 +486,10 @@ def _do_rnnt_pruning(am, lm, ranges):
 
 
 @paddle.jit.not_to_static
-def _check_ranges(op, ranges, S, boundary, rnnt_type):
+def _check_ranges(op, ranges, S):
     """k2's ranges: ranges[b, t] = s_begin[b, t] + arange(s_range) within [0, S], s_begin non-decreasing
-    in t, and some path from (s_begin, t_begin) to (s_end, t_end) of the boundary stays inside the
-    windows (else the loss is silently inf). Values are checked in dygraph only."""
+    in t. Values are checked in dygraph only. Windows that leave an item no path are no error (its loss
+    is inf, as in k2)."""
     if ranges.dtype not in INTEGER_DTYPES:
         raise TypeError(f"{op}: ranges must be an integer tensor, got {dtype_name(ranges.dtype)}")
     if not paddle.in_dynamic_mode() or ranges.numel() == 0:
@@ -470,24 +511,6 @@ def _check_ranges(op, ranges, S, boundary, rnnt_type):
         b, t = np.argwhere(down)[0]
         raise ValueError(f"{op}: ranges must be non-decreasing along T, but ranges[{b}, {t + 1}, 0] = "
                          f"{begin[b, t + 1]} < ranges[{b}, {t}, 0] = {begin[b, t]}")
-    # a path exists iff the recursion over 0 / -inf masks of the windows is finite; the masks are built
-    # (with _finish_px's rules) in NumPy: Paddle's strided slices and where would cost more than the recursion
-    inside = (np.arange(S + 1) >= begin[:, :, None]) & (np.arange(S + 1) < begin[:, :, None] + R)  # [B, T, S+1]
-    mask = np.where(inside, np.float32(0), np.float32(-np.inf)).transpose(0, 2, 1)  # [B, S+1, T]
-    px = mask[:, :S, :]
-    if rnnt_type == "regular":  # no symbol on frame T nor on each item's t_end
-        px = np.concatenate([px, np.full((B, S, 1), -np.inf, np.float32)], axis=2)
-        if boundary is not None:
-            px = np.where(np.arange(T + 1) == boundary.numpy()[:, 3, None, None], np.float32(-np.inf), px)
-    elif rnnt_type == "constrained":
-        px = px + mask[:, 1:, :]
-    px, mask = paddle.to_tensor(np.ascontiguousarray(px)), paddle.to_tensor(np.ascontiguousarray(mask))
-    ans = _library.ops().pe_mutual_information(px, mask, boundary)[0].numpy()
-    if np.isneginf(ans).any():
-        b = int(np.argmax(np.isneginf(ans)))
-        raise ValueError(f"{op}: ranges leave no path through the lattice for batch item {b} (windows starting "
-                         f"at {begin[b].tolist()}): consecutive frames' windows must overlap and reach from "
-                         f"the boundary's (s_begin, t_begin) to (s_end, t_end)")
 
 
 @paddle.jit.not_to_static
@@ -502,7 +525,7 @@ def _check_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_ty
         raise ValueError(f"{op}: ranges must have shape [B, T, s_range] = {[B, T, R]}, got {list(ranges.shape)}")
     if _known(R) and _known(S) and R > S + 1:
         raise ValueError(f"{op}: s_range = {R} exceeds S+1 = {S + 1}")
-    _check_ranges(op, ranges, S, boundary, rnnt_type)
+    _check_ranges(op, ranges, S)
 
 
 def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
@@ -521,19 +544,20 @@ def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bound
 
 
 def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular",
-                     delay_penalty=0.0, reduction="mean", name=None):
+                     delay_penalty=0.0, reduction="mean", return_grad=False, *, fastemit_lambda=0.0, name=None):
     """The RNN-T loss on pruned joiner output ``logits [B, T, s_range, C]`` (k2 ``rnnt_loss_pruned``),
-    with ``ranges`` from :func:`get_rnnt_prune_ranges`; other arguments as in :func:`rnnt_loss`."""
+    with ``ranges`` from :func:`get_rnnt_prune_ranges`; other arguments as in :func:`rnnt_loss_simple`.
+    Ranges that leave an item no path give it an inf loss and zero grads."""
     return _amp.float32_op(_rnnt_loss_pruned, 1, logits, symbols, ranges, termination_symbol, boundary, rnnt_type,
-                           delay_penalty, reduction, name)
+                           delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
-def _rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular",
-                      delay_penalty=0.0, reduction="mean", name=None):
-    _check_reduction("rnnt_loss_pruned", reduction)
+def _rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, delay_penalty, reduction,
+                      return_grad, fastemit_lambda):
+    op = "rnnt_loss_pruned"
+    delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
     px, py = get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
-    px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss_pruned", delay_penalty))
-    return _reduce(_recursion(px, py, boundary, False, "rnnt_loss_pruned"), reduction)
+    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -583,30 +607,28 @@ def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_sca
     # a zero scale would turn -inf terms into NaN (0 * -inf): k2 uses 1e-20 instead
     lm_only_scale = lm_only_scale or 1.0e-20
     am_only_scale = am_only_scale or 1.0e-20
-    px = px * combined + px_lmonly * lm_only_scale + px_amonly * am_only_scale
-    py = py * combined + py_lmonly * lm_only_scale + py_amonly * am_only_scale
+    px = _times(px, combined) + _times(px_lmonly, lm_only_scale) + _times(px_amonly, am_only_scale)
+    py = _times(py, combined) + _times(py_lmonly, lm_only_scale) + _times(py_amonly, am_only_scale)
     if rnnt_type == "regular" and layout == "modified":
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
     return _finish_px(px, py, boundary, rnnt_type), py
 
 
 def rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1, boundary=None,
-                       rnnt_type="regular", delay_penalty=0.0, reduction="mean", return_grad=False, name=None):
+                       rnnt_type="regular", delay_penalty=0.0, reduction="mean", return_grad=False, *,
+                       fastemit_lambda=0.0, name=None):
     """rnnt_loss_simple on the smoothed (px, py) of :func:`get_rnnt_logprobs_smoothed` (k2 ``rnnt_loss_smoothed``)."""
     return _amp.float32_op(_rnnt_loss_smoothed, 2, lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale,
-                           boundary, rnnt_type, delay_penalty, reduction, return_grad, name)
+                           boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
-def _rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1, boundary=None,
-                        rnnt_type="regular", delay_penalty=0.0, reduction="mean", return_grad=False, name=None):
-    _check_reduction("rnnt_loss_smoothed", reduction)
+def _rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale, boundary, rnnt_type,
+                        delay_penalty, reduction, return_grad, fastemit_lambda):
+    op = "rnnt_loss_smoothed"
+    delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
     px, py = get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale, boundary,
                                         rnnt_type)
-    px = _add_delay_penalty(px, boundary, rnnt_type, _check_penalty("rnnt_loss_smoothed", delay_penalty))
-    out = _recursion(px, py, boundary, return_grad, "rnnt_loss_smoothed")
-    if return_grad:
-        return _reduce(out[0], reduction), out[1]
-    return _reduce(out, reduction)
+    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
 __all__ = [

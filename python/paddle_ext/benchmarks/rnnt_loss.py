@@ -3,6 +3,8 @@ Paddle's ``F.rnnt_loss`` (issue 15): rnnt_loss_simple and rnnt_loss_smoothed (B=
 rnnt_loss_pruned on given joiner logits (s_range=5), the whole pruned recipe (simple with return_grad +
 get_rnnt_prune_ranges + do_rnnt_pruning + a sum joiner + pruned) and the full rnnt_loss (B=8 T=200 S=50
 C=500; Paddle's ``F.rnnt_loss(log_softmax(x))`` next to it). Every candidate gets the same numbers.
+The FastEmit rows time ``fastemit_lambda=0.5`` against paddle_ext's own ``fastemit_lambda=0`` (the ratio is
+FastEmit's cost: below 1 means it costs time) and, for the full loss, Paddle's FastEmit.
 
 fast_rnnt is an optional candidate: set ``PADDLE_EXT_FAST_RNNT_SRC`` to a checkout of its source (the
 directory holding ``fast_rnnt/csrc``) and have torch installed (``requirements-bench.txt``); its CPU
@@ -122,11 +124,12 @@ def _torch_step(loss_fn, inputs, n_threads):
     return step
 
 
-def _case(name, p_fn, p_inputs, f_fn=None, f_inputs=(), paddle_fn=None, quick=False):
-    """A Case with paddle_ext, fast_rnnt (where f_fn is given and fast_rnnt loads) and Paddle's op (where
-    paddle_fn is given), each measured (RSS, outputs) on its first call."""
+def _case(name, p_fn, p_inputs, f_fn=None, f_inputs=(), paddle_fn=None, quick=False, more=None):
+    """A Case with paddle_ext, fast_rnnt (where f_fn is given and fast_rnnt loads), Paddle's op (where
+    paddle_fn is given) and `more` (name -> loss fn on p_inputs), each measured (RSS, outputs) on its first call."""
     n = threads()
     candidates = {"paddle_ext": _paddle_step(p_fn, p_inputs, n)}
+    candidates.update({k: _paddle_step(fn, p_inputs, n) for k, fn in (more or {}).items()})
     if f_fn is not None and fast_rnnt() is not None:
         candidates["fast_rnnt"] = _torch_step(f_fn, f_inputs, n)
     if paddle_fn is not None:
@@ -173,12 +176,16 @@ def _simple_cases(B, S, T, C, s_range, quick):
     d = _lm_am(B, S, T, C)
     p, t, fr = d.p, d.t, fast_rnnt()
     shape = f"B={B} S={S} T={T} C={C}"
+    def simple(fastemit_lambda):
+        return lambda: paddle_ext.rnnt_loss_simple(p["lm"], p["am"], p["symbols"], TERM, p["boundary"],
+                                                   reduction="none", fastemit_lambda=fastemit_lambda)
+
     out = [
-        _case(f"rnnt_loss_simple fwd+bwd {shape}",
-              lambda: paddle_ext.rnnt_loss_simple(p["lm"], p["am"], p["symbols"], TERM, p["boundary"],
-                                                  reduction="none"), [p["lm"], p["am"]],
+        _case(f"rnnt_loss_simple fwd+bwd {shape}", simple(0.0), [p["lm"], p["am"]],
               fr and (lambda: fr.rnnt_loss_simple(t["lm"], t["am"], t["symbols"], TERM, t["boundary"],
                                                   reduction="none")), [t.get("lm"), t.get("am")], quick=quick),
+        _case(f"rnnt_loss_simple fwd+bwd {shape} fastemit_lambda=0.5", simple(0.5), [p["lm"], p["am"]],
+              quick=quick, more={"paddle_ext(fastemit_lambda=0)": simple(0.0)}),
         _case(f"rnnt_loss_smoothed fwd+bwd {shape}",
               lambda: paddle_ext.rnnt_loss_smoothed(p["lm"], p["am"], p["symbols"], TERM, 0.1, 0.1, p["boundary"],
                                                     reduction="none"), [p["lm"], p["am"]],
@@ -222,18 +229,26 @@ def _full_case(B, S, T, C, quick):
                  boundary=np.tile(np.array([0, 0, S, T], np.int64), (B, 1)), labels=symbols.astype(np.int32),
                  t_len=np.full(B, T, np.int32), s_len=np.full(B, S, np.int32))
     p, t, fr = d.p, d.t, fast_rnnt()
-    return _case(
-        f"rnnt_loss fwd+bwd B={B} S={S} T={T} C={C}",
-        lambda: paddle_ext.rnnt_loss(p["logits"], p["symbols"], TERM, p["boundary"], reduction="none"),
-        [p["logits"]],
-        fr and (lambda: fr.rnnt_loss(t["logits"], t["symbols"], TERM, t["boundary"], reduction="none")),
-        [t.get("logits")],
-        paddle_fn=lambda: F.rnnt_loss(F.log_softmax(p["logits"], -1), p["labels"], p["t_len"], p["s_len"],
-                                      blank=TERM, fastemit_lambda=0.0, reduction="none"),
-        quick=quick)
+
+    def ours(fastemit_lambda):
+        return lambda: paddle_ext.rnnt_loss(p["logits"], p["symbols"], TERM, p["boundary"], reduction="none",
+                                            fastemit_lambda=fastemit_lambda)
+
+    def paddles(fastemit_lambda):
+        return lambda: F.rnnt_loss(F.log_softmax(p["logits"], -1), p["labels"], p["t_len"], p["s_len"], blank=TERM,
+                                   fastemit_lambda=fastemit_lambda, reduction="none")
+
+    shape = f"B={B} S={S} T={T} C={C}"
+    return [
+        _case(f"rnnt_loss fwd+bwd {shape}", ours(0.0), [p["logits"]],
+              fr and (lambda: fr.rnnt_loss(t["logits"], t["symbols"], TERM, t["boundary"], reduction="none")),
+              [t.get("logits")], paddle_fn=paddles(0.0), quick=quick),
+        _case(f"rnnt_loss fwd+bwd {shape} fastemit_lambda=0.5", ours(0.5), [p["logits"]], paddle_fn=paddles(0.5),
+              quick=quick, more={"paddle_ext(fastemit_lambda=0)": ours(0.0)}),
+    ]
 
 
 def cases(quick: bool):
     if quick:
-        return _simple_cases(2, 5, 12, 8, 3, quick) + [_full_case(2, 4, 6, 8, quick)]
-    return _simple_cases(16, 100, 500, 500, 5, quick) + [_full_case(8, 50, 200, 500, quick)]
+        return _simple_cases(2, 5, 12, 8, 3, quick) + _full_case(2, 4, 6, 8, quick)
+    return _simple_cases(16, 100, 500, 500, 5, quick) + _full_case(8, 50, 200, 500, quick)
