@@ -138,3 +138,16 @@ def manifest() -> list[dict]:
 
         return [op.to_json() for op in opgen.load_ops(source_ops)]
     raise ImportError(f"paddle_ext: ops_manifest.json is missing; {BUILD_HINT}")
+
+
+def named(out, name):
+    """``out`` renamed ``<name>.tmp_<k>`` when it is a variable of a legacy-IR program, as Paddle's own ops
+    name their outputs after their ``name`` argument there (PIR values and dygraph tensors have no such
+    name)."""
+    if name is None or not isinstance(out, paddle.static.Variable):
+        return out
+    from paddle.base import unique_name  # noqa: PLC0415
+
+    new_name = unique_name.generate_with_ignorable_key(f"{name}.tmp")
+    out.block._rename_var(out.name, new_name)
+    return out.block.var(new_name)

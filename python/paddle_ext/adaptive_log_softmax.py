@@ -10,7 +10,7 @@ The public layer is ``paddle_ext.nn.AdaptiveLogSoftmaxWithLoss`` and the functio
   (the full log-probabilities of one cluster, for ``log_prob`` and ``predict``).
 
 Every matmul stays on Paddle's ``matmul``/``linear``. Paddle's own CPU ``log_softmax`` is O(K^2) per row
-on wide rows (DESIGN.md §7), so nothing here uses it. Each cluster is computed only for the rows whose
+on wide rows, so nothing here uses it. Each cluster is computed only for the rows whose
 label falls in it (``nonzero`` + ``gather``/``scatter_nd``), which works with empty clusters in
 dygraph, in static programs and in exported models alike.
 """
@@ -168,30 +168,39 @@ class _Full(PyLayer):
 
 def check_cutoffs(cutoffs, n_classes, where: str, functional: bool) -> list[int]:
     """The layer takes cutoffs < n_classes (n_classes is appended, as in Paddle); the functional form
-    takes the full list, ending in n_classes."""
+    takes the full list, ending in n_classes. A bad list raises Paddle's ValueError, in Paddle's words,
+    with the value and what is wrong with it."""
+    if functional:
+        rule = "ending in n_classes" if n_classes is None else f"ending in n_classes = {n_classes}"
+    else:
+        rule = f"where each value is between 1 and n_classes-1 = {n_classes - 1}"
+
+    def bad(what, shown=cutoffs):
+        return ValueError(f"{where}: cutoffs should be a sequence of unique, positive integers sorted in an "
+                          f"increasing order, {rule}; got cutoffs={shown!r} ({what})")
+
     try:
         values = list(cutoffs)
     except TypeError:
-        raise ValueError(f"{where}: cutoffs must be a sequence of ints, got {cutoffs!r}") from None
+        raise bad("not a sequence") from None
     if not values:
-        raise ValueError(f"{where}: cutoffs must not be empty")
+        raise bad("empty")
     out = []
     for c in values:
         if isinstance(c, paddle.Tensor) and c.size == 1 and c.dtype in INTEGER_DTYPES and paddle.in_dynamic_mode():
             c = int(c)
         if isinstance(c, bool) or not isinstance(c, numbers.Integral):
-            raise ValueError(f"{where}: cutoffs must be ints, got {c!r} in {values!r}")
+            raise bad(f"{c!r} is not an int", values)
         out.append(int(c))
-    for a, b in zip(out, out[1:]):
-        if b <= a:
-            raise ValueError(f"{where}: cutoffs must be strictly increasing, got {out!r}")
+    if any(b <= a for a, b in zip(out, out[1:])):
+        raise bad("not unique and increasing", out)
     if out[0] <= 0:
-        raise ValueError(f"{where}: cutoffs must be positive, got {out!r}")
+        raise bad("not positive", out)
     if functional:
         if n_classes is not None and out[-1] != n_classes:
-            raise ValueError(f"{where}: cutoffs must end in n_classes={n_classes}, got {out!r}")
+            raise bad(f"the last is not {n_classes}", out)
     elif out[-1] > n_classes - 1:
-        raise ValueError(f"{where}: every cutoff must be between 1 and n_classes - 1 = {n_classes - 1}, got {out!r}")
+        raise bad(f"{out[-1]} > {n_classes - 1}", out)
     return out
 
 
