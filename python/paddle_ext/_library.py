@@ -144,7 +144,7 @@ def named(out, name):
     """``out`` renamed ``<name>.tmp_<k>`` when it is a variable of a legacy-IR program, as Paddle's own ops
     name their outputs after their ``name`` argument there (PIR values and dygraph tensors have no such
     name)."""
-    if name is None or not isinstance(out, paddle.static.Variable):
+    if name is None or paddle.in_dynamic_mode() or paddle.framework.in_pir_mode():
         return out
     from paddle.base import unique_name  # noqa: PLC0415
 
