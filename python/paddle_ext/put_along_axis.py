@@ -99,7 +99,10 @@ def _values_as_read(values, target, axis, sizes):
     rank = len(target)
     shape = _shape(values)
     if len(shape) < rank:
-        values = paddle.unsqueeze(values, list(range(rank - len(shape)))) if shape else values.reshape([1] * rank)
+        if all(_known(d) for d in shape):  # (Paddle 3.3.1's PIR CPU unsqueeze has no float16 kernel)
+            values = values.reshape([1] * (rank - len(shape)) + shape)
+        else:
+            values = paddle.unsqueeze(values, list(range(rank - len(shape))))
         shape = [1] * (rank - len(shape)) + shape
     want = [-1] * rank  # broadcast_to's "keep this dimension"
     for part in (range(axis), range(axis + 1, rank)):
@@ -359,9 +362,13 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
     if dygraph and not arr.is_contiguous():
         # A custom op sees a contiguous copy of a strided view: write the result through the view instead.
         return _write_into(arr, _call(_library.ops().pe_put_along_axis, arr, indices, values, *attrs))
-    if not dygraph and include_self and reduce in _NEEDS_OLD_ARR and not (arr.stop_gradient and values.stop_gradient):
-        # The static grad needs arr's value before the write: the functional op on a copy, then the write.
-        out = _call(_library.ops().pe_put_along_axis, paddle.assign(arr), indices, values, *attrs)
+    needs_old_arr = include_self and reduce in _NEEDS_OLD_ARR and not (arr.stop_gradient and values.stop_gradient)
+    if not dygraph and (needs_old_arr or not paddle.framework.in_pir_mode()):
+        # The functional op, then the write: where the static grad needs arr's value before the write (the op
+        # reads a copy), and in legacy-IR programs, where Paddle 3.3.1 refuses a custom inplace op that has
+        # a dtype function ("Outputs size = 1 does not match the InplaceMap size + InferDtypeFn output size").
+        out = _call(_library.ops().pe_put_along_axis, paddle.assign(arr) if needs_old_arr else arr, indices, values,
+                    *attrs)
         paddle.assign(out, output=arr)
         return out
     out = _call(_library.ops().pe_put_along_axis_, arr, indices, values, *attrs)
