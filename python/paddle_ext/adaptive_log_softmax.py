@@ -281,6 +281,27 @@ def _cast(t, dtype):
     return t if t is None or t.dtype == dtype else paddle.cast(t, dtype)
 
 
+def _legacy_program() -> bool:
+    """Whether ops go into a legacy-IR program, where Paddle 3.3.1's paddle.matmul and paddle.argmax (C++
+    APIs that take dygraph tensors and PIR values only) are not available."""
+    return not (paddle.in_dynamic_mode() or paddle.framework.in_pir_mode())
+
+
+def _matmul(a, b):
+    return F.linear(a, b) if _legacy_program() else paddle.matmul(a, b)  # linear: matmul_v2 in legacy IR
+
+
+def _argmax_rows(x):
+    """paddle.argmax(x, axis=1); in a legacy-IR program the first position of the row's maximum (or of its
+    first NaN, as argmax), from max, where and min."""
+    if not _legacy_program():
+        return paddle.argmax(x, axis=1)
+    k = x.shape[1]
+    position = paddle.zeros_like(x, dtype="int64") + paddle.arange(k, dtype="int64").reshape([1, k])
+    wins = (x == paddle.max(x, axis=1, keepdim=True)) | (x != x)
+    return paddle.min(paddle.where(wins, position, paddle.full_like(position, k)), axis=1)
+
+
 def _grads_must_sync():
     """Whether every parameter must produce a grad: under data parallelism (paddle.DataParallel over 2+
     processes) a parameter without a grad on one rank breaks the gradient all-reduce (PreconditionNotMet
@@ -326,8 +347,8 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
                 output = _ZeroGrads.apply(output, *trained)
             continue
         flat = rows.reshape([-1])
-        hidden = paddle.matmul(paddle.gather(input, flat), tail_weights[i][0])
-        logits = _cast(paddle.matmul(hidden, tail_weights[i][1]), dtype)
+        hidden = _matmul(paddle.gather(input, flat), tail_weights[i][0])
+        logits = _cast(_matmul(hidden, tail_weights[i][1]), dtype)
         local = _target(logits, paddle.gather(label, flat) - low)
         output = paddle.index_add(output, flat, 0, local)  # scatter_nd_add has no second-order grad
     return output
@@ -343,7 +364,7 @@ def _full_log_prob(input, head, tail_weights, cutoffs):
     head_lp = _full(head, zeros)
     pieces = [head_lp[:, :shortlist]]
     for i in range(len(cutoffs) - 1):
-        logits = _cast(paddle.matmul(paddle.matmul(input, tail_weights[i][0]), tail_weights[i][1]), dtype)
+        logits = _cast(_matmul(_matmul(input, tail_weights[i][0]), tail_weights[i][1]), dtype)
         lp = _full(logits, head_lp[:, shortlist + i])
         pieces.append(lp)
     return paddle.concat(pieces, axis=1) if len(pieces) > 1 else pieces[0]
@@ -430,7 +451,7 @@ def adaptive_predict(input, head_weight, tail_weights, cutoffs, head_bias=None):
         x = x.unsqueeze(0)
     head = F.linear(x, head_weight, head_bias)
     if not paddle.in_dynamic_mode():
-        pred = paddle.argmax(_full_log_prob(x, head, tail_weights, cutoffs), axis=1)
+        pred = _argmax_rows(_full_log_prob(x, head, tail_weights, cutoffs))
     else:
         pred = paddle.argmax(head, axis=1)
         rows = paddle.nonzero(pred >= cutoffs[0])

@@ -1,8 +1,13 @@
 """A call written for Paddle's API means the same with ours: every public function and layer that mirrors a
 Paddle API has Paddle's parameters, in Paddle's order, with Paddle's defaults (read from the installed
-Paddle with inspect); our extra parameters come after them and are keyword-only."""
+Paddle with inspect); our extra parameters come after them and are keyword-only. And a process that runs
+Paddle on its legacy IR throughout (FLAGS_enable_pir_api=0) can use every op."""
 
 import inspect
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import paddle
@@ -87,3 +92,53 @@ def test_put_along_axis_positional_call_is_paddles(fn):
     np.testing.assert_array_equal(fn(arr.clone(), indices, values, 0, "add", False, False).numpy(), expected)
     with pytest.raises(TypeError):
         fn(arr.clone(), indices, values, 0, "add", False, False, None)  # name / deterministic: keywords only
+
+
+LEGACY_PROCESS = """
+    import numpy as np, paddle, paddle_ext
+    from paddle_ext.nn import AdaptiveLogSoftmaxWithLoss
+
+    assert not isinstance(paddle.float32, paddle.base.core.DataType)  # dtypes are VarTypes in this process
+    x64 = np.random.default_rng(0).normal(size=(3, 5))
+    expected = np.log(np.cumsum(np.exp(x64), axis=1))
+    for dtype in ("float16", "bfloat16", "float32", "float64"):
+        x = paddle.to_tensor(x64).astype(dtype)
+        x.stop_gradient = False
+        y = paddle_ext.logcumsumexp(x, axis=1)
+        y.astype("float32").sum().backward()
+        assert y.dtype == x.dtype and x.grad is not None
+        np.testing.assert_allclose(y.astype("float64").numpy(), expected, rtol=1e-2)
+        for reduce in ("assign", "add", "mul", "mean", "amin", "amax"):
+            arr = paddle.full([3, 5], 2.0, dtype)
+            arr.stop_gradient = False
+            out = paddle_ext.put_along_axis(arr, paddle.to_tensor([[0, 1, 2, 0, 1]]), 3.0, 0, reduce)
+            out.astype("float32").sum().backward()
+            want = {"assign": 3, "add": 5, "mul": 6, "mean": 2.5, "amin": 2, "amax": 3}[reduce]
+            assert float(out[0, 0]) == want and float(out[2, 0]) == 2, (reduce, out)
+    layer = AdaptiveLogSoftmaxWithLoss(8, 10, [4, 8], head_bias=True)
+    features = paddle.randn([6, 8])
+    out, loss = layer(features, paddle.to_tensor([0, 3, 5, 9, 2, 7]))
+    loss.backward()
+    assert (layer.predict(features).numpy() == layer.log_prob(features).numpy().argmax(1)).all()
+
+    paddle.enable_static()
+    main = paddle.static.Program()
+    with paddle.static.program_guard(main):
+        x = paddle.static.data("x", [3, 5], "float32")
+        y = paddle_ext.logcumsumexp(x, axis=1, name="out")
+        z = paddle_ext.put_along_axis(x, paddle.static.data("i", [1, 5], "int64"), 1.0, 0, "add")
+        paddle_ext.put_along_axis_(x, paddle.static.data("j", [1, 5], "int64"), 2.0, 0, "add")
+        assert y.name.startswith("out.tmp")
+    y, z, x = paddle.static.Executor().run(main, fetch_list=[y, z, x], feed={
+        "x": np.zeros((3, 5), "float32"), "i": np.zeros((1, 5), "int64"), "j": np.ones((1, 5), "int64")})
+    np.testing.assert_allclose(y[0], np.log(np.arange(1, 6)), rtol=1e-6)
+    assert z[0].tolist() == [1.0] * 5 and x[1].tolist() == [2.0] * 5
+    print("every op ran")
+"""
+
+
+def test_every_op_in_a_process_on_the_legacy_ir():
+    env = dict(os.environ, FLAGS_enable_pir_api="0")
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(LEGACY_PROCESS)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0 and "every op ran" in done.stdout, done.stderr[-3000:]
