@@ -7,7 +7,7 @@ import paddle
 import pytest
 
 import refs
-from op_test import MODES, run_in_mode
+from op_test import MODES, run_in_mode, static_mode
 from paddle_ext.nn import AdaptiveLogSoftmaxWithLoss
 from paddle_ext.nn.functional import adaptive_log_softmax_with_loss
 
@@ -177,3 +177,24 @@ def test_functional_form_in_every_mode_and_dtype(mode, dtype):
                                                             bias.astype(np.float64))
     np.testing.assert_allclose(out, ref_out, rtol=RTOL[dtype], atol=RTOL[dtype])
     np.testing.assert_allclose(loss, ref_loss, rtol=RTOL[dtype], atol=RTOL[dtype])
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["pir", "legacy-ir"])
+def test_log_prob_grads_in_static_programs(legacy):
+    weights, bias, x = _predict_case("mixed")
+    g = np.random.default_rng(12).normal(size=(64, 10)).astype(np.float32)
+    layer = _layer(8, 10, [4, 8], weights, bias)
+    t = paddle.to_tensor(x, stop_gradient=False)
+    (expected,) = paddle.grad((layer.log_prob(t) * paddle.to_tensor(g)).sum(), [t])
+    with static_mode(legacy):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            xs = paddle.static.data("x", [64, 8], "float32")
+            xs.stop_gradient = False
+            log_prob = _layer(8, 10, [4, 8], weights, bias).log_prob(xs)
+            loss = paddle.mean(log_prob * paddle.to_tensor(g)) * (64 * 10)
+            (grad,) = paddle.static.gradients([loss], [xs])
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        (grad,) = exe.run(main, feed={"x": x}, fetch_list=[grad])
+    np.testing.assert_allclose(grad, expected.numpy(), rtol=1e-4, atol=1e-4)

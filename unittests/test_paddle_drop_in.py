@@ -133,12 +133,24 @@ LEGACY_PROCESS = """
         "x": np.zeros((3, 5), "float32"), "i": np.zeros((1, 5), "int64"), "j": np.ones((1, 5), "int64")})
     np.testing.assert_allclose(y[0], np.log(np.arange(1, 6)), rtol=1e-6)
     assert z[0].tolist() == [1.0] * 5 and x[1].tolist() == [2.0] * 5
+
+    paddle.disable_static()  # to_static builds a legacy-IR program here; its backward takes arr's grad only
+    def add_at_row_two(arr):
+        return paddle_ext.put_along_axis(arr, paddle.to_tensor([[[2]]]), -4.0, axis=-2, reduce="add")
+    spec = [paddle.static.InputSpec([-1, -1, -1], "float32", stop_gradient=False)]
+    arr = paddle.ones([3, 4, 5])
+    arr.stop_gradient = False
+    out = paddle.jit.to_static(add_at_row_two, input_spec=spec, full_graph=True)(arr)
+    out.backward()
+    assert float(out[0, 2, 0]) == -3.0 and (arr.grad.numpy() == 1).all()
     print("every op ran")
 """
 
 
-def test_every_op_in_a_process_on_the_legacy_ir():
+def test_every_op_in_a_process_on_the_legacy_ir(tmp_path):
+    script = tmp_path / "legacy_process.py"  # a file: to_static reads the function's source
+    script.write_text(textwrap.dedent(LEGACY_PROCESS))
     env = dict(os.environ, FLAGS_enable_pir_api="0")
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(LEGACY_PROCESS)], capture_output=True, text=True,
-                          env=env, timeout=300)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
     assert done.returncode == 0 and "every op ran" in done.stdout, done.stderr[-3000:]

@@ -8,7 +8,7 @@ import pytest
 
 import paddle_ext
 import refs
-from op_test import MODES, check_grad, check_output, run_in_mode
+from op_test import MODES, check_grad, check_output, run_in_mode, static_mode
 
 # (arr shape, indices) scattered along axis 0 with broadcast=True: one index, one per slot, and more
 # index rows than arr has (four writes into two rows).
@@ -141,6 +141,32 @@ def test_to_static_with_dynamic_shape_matches_dygraph_values_and_grads():
     np.testing.assert_allclose(st_out, dy_out, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(dy_grad, np.ones_like(x))
     np.testing.assert_allclose(st_grad, dy_grad, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["pir", "legacy-ir"])
+@pytest.mark.parametrize("wrt", ["arr", "values", "arr-with-scalar-values"])
+@pytest.mark.parametrize("reduce", ["add", "mul", "amax"])
+def test_static_grads_when_one_input_needs_none(legacy, wrt, reduce):
+    rng = np.random.default_rng(7)
+    arr, values, g = rng.normal(size=(4, 3)), rng.normal(size=(2, 3)), rng.normal(size=(4, 3))
+    indices = np.array([[0, 3, 1], [0, 2, 1]])
+    if wrt == "arr-with-scalar-values":
+        values = np.full((2, 3), 1.5)
+    with static_mode(legacy):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            a = paddle.static.data("a", [4, 3], "float64")
+            v = paddle.static.data("v", [2, 3], "float64")
+            a.stop_gradient, v.stop_gradient = wrt == "values", wrt != "values"
+            i = paddle.static.data("i", [2, 3], "int64")
+            out = paddle_ext.put_along_axis(a, i, 1.5 if wrt == "arr-with-scalar-values" else v, 0, reduce)
+            loss = paddle.mean(out * paddle.to_tensor(g)) * out.shape[0] * out.shape[1]
+            (grad,) = paddle.static.gradients([loss], [v if wrt == "values" else a])
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        (grad,) = exe.run(main, feed={"a": arr, "v": values, "i": indices}, fetch_list=[grad])
+    arr_grad, values_grad = refs.put_along_axis_grad(arr, indices, values, g, 0, reduce)
+    np.testing.assert_allclose(grad, values_grad if wrt == "values" else arr_grad, rtol=1e-12, atol=1e-12)
 
 
 # Every dtype and reduce in every mode: Paddle checks reduce='mul' with broadcast=False for float32,

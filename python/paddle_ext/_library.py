@@ -151,3 +151,20 @@ def named(out, name):
     new_name = unique_name.generate_with_ignorable_key(f"{name}.tmp")
     out.block._rename_var(out.name, new_name)
     return out.block.var(new_name)
+
+
+def legacy_grad_inputs(*tensors):
+    """The differentiable inputs of a custom op, as its legacy-IR grad op needs them: when some but not all
+    of them want a grad, the others are replaced by copies that want one (grads nobody reads), since Paddle
+    3.3.1's legacy-IR backward fails to build the grad op of a custom op with an unneeded input grad
+    ("vector::_M_range_check"). Dygraph and PIR take them as they are."""
+    if paddle.in_dynamic_mode() or paddle.framework.in_pir_mode() or \
+            all(t.stop_gradient for t in tensors) or not any(t.stop_gradient for t in tensors):
+        return tensors
+    copies = []
+    for t in tensors:
+        if t.stop_gradient:
+            t = paddle.assign(t)
+            t.stop_gradient = False
+        copies.append(t)
+    return tuple(copies)

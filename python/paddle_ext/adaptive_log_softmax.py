@@ -119,7 +119,7 @@ def _target(logits, target):
 def _full(logits, offset):
     if paddle.in_dynamic_mode() and not (logits.stop_gradient and offset.stop_gradient):
         return _Full.apply(logits, offset)
-    return _library.ops().pe_adaptive_log_softmax_full(logits, offset)[0]
+    return _library.ops().pe_adaptive_log_softmax_full(*_library.legacy_grad_inputs(logits, offset))[0]
 
 
 class _Target(PyLayer):

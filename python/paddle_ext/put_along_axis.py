@@ -220,6 +220,7 @@ def _put(arr, indices, values, attrs):
     """The functional op; attrs = (axis, reduce, include_self, deterministic)."""
     if _records_grad(arr, values):
         return _apply(_PutAlongAxis, arr, values, {"indices": indices, "attrs": attrs})
+    arr, values = _library.legacy_grad_inputs(arr, values)
     return _call(_library.ops().pe_put_along_axis, arr, indices, values, *attrs)
 
 
@@ -367,8 +368,8 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
         # The functional op, then the write: where the static grad needs arr's value before the write (the op
         # reads a copy), and in legacy-IR programs, where Paddle 3.3.1 refuses a custom inplace op that has
         # a dtype function ("Outputs size = 1 does not match the InplaceMap size + InferDtypeFn output size").
-        out = _call(_library.ops().pe_put_along_axis, paddle.assign(arr) if needs_old_arr else arr, indices, values,
-                    *attrs)
+        source, values = _library.legacy_grad_inputs(paddle.assign(arr) if needs_old_arr else arr, values)
+        out = _call(_library.ops().pe_put_along_axis, source, indices, values, *attrs)
         paddle.assign(out, output=arr)
         return out
     out = _call(_library.ops().pe_put_along_axis_, arr, indices, values, *attrs)
