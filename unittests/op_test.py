@@ -144,7 +144,7 @@ def run_in_mode(mode, fn, *arrays):
 
 
 def check_output(fn, inputs: dict, expected_fn, attrs: dict | None = None, dtype="float64", rtol=None, atol=None,
-                 modes=("dygraph", "static")):
+                 modes=MODES):
     """Runs fn in each mode and compares with expected_fn(*float64 inputs rounded to dtype, **attrs)."""
     attrs = attrs or {}
     ref_inputs = [round_to_dtype(a, dtype) for a in inputs.values()]
@@ -291,7 +291,7 @@ def numeric_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=No
 
 
 def check_grad(fn, inputs: dict, wrt, attrs: dict | None = None, output_indices=None, delta=1e-5,
-               max_relative_error=1e-6, modes=("dygraph", "static")):
+               max_relative_error=1e-6, modes=MODES):
     """Analytic vs numeric grads in float64, Paddle's rule: relative error, absolute below 1e-3.
 
     The loss is a random-weighted sum (not Paddle's mean), so it is larger and the central

@@ -22,6 +22,8 @@ auto_cast inside) do apply it on CPU.
 
 from __future__ import annotations
 
+import contextlib
+
 import paddle
 from paddle.base import core
 from paddle.base.core import DataType
@@ -100,7 +102,8 @@ def float32_op(fn, n, *args):
         return fn(*args)  # the common case
     if not all(_is_float(x) for x in floats) or (not on and len({str(x.dtype) for x in floats}) > 1):
         return fn(*args)  # not floating tensors, or mixed dtypes outside auto_cast: fn's checks name them
-    with paddle.amp.auto_cast(enable=False):
+    # (a legacy-IR program has no auto_cast, and Paddle refuses the guard there)
+    with paddle.amp.auto_cast(enable=False) if _level() is not None else contextlib.nullcontext():
         out = fn(*[float32(x) for x in floats], *args[n:])
     return out if on else _cast_floats(out, floats[0].dtype)
 
