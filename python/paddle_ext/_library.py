@@ -140,11 +140,17 @@ def manifest() -> list[dict]:
     raise ImportError(f"paddle_ext: ops_manifest.json is missing; {BUILD_HINT}")
 
 
+def in_legacy_program() -> bool:
+    """Whether ops are being added to a legacy-IR static program (paddle.pir_utils.OldIrGuard,
+    FLAGS_enable_pir_api=0), where Paddle 3.3.1 lacks some of its APIs and custom-op features."""
+    return not (paddle.in_dynamic_mode() or paddle.framework.in_pir_mode())
+
+
 def named(out, name):
     """``out`` renamed ``<name>.tmp_<k>`` when it is a variable of a legacy-IR program, as Paddle's own ops
     name their outputs after their ``name`` argument there (PIR values and dygraph tensors have no such
     name)."""
-    if name is None or paddle.in_dynamic_mode() or paddle.framework.in_pir_mode():
+    if name is None or not in_legacy_program():
         return out
     from paddle.base import unique_name  # noqa: PLC0415
 
@@ -158,8 +164,7 @@ def legacy_grad_inputs(*tensors):
     of them want a grad, the others are replaced by copies that want one (grads nobody reads), since Paddle
     3.3.1's legacy-IR backward fails to build the grad op of a custom op with an unneeded input grad
     ("vector::_M_range_check"). Dygraph and PIR take them as they are."""
-    if paddle.in_dynamic_mode() or paddle.framework.in_pir_mode() or \
-            all(t.stop_gradient for t in tensors) or not any(t.stop_gradient for t in tensors):
+    if not in_legacy_program() or all(t.stop_gradient for t in tensors) or not any(t.stop_gradient for t in tensors):
         return tensors
     copies = []
     for t in tensors:

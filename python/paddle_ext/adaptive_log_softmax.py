@@ -281,20 +281,18 @@ def _cast(t, dtype):
     return t if t is None or t.dtype == dtype else paddle.cast(t, dtype)
 
 
-def _legacy_program() -> bool:
-    """Whether ops go into a legacy-IR program, where Paddle 3.3.1's paddle.matmul and paddle.argmax (C++
-    APIs that take dygraph tensors and PIR values only) are not available."""
-    return not (paddle.in_dynamic_mode() or paddle.framework.in_pir_mode())
+# Paddle 3.3.1's paddle.matmul and paddle.argmax (C++ APIs that take dygraph tensors and PIR values only)
+# are not available in legacy-IR programs: these two stand in for them there.
 
 
 def _matmul(a, b):
-    return F.linear(a, b) if _legacy_program() else paddle.matmul(a, b)  # linear: matmul_v2 in legacy IR
+    return F.linear(a, b) if _library.in_legacy_program() else paddle.matmul(a, b)  # linear: matmul_v2 there
 
 
 def _argmax_rows(x):
     """paddle.argmax(x, axis=1); in a legacy-IR program the first position of the row's maximum (or of its
-    first NaN, as argmax), from max, where and min."""
-    if not _legacy_program():
+    first NaN), from max, where and min."""
+    if not _library.in_legacy_program():
         return paddle.argmax(x, axis=1)
     k = x.shape[1]
     position = paddle.zeros_like(x, dtype="int64") + paddle.arange(k, dtype="int64").reshape([1, k])

@@ -364,7 +364,7 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
         # A custom op sees a contiguous copy of a strided view: write the result through the view instead.
         return _write_into(arr, _call(_library.ops().pe_put_along_axis, arr, indices, values, *attrs))
     needs_old_arr = include_self and reduce in _NEEDS_OLD_ARR and not (arr.stop_gradient and values.stop_gradient)
-    if not dygraph and (needs_old_arr or not paddle.framework.in_pir_mode()):
+    if not dygraph and (needs_old_arr or _library.in_legacy_program()):
         # The functional op, then the write: where the static grad needs arr's value before the write (the op
         # reads a copy), and in legacy-IR programs, where Paddle 3.3.1 refuses a custom inplace op that has
         # a dtype function ("Outputs size = 1 does not match the InplaceMap size + InferDtypeFn output size").
