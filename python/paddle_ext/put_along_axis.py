@@ -60,7 +60,8 @@ def _broadcast_values_shape(values_shape, target, op):
     """numpy broadcasting of values to the (broadcast) indices shape; a ShapeMismatchError when impossible.
     Dimensions unknown at trace time (-1 in a static graph) are left to the kernel's run-time check."""
     if len(values_shape) > len(target):
-        raise ShapeMismatchError(f"{op}: values of shape {values_shape} cannot be broadcast to the indices shape {target}")
+        raise ShapeMismatchError(f"{op}: values of shape {values_shape} cannot be broadcast to the indices shape "
+                                 f"{target}")
     padded = [1] * (len(target) - len(values_shape)) + list(values_shape)
     for d, (v, t) in enumerate(zip(padded, target)):
         if _known(v) and _known(t) and v not in (1, t):
