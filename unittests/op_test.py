@@ -2,8 +2,8 @@
 
 Paddle's own OpTest is not shipped in the wheel; this one reproduces its checks for custom ops:
 
-* ``check_output``  — the op in dygraph and in a static program (program_guard + Executor), against a
-  NumPy float64 reference, with Paddle's per-dtype tolerances (float16/bfloat16 inputs are rounded
+* ``check_output``  — the op in dygraph and in a static program (program_guard + Executor; mode
+  "legacy_static": a legacy-IR program, under paddle.pir_utils.OldIrGuard), against a NumPy float64 reference, with Paddle's per-dtype tolerances (float16/bfloat16 inputs are rounded
   to the dtype first, so the reference sees exactly what the op sees).
 * ``check_grad``    — analytic grads (dygraph ``backward`` and static ``paddle.static.gradients``)
   against central-difference numeric grads of the same op in float64.
@@ -75,10 +75,12 @@ def assert_close(actual, expected, dtype: str, rtol=None, atol=None, what="outpu
 
 
 @contextlib.contextmanager
-def static_mode():
+def static_mode(legacy=False):
+    """Static mode: PIR programs, or legacy-IR ones (``paddle.static.Program`` is then the old Program)."""
     paddle.enable_static()
     try:
-        yield
+        with paddle.pir_utils.OldIrGuard() if legacy else contextlib.nullcontext():
+            yield
     finally:
         paddle.disable_static()
 
@@ -99,9 +101,9 @@ def run_dygraph(fn, inputs: dict, attrs: dict, dtype: str):
     return [_to_numpy64(o) for o in outs]
 
 
-def run_static(fn, inputs: dict, attrs: dict, dtype: str):
+def run_static(fn, inputs: dict, attrs: dict, dtype: str, legacy=False):
     """Builds a static program around fn (floating inputs fed as float32/64 and cast inside)."""
-    with static_mode():
+    with static_mode(legacy):
         main, startup = paddle.static.Program(), paddle.static.Program()
         with paddle.static.program_guard(main, startup):
             feeds, args = {}, []
@@ -121,15 +123,38 @@ def run_static(fn, inputs: dict, attrs: dict, dtype: str):
     return [np.asarray(r).astype(np.float64) if _is_float(r) else np.asarray(r) for r in results]
 
 
+MODES = ("dygraph", "static", "legacy_static")
+
+
+def run_in_mode(mode, fn, *arrays):
+    """fn(*tensors) in `mode` (one of MODES) on NumPy arrays fed in their own dtypes; returns the outputs
+    as NumPy arrays and their paddle dtypes (as the mode names them: a VarType in a legacy-IR program)."""
+    if mode == "dygraph":
+        outs = _as_tuple(fn(*[paddle.to_tensor(a) for a in arrays]))
+        return [o.numpy() for o in outs], [o.dtype for o in outs]
+    with static_mode(legacy=mode == "legacy_static"):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            args = [paddle.static.data(f"in{i}", list(a.shape), str(a.dtype)) for i, a in enumerate(arrays)]
+            outs = _as_tuple(fn(*args))
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        results = exe.run(main, feed={f"in{i}": a for i, a in enumerate(arrays)}, fetch_list=list(outs))
+        return [np.asarray(r) for r in results], [o.dtype for o in outs]
+
+
 def check_output(fn, inputs: dict, expected_fn, attrs: dict | None = None, dtype="float64", rtol=None, atol=None,
-                 modes=("dygraph", "static")):
+                 modes=MODES):
     """Runs fn in each mode and compares with expected_fn(*float64 inputs rounded to dtype, **attrs)."""
     attrs = attrs or {}
     ref_inputs = [round_to_dtype(a, dtype) for a in inputs.values()]
     expected = _as_tuple(expected_fn(*ref_inputs, **attrs))
     results = {}
     for mode in modes:
-        outs = run_dygraph(fn, inputs, attrs, dtype) if mode == "dygraph" else run_static(fn, inputs, attrs, dtype)
+        if mode == "dygraph":
+            outs = run_dygraph(fn, inputs, attrs, dtype)
+        else:
+            outs = run_static(fn, inputs, attrs, dtype, legacy=mode == "legacy_static")
         assert len(outs) == len(expected), f"{mode}: {len(outs)} outputs, expected {len(expected)}"
         for i, (actual, exp) in enumerate(zip(outs, expected)):
             assert_close(actual, np.asarray(exp), dtype, rtol, atol, what=f"{mode} output {i} ({dtype})")
@@ -144,10 +169,13 @@ def _loss_weights(shapes, seed=7):
 
 def _weighted_loss(outs, weights):
     """sum_k sum(w_k * out_k) over finite outputs: random weights catch grads that a plain mean hides."""
+    legacy = not (paddle.in_dynamic_mode() or paddle.framework.in_pir_mode())
     total = 0
     for o, w in zip(outs, weights):
-        finite = paddle.isfinite(o)
-        total = total + paddle.where(finite, o, paddle.zeros_like(o)).multiply(paddle.to_tensor(w, dtype=o.dtype)).sum()
+        # paddle.isfinite and paddle.sum fail on a legacy-IR program's variables in Paddle 3.3.1
+        finite = (o > float("-inf")) & (o < float("inf")) if legacy else paddle.isfinite(o)
+        weighted = paddle.where(finite, o, paddle.zeros_like(o)) * paddle.to_tensor(w, dtype=o.dtype)
+        total = total + (paddle.mean(weighted) * int(np.prod(o.shape)) if legacy else paddle.sum(weighted))
     return total
 
 
@@ -165,8 +193,8 @@ def analytic_grads(fn, inputs: dict, attrs: dict, wrt, output_indices=None, dtyp
     return grads, weights
 
 
-def static_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=None):
-    with static_mode():
+def static_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=None, legacy=False):
+    with static_mode(legacy):
         main, startup = paddle.static.Program(), paddle.static.Program()
         with paddle.static.program_guard(main, startup):
             args, feeds = [], {}
@@ -263,7 +291,7 @@ def numeric_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=No
 
 
 def check_grad(fn, inputs: dict, wrt, attrs: dict | None = None, output_indices=None, delta=1e-5,
-               max_relative_error=1e-6, modes=("dygraph", "static")):
+               max_relative_error=1e-6, modes=MODES):
     """Analytic vs numeric grads in float64, Paddle's rule: relative error, absolute below 1e-3.
 
     The loss is a random-weighted sum (not Paddle's mean), so it is larger and the central
@@ -274,8 +302,9 @@ def check_grad(fn, inputs: dict, wrt, attrs: dict | None = None, output_indices=
     analytic, weights = analytic_grads(fn, inputs, attrs, wrt, output_indices)
     numeric = numeric_grads(fn, inputs, attrs, wrt, weights, output_indices, delta)
     found = {"dygraph": analytic}
-    if "static" in modes:
-        found["static"] = static_grads(fn, inputs, attrs, wrt, weights, output_indices)
+    for mode in ("static", "legacy_static"):
+        if mode in modes:
+            found[mode] = static_grads(fn, inputs, attrs, wrt, weights, output_indices, legacy=mode == "legacy_static")
     for mode, grads in found.items():
         for name, a, n in zip(wrt, grads, numeric):
             assert a.shape == n.shape, f"{mode} grad of {name}: shape {a.shape} != {n.shape}"

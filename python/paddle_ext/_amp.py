@@ -22,17 +22,20 @@ auto_cast inside) do apply it on CPU.
 
 from __future__ import annotations
 
+import contextlib
+
 import paddle
 from paddle.base import core
+from paddle.base.core import DataType
 from paddle.base.framework import _dygraph_tracer, in_pir_mode
 
-HALF_DTYPES = (paddle.float16, paddle.bfloat16)
-_FLOAT_ORDER = (paddle.float16, paddle.bfloat16, paddle.float32, paddle.float64)
-_TENSOR_TYPES = (paddle.Tensor, paddle.pir.Value, paddle.static.Variable)
+from ._checks import FLOATING_DTYPES, TENSOR_TYPES, Dtypes, canonical_dtype
+
+HALF_DTYPES = Dtypes((DataType.FLOAT16, DataType.BFLOAT16))
 
 # Every public call asks these questions, so they are answered cheaply on the common path (a dygraph
-# float32 call outside auto_cast): dygraph dtypes are singletons (compared by identity; comparing
-# paddle dtypes by value costs microseconds) and the level is read from Paddle's state directly.
+# float32 call outside auto_cast): dtypes are looked up in sets (comparing paddle dtypes by value
+# costs microseconds) and the level is read from Paddle's state directly.
 
 
 def _level():
@@ -54,17 +57,12 @@ def amp_level() -> str:
     return _level().name if autocast() else "O0"
 
 
-def _is_dtype(x, dtypes) -> bool:
-    d = x.dtype
-    return any(d is t for t in dtypes) or (not isinstance(x, paddle.Tensor) and d in dtypes)
-
-
 def is_half(x) -> bool:
-    return isinstance(x, _TENSOR_TYPES) and _is_dtype(x, HALF_DTYPES)
+    return isinstance(x, TENSOR_TYPES) and x.dtype in HALF_DTYPES
 
 
 def _is_float(x) -> bool:
-    return isinstance(x, _TENSOR_TYPES) and _is_dtype(x, _FLOAT_ORDER)
+    return isinstance(x, TENSOR_TYPES) and x.dtype in FLOATING_DTYPES
 
 
 def float32(x):
@@ -82,7 +80,7 @@ def promote(a, b):
     list); unchanged outside it, where a dtype mismatch stays the caller's error."""
     if not autocast() or not (_is_float(a) and _is_float(b)) or a.dtype == b.dtype:
         return a, b
-    wide = max(a.dtype, b.dtype, key=_FLOAT_ORDER.index)
+    wide = max(a.dtype, b.dtype, key=lambda d: FLOATING_DTYPES.index(canonical_dtype(d)))  # narrow to wide
     return a.astype(wide), b.astype(wide)
 
 
@@ -104,7 +102,8 @@ def float32_op(fn, n, *args):
         return fn(*args)  # the common case
     if not all(_is_float(x) for x in floats) or (not on and len({str(x.dtype) for x in floats}) > 1):
         return fn(*args)  # not floating tensors, or mixed dtypes outside auto_cast: fn's checks name them
-    with paddle.amp.auto_cast(enable=False):
+    # (a legacy-IR program has no auto_cast, and Paddle refuses the guard there)
+    with paddle.amp.auto_cast(enable=False) if _level() is not None else contextlib.nullcontext():
         out = fn(*[float32(x) for x in floats], *args[n:])
     return out if on else _cast_floats(out, floats[0].dtype)
 

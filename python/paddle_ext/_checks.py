@@ -6,9 +6,34 @@ from __future__ import annotations
 import numbers
 
 import paddle
+from paddle.base.core import DataType, VarDesc
+from paddle.pir.core import datatype_to_vartype, vartype_to_datatype
 
-FLOATING_DTYPES = (paddle.float16, paddle.bfloat16, paddle.float32, paddle.float64)
-INTEGER_DTYPES = (paddle.int32, paddle.int64, paddle.int16, paddle.uint8, paddle.int8)
+# Legacy-IR programs (paddle.pir_utils.OldIrGuard, FLAGS_enable_pir_api=0) give tensors a VarType dtype
+# and make paddle.float32 & co. VarTypes; everywhere else they are DataTypes. No VarType equals a DataType.
+_AS_DATATYPE = dict(vartype_to_datatype)
+
+
+def canonical_dtype(dtype):
+    """A paddle dtype as its DataType, whichever IR named it (any other value is returned as it is)."""
+    return _AS_DATATYPE.get(dtype, dtype)
+
+
+class Dtypes(tuple):
+    """A tuple of DataTypes whose ``in`` also takes the VarType that a legacy-IR tensor reports. It looks
+    the dtype up in a set: comparing pybind dtypes with == costs about a microsecond each."""
+
+    def __new__(cls, dtypes):
+        self = super().__new__(cls, dtypes)
+        self._members = frozenset(self) | {datatype_to_vartype[d] for d in self}
+        return self
+
+    def __contains__(self, dtype):
+        return dtype in self._members
+
+
+FLOATING_DTYPES = Dtypes((DataType.FLOAT16, DataType.BFLOAT16, DataType.FLOAT32, DataType.FLOAT64))
+INTEGER_DTYPES = Dtypes((DataType.INT32, DataType.INT64, DataType.INT16, DataType.UINT8, DataType.INT8))
 
 
 # Dygraph tensors, PIR values (static mode, to_static) and old-IR variables.
@@ -25,18 +50,21 @@ def check_tensor(x, arg: str, op: str) -> None:
 
 
 def dtype_name(dtype) -> str:
-    return str(dtype).replace("paddle.", "")
+    return str(canonical_dtype(dtype)).replace("paddle.", "")
 
 
 def to_dtype(dtype, arg: str, op: str):
-    """str / numpy / paddle dtype -> paddle dtype."""
+    """str / numpy / paddle dtype (of either IR) -> its DataType."""
+    if isinstance(dtype, (DataType, VarDesc.VarType)):
+        return canonical_dtype(dtype)
     try:
         from paddle.base.data_feeder import convert_dtype  # noqa: PLC0415
 
         name = convert_dtype(dtype)
     except (TypeError, ValueError) as err:
         raise TypeError(f"{op}: {arg}={dtype!r} is not a dtype") from err
-    return getattr(paddle, name)
+    # convert_dtype names bfloat16 'uint16' (its NumPy storage type)
+    return DataType.BFLOAT16 if name == "uint16" else canonical_dtype(getattr(paddle, name))
 
 
 def floating_dtype(dtype, arg: str, op: str):

@@ -138,3 +138,38 @@ def manifest() -> list[dict]:
 
         return [op.to_json() for op in opgen.load_ops(source_ops)]
     raise ImportError(f"paddle_ext: ops_manifest.json is missing; {BUILD_HINT}")
+
+
+def in_legacy_program() -> bool:
+    """Whether ops are being added to a legacy-IR static program (paddle.pir_utils.OldIrGuard,
+    FLAGS_enable_pir_api=0), where Paddle 3.3.1 lacks some of its APIs and custom-op features."""
+    return not (paddle.in_dynamic_mode() or paddle.framework.in_pir_mode())
+
+
+def named(out, name):
+    """``out`` renamed ``<name>.tmp_<k>`` when it is a variable of a legacy-IR program, as Paddle's own ops
+    name their outputs after their ``name`` argument there (PIR values and dygraph tensors have no such
+    name)."""
+    if name is None or not in_legacy_program():
+        return out
+    from paddle.base import unique_name  # noqa: PLC0415
+
+    new_name = unique_name.generate_with_ignorable_key(f"{name}.tmp")
+    out.block._rename_var(out.name, new_name)
+    return out.block.var(new_name)
+
+
+def legacy_grad_inputs(*tensors):
+    """The differentiable inputs of a custom op, as its legacy-IR grad op needs them: when some but not all
+    of them want a grad, the others are replaced by copies that want one (grads nobody reads), since Paddle
+    3.3.1's legacy-IR backward fails to build the grad op of a custom op with an unneeded input grad
+    ("vector::_M_range_check"). Dygraph and PIR take them as they are."""
+    if not in_legacy_program() or all(t.stop_gradient for t in tensors) or not any(t.stop_gradient for t in tensors):
+        return tensors
+    copies = []
+    for t in tensors:
+        if t.stop_gradient:
+            t = paddle.assign(t)
+            t.stop_gradient = False
+        copies.append(t)
+    return tuple(copies)

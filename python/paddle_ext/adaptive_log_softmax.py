@@ -10,7 +10,7 @@ The public layer is ``paddle_ext.nn.AdaptiveLogSoftmaxWithLoss`` and the functio
   (the full log-probabilities of one cluster, for ``log_prob`` and ``predict``).
 
 Every matmul stays on Paddle's ``matmul``/``linear``. Paddle's own CPU ``log_softmax`` is O(K^2) per row
-on wide rows (DESIGN.md §7), so nothing here uses it. Each cluster is computed only for the rows whose
+on wide rows, so nothing here uses it. Each cluster is computed only for the rows whose
 label falls in it (``nonzero`` + ``gather``/``scatter_nd``), which works with empty clusters in
 dygraph, in static programs and in exported models alike.
 """
@@ -119,7 +119,7 @@ def _target(logits, target):
 def _full(logits, offset):
     if paddle.in_dynamic_mode() and not (logits.stop_gradient and offset.stop_gradient):
         return _Full.apply(logits, offset)
-    return _library.ops().pe_adaptive_log_softmax_full(logits, offset)[0]
+    return _library.ops().pe_adaptive_log_softmax_full(*_library.legacy_grad_inputs(logits, offset))[0]
 
 
 class _Target(PyLayer):
@@ -168,30 +168,39 @@ class _Full(PyLayer):
 
 def check_cutoffs(cutoffs, n_classes, where: str, functional: bool) -> list[int]:
     """The layer takes cutoffs < n_classes (n_classes is appended, as in Paddle); the functional form
-    takes the full list, ending in n_classes."""
+    takes the full list, ending in n_classes. A bad list raises Paddle's ValueError, in Paddle's words,
+    with the value and what is wrong with it."""
+    if functional:
+        rule = "ending in n_classes" if n_classes is None else f"ending in n_classes = {n_classes}"
+    else:
+        rule = f"where each value is between 1 and n_classes-1 = {n_classes - 1}"
+
+    def bad(what, shown=cutoffs):
+        return ValueError(f"{where}: cutoffs should be a sequence of unique, positive integers sorted in an "
+                          f"increasing order, {rule}; got cutoffs={shown!r} ({what})")
+
     try:
         values = list(cutoffs)
     except TypeError:
-        raise ValueError(f"{where}: cutoffs must be a sequence of ints, got {cutoffs!r}") from None
+        raise bad("not a sequence") from None
     if not values:
-        raise ValueError(f"{where}: cutoffs must not be empty")
+        raise bad("empty")
     out = []
     for c in values:
         if isinstance(c, paddle.Tensor) and c.size == 1 and c.dtype in INTEGER_DTYPES and paddle.in_dynamic_mode():
             c = int(c)
         if isinstance(c, bool) or not isinstance(c, numbers.Integral):
-            raise ValueError(f"{where}: cutoffs must be ints, got {c!r} in {values!r}")
+            raise bad(f"{c!r} is not an int", values)
         out.append(int(c))
-    for a, b in zip(out, out[1:]):
-        if b <= a:
-            raise ValueError(f"{where}: cutoffs must be strictly increasing, got {out!r}")
+    if any(b <= a for a, b in zip(out, out[1:])):
+        raise bad("not unique and increasing", out)
     if out[0] <= 0:
-        raise ValueError(f"{where}: cutoffs must be positive, got {out!r}")
+        raise bad("not positive", out)
     if functional:
         if n_classes is not None and out[-1] != n_classes:
-            raise ValueError(f"{where}: cutoffs must end in n_classes={n_classes}, got {out!r}")
+            raise bad(f"the last is not {n_classes}", out)
     elif out[-1] > n_classes - 1:
-        raise ValueError(f"{where}: every cutoff must be between 1 and n_classes - 1 = {n_classes - 1}, got {out!r}")
+        raise bad(f"{out[-1]} > {n_classes - 1}", out)
     return out
 
 
@@ -272,6 +281,25 @@ def _cast(t, dtype):
     return t if t is None or t.dtype == dtype else paddle.cast(t, dtype)
 
 
+# Paddle 3.3.1's paddle.matmul and paddle.argmax (C++ APIs that take dygraph tensors and PIR values only)
+# are not available in legacy-IR programs: these two stand in for them there.
+
+
+def _matmul(a, b):
+    return F.linear(a, b) if _library.in_legacy_program() else paddle.matmul(a, b)  # linear: matmul_v2 there
+
+
+def _argmax_rows(x):
+    """paddle.argmax(x, axis=1); in a legacy-IR program the first position of the row's maximum (or of its
+    first NaN), from max, where and min."""
+    if not _library.in_legacy_program():
+        return paddle.argmax(x, axis=1)
+    k = x.shape[1]
+    position = paddle.zeros_like(x, dtype="int64") + paddle.arange(k, dtype="int64").reshape([1, k])
+    wins = (x == paddle.max(x, axis=1, keepdim=True)) | (x != x)
+    return paddle.min(paddle.where(wins, position, paddle.full_like(position, k)), axis=1)
+
+
 def _grads_must_sync():
     """Whether every parameter must produce a grad: under data parallelism (paddle.DataParallel over 2+
     processes) a parameter without a grad on one rank breaks the gradient all-reduce (PreconditionNotMet
@@ -317,8 +345,8 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
                 output = _ZeroGrads.apply(output, *trained)
             continue
         flat = rows.reshape([-1])
-        hidden = paddle.matmul(paddle.gather(input, flat), tail_weights[i][0])
-        logits = _cast(paddle.matmul(hidden, tail_weights[i][1]), dtype)
+        hidden = _matmul(paddle.gather(input, flat), tail_weights[i][0])
+        logits = _cast(_matmul(hidden, tail_weights[i][1]), dtype)
         local = _target(logits, paddle.gather(label, flat) - low)
         output = paddle.index_add(output, flat, 0, local)  # scatter_nd_add has no second-order grad
     return output
@@ -334,7 +362,7 @@ def _full_log_prob(input, head, tail_weights, cutoffs):
     head_lp = _full(head, zeros)
     pieces = [head_lp[:, :shortlist]]
     for i in range(len(cutoffs) - 1):
-        logits = _cast(paddle.matmul(paddle.matmul(input, tail_weights[i][0]), tail_weights[i][1]), dtype)
+        logits = _cast(_matmul(_matmul(input, tail_weights[i][0]), tail_weights[i][1]), dtype)
         lp = _full(logits, head_lp[:, shortlist + i])
         pieces.append(lp)
     return paddle.concat(pieces, axis=1) if len(pieces) > 1 else pieces[0]
@@ -421,7 +449,7 @@ def adaptive_predict(input, head_weight, tail_weights, cutoffs, head_bias=None):
         x = x.unsqueeze(0)
     head = F.linear(x, head_weight, head_bias)
     if not paddle.in_dynamic_mode():
-        pred = paddle.argmax(_full_log_prob(x, head, tail_weights, cutoffs), axis=1)
+        pred = _argmax_rows(_full_log_prob(x, head, tail_weights, cutoffs))
     else:
         pred = paddle.argmax(head, axis=1)
         rows = paddle.nonzero(pred >= cutoffs[0])

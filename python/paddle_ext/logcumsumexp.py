@@ -9,17 +9,19 @@ from . import _amp, _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_axis, check_tensor, dtype_name, floating_dtype
 
 
-def logcumsumexp(x, axis=None, exclusive=False, reverse=False, dtype=None, name=None):
+def logcumsumexp(x, axis=None, dtype=None, name=None, *, exclusive=False, reverse=False):
     """log(cumsum(exp(x))) along ``axis``, computed without overflow.
+
+    ``paddle.logcumsumexp``'s parameters in its order; ``exclusive`` and ``reverse`` are keyword-only.
 
     Args:
         x (Tensor): input; integer tensors are cast to float32, as in Paddle.
         axis (int|None): the axis to scan; ``None`` scans the flattened tensor (1-D result).
             Negative values count from the end.
+        dtype (str|paddle.dtype|None): cast ``x`` to this floating dtype first.
+        name (str|None): in a legacy-IR static program, the prefix of the output variable's name.
         exclusive (bool): ``out[0] = -inf`` and ``out[i] = logsumexp(x[:i])``.
         reverse (bool): scan from the last element to the first.
-        dtype (str|paddle.dtype|None): cast ``x`` to this floating dtype first.
-        name: unused, for API compatibility.
 
     Returns:
         Tensor of ``x``'s shape (1-D when ``axis`` is None) and floating dtype.
@@ -37,7 +39,7 @@ def logcumsumexp(x, axis=None, exclusive=False, reverse=False, dtype=None, name=
     attrs = (axis, flatten, bool(exclusive), bool(reverse))
     if paddle.in_dynamic_mode() and not x.stop_gradient:
         return _Logcumsumexp.apply(x, attrs)
-    return _library.ops().pe_logcumsumexp(x, *attrs)  # static graphs use the registered grad op
+    return _library.named(_library.ops().pe_logcumsumexp(x, *attrs), name)  # static: the registered grad op
 
 
 class _Logcumsumexp(PyLayer):

@@ -10,17 +10,30 @@ import numbers
 
 import paddle
 from paddle.autograd import PyLayer
+from paddle.base.core import DataType
 
 from . import _amp, _library
-from ._checks import FLOATING_DTYPES, check_axis, check_tensor, dtype_name, is_tensor
+from ._checks import FLOATING_DTYPES, Dtypes, check_axis, check_tensor, dtype_name, is_tensor
 
 OP = "put_along_axis"
 REDUCES = {"assign": "assign", "add": "add", "mul": "mul", "multiply": "mul", "mean": "mean", "amin": "amin", "amax": "amax"}
-SUPPORTED_DTYPES = (
-    paddle.float16, paddle.bfloat16, paddle.float32, paddle.float64,
-    paddle.int32, paddle.int64, paddle.int16, paddle.uint8,
-)
-_INDEX_ERROR_TAG = "[put_along_axis IndexError] "
+SUPPORTED_DTYPES = Dtypes((*FLOATING_DTYPES, DataType.INT32, DataType.INT64, DataType.INT16, DataType.UINT8))
+INDEX_DTYPES = Dtypes((DataType.INT32, DataType.INT64))
+
+
+class ShapeMismatchError(ValueError, RuntimeError):
+    """Shapes of arr, indices and values that do not fit: a ValueError, and the RuntimeError that
+    paddle.put_along_axis raises for them with broadcast=False."""
+
+
+class DtypeMismatchError(TypeError, ValueError):
+    """values of another dtype than arr: a TypeError, and the ValueError that paddle.put_along_axis's
+    kernel raises for it."""
+
+
+class IndexOutOfRangeError(IndexError, RuntimeError):
+    """An index outside [-n, n): an IndexError, and the RuntimeError that paddle.put_along_axis
+    raises for it with broadcast=False (and torch.scatter_reduce always)."""
 
 
 def _shape(x) -> list[int]:
@@ -44,14 +57,15 @@ def _known(d) -> bool:
 
 
 def _broadcast_values_shape(values_shape, target, op):
-    """numpy broadcasting of values to the (broadcast) indices shape; a ValueError when impossible.
+    """numpy broadcasting of values to the (broadcast) indices shape; a ShapeMismatchError when impossible.
     Dimensions unknown at trace time (-1 in a static graph) are left to the kernel's run-time check."""
     if len(values_shape) > len(target):
-        raise ValueError(f"{op}: values of shape {values_shape} cannot be broadcast to the indices shape {target}")
+        raise ShapeMismatchError(f"{op}: values of shape {values_shape} cannot be broadcast to the indices shape "
+                                 f"{target}")
     padded = [1] * (len(target) - len(values_shape)) + list(values_shape)
     for d, (v, t) in enumerate(zip(padded, target)):
         if _known(v) and _known(t) and v not in (1, t):
-            raise ValueError(
+            raise ShapeMismatchError(
                 f"{op}: values of shape {values_shape} cannot be broadcast to the indices shape {target} "
                 f"(dimension {d}: {v} vs {t})"
             )
@@ -86,7 +100,10 @@ def _values_as_read(values, target, axis, sizes):
     rank = len(target)
     shape = _shape(values)
     if len(shape) < rank:
-        values = paddle.unsqueeze(values, list(range(rank - len(shape)))) if shape else values.reshape([1] * rank)
+        if all(_known(d) for d in shape):  # (Paddle 3.3.1's PIR CPU unsqueeze has no float16 kernel)
+            values = values.reshape([1] * (rank - len(shape)) + shape)
+        else:
+            values = paddle.unsqueeze(values, list(range(rank - len(shape))))
         shape = [1] * (rank - len(shape)) + shape
     want = [-1] * rank  # broadcast_to's "keep this dimension"
     for part in (range(axis), range(axis + 1, rank)):
@@ -100,68 +117,52 @@ def _values_as_read(values, target, axis, sizes):
 def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
     """Checks and normalises the arguments; returns (indices, values, axis, reduce, include_self, block).
 
+    Shapes are checked before dtypes, in paddle.put_along_axis's order (so an argument wrong in both
+    raises the ValueError Paddle raises), and everything before any op is added to a static program.
     ``block`` is None normally; with broadcast=False and indices smaller than arr off the axis it is
     the shape of the corner of arr that the scatter touches (see _scatter_block).
     """
     check_tensor(arr, "arr", op)
     check_tensor(indices, "indices", op)
-    if arr.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{op}: arr has dtype {dtype_name(arr.dtype)}; expected one of "
-                        f"{', '.join(dtype_name(d) for d in SUPPORTED_DTYPES)}")
-    if indices.dtype not in (paddle.int32, paddle.int64):
-        raise TypeError(f"{op}: indices must be int32 or int64, got {dtype_name(indices.dtype)}")
     reduce = _check_reduce(reduce, op)
     include_self = _check_bool(include_self, "include_self", op)
     broadcast = _check_bool(broadcast, "broadcast", op)
     rank = len(arr.shape)
-    axis = check_axis(axis, rank, op)
     a_shape, i_shape = _shape(arr), _shape(indices)
     if len(i_shape) != rank:
         raise ValueError(f"{op}: indices must have arr's rank {rank} (shape {a_shape}), got shape {i_shape}")
+    axis = check_axis(axis, rank, op)
     if is_tensor(values):
-        if values.dtype != arr.dtype:
-            raise TypeError(f"{op}: values has dtype {dtype_name(values.dtype)} but arr has dtype "
-                            f"{dtype_name(arr.dtype)}; cast one of them")
+        v_shape = _shape(values)
     elif isinstance(values, numbers.Number) and not isinstance(values, complex):
-        values = paddle.full([], values, dtype=arr.dtype)
+        v_shape = []
     else:
         raise TypeError(f"{op}: values must be a paddle.Tensor or a Python number, got {type(values).__name__}")
-    v_shape = _shape(values)
+    target = _check_shapes(a_shape, i_shape, v_shape, axis, broadcast, op)
+    if arr.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{op}: arr has dtype {dtype_name(arr.dtype)}; expected one of "
+                        f"{', '.join(dtype_name(d) for d in SUPPORTED_DTYPES)}")
+    if indices.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{op}: indices must be int32 or int64, got {dtype_name(indices.dtype)}")
+    if not is_tensor(values):
+        values = paddle.full([], values, dtype=arr.dtype)
+    elif values.dtype != arr.dtype:
+        raise DtypeMismatchError(f"{op}: values has dtype {dtype_name(values.dtype)} but arr has dtype "
+                        f"{dtype_name(arr.dtype)}; cast one of them")
     block = None
     if broadcast:
-        target = list(a_shape)
-        for d in range(rank):
-            if d == axis:
-                target[d] = i_shape[d]
-            elif _known(i_shape[d]) and _known(a_shape[d]) and i_shape[d] not in (1, a_shape[d]):
-                raise ValueError(
-                    f"{op}: indices.shape[{d}] = {i_shape[d]} can be neither broadcast to nor matched with "
-                    f"arr.shape[{d}] = {a_shape[d]} (expected 1 or {a_shape[d]})"
-                )
-            elif not _known(i_shape[d]):
-                target[d] = i_shape[d]  # both dynamic: they must match at run time (the kernel checks)
         # sizes unknown at trace time: the axis's from indices, the others' from arr
         sizes = paddle.concat([paddle.shape(arr)[:axis], paddle.shape(indices)[axis:axis + 1],
                               paddle.shape(arr)[axis + 1:]]) if not all(_known(d) for d in target) else None
         if not _reads_broadcast(i_shape, target, axis):
             indices = _broadcast(indices, target, sizes)
-        _broadcast_values_shape(v_shape, target, op)
         values = _values_as_read(values, target, axis, sizes)
     else:
         if len(v_shape) == 0:  # read with a stride of 0 (as broadcast values)
             values = values.reshape([1] * rank)
-        elif len(v_shape) != rank:
-            raise ValueError(f"{op}: with broadcast=False values must have arr's rank {rank}, got shape {v_shape}")
-        elif all(_known(d) for d in a_shape + i_shape + v_shape):
-            for d in range(rank):
-                if d != axis and i_shape[d] > a_shape[d]:
-                    raise ValueError(f"{op}: with broadcast=False indices.shape[{d}] = {i_shape[d]} must be "
-                                     f"<= arr.shape[{d}] = {a_shape[d]}")
-                if i_shape[d] > v_shape[d]:
-                    raise ValueError(f"{op}: with broadcast=False indices.shape[{d}] = {i_shape[d]} must be "
-                                     f"<= values.shape[{d}] = {v_shape[d]}")
-            if v_shape != i_shape:  # torch's rule: values[p] pairs with indices[p]; the rest is unused
-                values = paddle.slice(values, list(range(rank)), [0] * rank, i_shape)
+        elif v_shape != i_shape and all(_known(d) for d in i_shape + v_shape):
+            # torch's rule: values[p] pairs with indices[p]; the rest is unused
+            values = paddle.slice(values, list(range(rank)), [0] * rank, i_shape)
         # Indices narrower than arr off the axis scatter into a block of arr. With dynamic dimensions
         # indices and values must match arr off the axis (the kernel checks at run time).
         if all(_known(d) for d in a_shape + i_shape) and \
@@ -170,17 +171,44 @@ def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
     return indices, values, axis, reduce, include_self, block
 
 
+def _check_shapes(a_shape, i_shape, v_shape, axis, broadcast, op):
+    """Raises for shapes that do not fit; with broadcast, returns the shape indices and values are
+    broadcast to (-1 where a dimension is unknown at trace time; the kernel checks it at run time)."""
+    rank = len(a_shape)
+    if broadcast:
+        target = list(a_shape)
+        for d in range(rank):
+            if d == axis:
+                target[d] = i_shape[d]
+            elif _known(i_shape[d]) and _known(a_shape[d]) and i_shape[d] not in (1, a_shape[d]):
+                raise ShapeMismatchError(
+                    f"{op}: indices.shape[{d}] = {i_shape[d]} can be neither broadcast to nor matched with "
+                    f"arr.shape[{d}] = {a_shape[d]} (expected 1 or {a_shape[d]})"
+                )
+            elif not _known(i_shape[d]):
+                target[d] = i_shape[d]  # both dynamic: they must match at run time (the kernel checks)
+        _broadcast_values_shape(v_shape, target, op)
+        return target
+    if v_shape and len(v_shape) != rank:
+        raise ValueError(f"{op}: with broadcast=False values must have arr's rank {rank}, got shape {v_shape}")
+    for d in range(rank):
+        if d != axis and _known(i_shape[d]) and _known(a_shape[d]) and i_shape[d] > a_shape[d]:
+            raise ShapeMismatchError(f"{op}: with broadcast=False indices.shape[{d}] = {i_shape[d]} must be "
+                                     f"<= arr.shape[{d}] = {a_shape[d]}")
+        if v_shape and _known(i_shape[d]) and _known(v_shape[d]) and i_shape[d] > v_shape[d]:
+            raise ShapeMismatchError(f"{op}: with broadcast=False indices.shape[{d}] = {i_shape[d]} must be "
+                                     f"<= values.shape[{d}] = {v_shape[d]}")
+    return None
+
+
 def _call(fn, *args):
-    """Runs the op; an out-of-range index (found by the C++ check before any write) is an IndexError."""
+    """Runs the op; an out-of-range index (found by the C++ check before any write) is an
+    IndexOutOfRangeError with the first line of the kernel's message."""
     try:
         return fn(*args)
-    except (OSError, RuntimeError, ValueError) as err:
-        text = str(err)
-        if _INDEX_ERROR_TAG in text:
-            message = text.split(_INDEX_ERROR_TAG, 1)[1].split("\n", 1)[0].strip()
-            message = message.split(" (at ", 1)[0] if " (at /" in message else message
-            raise IndexError(message) from None
-        raise
+    except IndexError as err:
+        message = str(err).strip().split("\n", 1)[0].removeprefix("(OutOfRange) ")
+        raise IndexOutOfRangeError(message.split(" (at /", 1)[0]) from None
 
 
 def _records_grad(arr, values) -> bool:
@@ -193,6 +221,7 @@ def _put(arr, indices, values, attrs):
     """The functional op; attrs = (axis, reduce, include_self, deterministic)."""
     if _records_grad(arr, values):
         return _apply(_PutAlongAxis, arr, values, {"indices": indices, "attrs": attrs})
+    arr, values = _library.legacy_grad_inputs(arr, values)
     return _call(_library.ops().pe_put_along_axis, arr, indices, values, *attrs)
 
 
@@ -260,7 +289,7 @@ def _scatter_block(arr, indices, values, attrs, block):
     return flat.reshape(arr.shape)
 
 
-def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, name=None,
+def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, *, name=None,
                    deterministic=False):
     """Scatter ``values`` into a copy of ``arr`` at ``indices`` along ``axis``, reducing duplicates.
 
@@ -280,27 +309,32 @@ def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=Tru
             'mean', 'amin', 'amax' (a NaN value wins).
         include_self (bool): whether arr's own value takes part in the reduction of a written slot.
         broadcast (bool): broadcast ``indices`` to arr and ``values`` to ``indices`` (Paddle's default).
-        name: unused, for API compatibility.
-        deterministic (bool): on a GPU, 'add' and 'mean' sort the indices and fold each slot in
-            position order (bit-identical run to run) instead of using float atomics. The CPU
+        name (str|None): keyword-only; in a legacy-IR static program, the prefix of the output's name.
+        deterministic (bool): keyword-only; on a GPU, 'add' and 'mean' sort the indices and fold each
+            slot in position order (bit-identical run to run) instead of using float atomics. The CPU
             kernels are deterministic in every mode; 'assign' is deterministic on the GPU too.
 
     Returns:
         Tensor of arr's shape and dtype.
 
+    The parameters up to ``broadcast`` are paddle.put_along_axis's, in its order.
+
     Raises:
-        TypeError: wrong dtypes (values' dtype must equal arr's outside auto_cast).
-        ValueError: bad reduce or shapes. IndexError: an index outside ``[-n, n)`` (dygraph).
+        TypeError: wrong dtypes (values' dtype must equal arr's outside auto_cast: DtypeMismatchError,
+            also a ValueError as Paddle's).
+        ValueError: bad reduce or ranks; shapes that do not fit (ShapeMismatchError, also a RuntimeError
+            as Paddle's). IndexError: an index outside ``[-n, n)`` (dygraph; IndexOutOfRangeError, also
+            a RuntimeError as Paddle's).
     """
     arr, values = _amp.promote(arr, values)  # under auto_cast, as paddle.put_along_axis (on no AMP list)
     indices, values, axis, reduce, include_self, block = _prepare(
         arr, indices, values, axis, reduce, include_self, broadcast, OP)
     attrs = (axis, reduce, include_self, _check_bool(deterministic, "deterministic", OP))
-    if block is not None:
-        return _scatter_block(arr, indices, values, attrs, block)
-    return _put(arr, indices, values, attrs)
+    out = _put(arr, indices, values, attrs) if block is None else _scatter_block(arr, indices, values, attrs, block)
+    return _library.named(out, name)
 
-def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, name=None,
+
+def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, *, name=None,
                     deterministic=False):
     """Inplace :func:`put_along_axis`: writes into ``arr`` and returns the result (dygraph and static mode).
 
@@ -330,9 +364,13 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
     if dygraph and not arr.is_contiguous():
         # A custom op sees a contiguous copy of a strided view: write the result through the view instead.
         return _write_into(arr, _call(_library.ops().pe_put_along_axis, arr, indices, values, *attrs))
-    if not dygraph and include_self and reduce in _NEEDS_OLD_ARR and not (arr.stop_gradient and values.stop_gradient):
-        # The static grad needs arr's value before the write: the functional op on a copy, then the write.
-        out = _call(_library.ops().pe_put_along_axis, paddle.assign(arr), indices, values, *attrs)
+    needs_old_arr = include_self and reduce in _NEEDS_OLD_ARR and not (arr.stop_gradient and values.stop_gradient)
+    if not dygraph and (needs_old_arr or _library.in_legacy_program()):
+        # The functional op, then the write: where the static grad needs arr's value before the write (the op
+        # reads a copy), and in legacy-IR programs, where Paddle 3.3.1 refuses a custom inplace op that has
+        # a dtype function ("Outputs size = 1 does not match the InplaceMap size + InferDtypeFn output size").
+        source, values = _library.legacy_grad_inputs(paddle.assign(arr) if needs_old_arr else arr, values)
+        out = _call(_library.ops().pe_put_along_axis, source, indices, values, *attrs)
         paddle.assign(out, output=arr)
         return out
     out = _call(_library.ops().pe_put_along_axis_, arr, indices, values, *attrs)
