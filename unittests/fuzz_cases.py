@@ -579,10 +579,47 @@ def finite_scale(*arrays) -> float:
     return float(max([1.0] + vals))
 
 
-def assert_matches(got, ref, dtype, scale=1.0, what="out", rtol=None, abs_scale=None):
+# Unit roundoff of the accumulation: 16-bit types accumulate in float32.
+ACC_EPS = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -24}
+
+
+def put_slot_bounds(arr, idx_full, vals_full, ax, reduce, include_self, dtype, ref_out, ref_arr_grad, ref_vals_grad):
+    """Absolute error bounds of put_along_axis (arr-shaped out and arr grad, values-shaped values grad), each
+    from its own slot's contributors (c of them, the slot's value included when include_self): a sum's
+    rounding is at most c * eps * sum|terms| (mean: that over c), a product's and the mul grads' at most
+    (c + 2) * eps * |result| (eps: ACC_EPS[dtype]); amin / amax / assign and the add / mean grads are exact
+    up to the final rounding, which assert_matches' rtol * |ref| covers."""
+    arr, vals_full = np.asarray(arr, np.float64), np.asarray(vals_full, np.float64)
+    vals_full = vals_full[tuple(slice(0, s) for s in idx_full.shape)]  # bigger values: the rest is unused
+    shape = arr.shape
+    zero_arr, zero_vals = np.zeros(shape), np.zeros(idx_full.shape)
+    if arr.size == 0 or idx_full.size == 0:
+        return zero_arr, zero_arr, zero_vals
+    pos = list(np.indices(idx_full.shape))
+    pos[ax] = np.asarray(idx_full, np.int64) % shape[ax]
+    slot = np.ravel_multi_index(tuple(pos), shape)
+    mag = lambda a: np.where(np.isfinite(a), np.abs(a), 0.0)  # a non-finite term makes the result non-finite
+    count = np.bincount(slot.ravel(), minlength=arr.size).reshape(shape).astype(np.float64)
+    abs_sum = np.bincount(slot.ravel(), weights=mag(vals_full).ravel(), minlength=arr.size).reshape(shape)
+    if include_self:
+        written = count > 0
+        count, abs_sum = count + written, abs_sum + mag(arr) * written
+    eps = ACC_EPS[dtype]
+    if reduce == "add":
+        return count * eps * abs_sum, zero_arr, zero_vals
+    if reduce == "mean":
+        return eps * abs_sum, zero_arr, zero_vals
+    if reduce == "mul":
+        c = count + 2
+        return c * eps * mag(ref_out), c * eps * mag(ref_arr_grad), c.ravel()[slot] * eps * mag(ref_vals_grad)
+    return zero_arr, zero_arr, zero_vals
+
+
+def assert_matches(got, ref, dtype, scale=1.0, what="out", rtol=None, abs_scale=None, atol=None):
     """NaN, +inf and -inf exactly where the reference (rounded to dtype) has them; finite values within
     rtol * |ref| + rtol * scale (+ rtol * abs_scale, an array of ref's shape: e.g. the sum of the magnitudes
-    of a sum's terms) (rtol: RTOL[dtype] unless given; integers: exact)."""
+    of a sum's terms) (+ atol, an array of ref's shape: absolute bounds) (rtol: RTOL[dtype] unless given;
+    integers: exact)."""
     got = np.asarray(got, dtype=np.float64)
     ref = round_to(np.asarray(ref, dtype=np.float64), dtype) if dtype in FLOAT_DTYPES else np.asarray(ref)
     assert got.shape == ref.shape, (what, got.shape, ref.shape)
@@ -596,6 +633,8 @@ def assert_matches(got, ref, dtype, scale=1.0, what="out", rtol=None, abs_scale=
     bound = rtol * np.abs(ref[finite]) + rtol * scale
     if abs_scale is not None:
         bound = bound + rtol * np.asarray(abs_scale, dtype=np.float64)[finite]
+    if atol is not None:
+        bound = bound + np.broadcast_to(np.asarray(atol, dtype=np.float64), ref.shape)[finite]
     if err.size and (err > bound).any():
         i = int(np.argmax(err - bound))
         where = np.argwhere(finite)[i].tolist()
