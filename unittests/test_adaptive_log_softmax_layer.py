@@ -288,7 +288,7 @@ def test_static_mode_layer():
 
 
 def test_static_grads_functional_without_head_bias():
-    # head_bias=None is Paddle's linear's business, never an optional input of our ops (DESIGN.md §7)
+    # head_bias=None is Paddle's linear's business, never an optional input of our ops (docs/architecture.md)
     layer = make_layer(in_features=8)
     inputs = _functional_inputs(layer)
     del inputs["hb"]

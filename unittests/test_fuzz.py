@@ -22,7 +22,8 @@ the widest width the CPU has, and two threads where OMP gives two), and the put_
 PADDLE_EXT_PUT_TILE=small at one and two threads (tiny partition tiles: the destination-partitioned
 forward and backward passes, which otherwise need > 2 MiB of destination per thread).
 
-Planted bugs the suite is known to catch (each planted in the kernel, rebuilt, seen to fail here, reverted):
+Planted bugs the suite is known to catch (each planted in the kernel, rebuilt, seen to fail here, reverted;
+the last three planted through the Python API):
   * logcumsumexp row scan, the > kMaxRange chunk fallback disabled (cpu/logcumsumexp.cc, the double
     chunk scan): lcse-block-0 (wide chunk edge), lcse-threads (64, 1100) spread700, x1e3 rows.
   * logcumsumexp strided column scan, its > kMaxRange lane-block fallback disabled (ForwardColumns):

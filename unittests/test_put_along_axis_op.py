@@ -630,7 +630,7 @@ def test_add_values_grad_along_last_axis_is_a_gather(rows, n, m):
     np.testing.assert_array_equal(values_grad.numpy(), np.take_along_axis(g, np.where(idx < 0, idx + n, idx), -1))
 
 
-# ================================================================== issue 12, item 6: integer `mean`
+# ========================================================================================= integer `mean`
 # The mean of integers is the floor of sum / count (PyTorch's scatter_reduce). The mean always fits in
 # the dtype, the sum need not: it is accumulated in int64 (int32 counts keep sums of up to 32-bit
 # values exact there). `add` and `mul` wrap around in the dtype, as in PyTorch and the reference.
@@ -656,7 +656,7 @@ def _int_put(arr, indices, values, axis, reduce, include_self, inplace=False):
 @pytest.mark.parametrize("dtype,count,expected", [("uint8", 100, 2), ("int16", 20000, 2), ("int32", 3, 2),
                                                    ("int64", 3, 2)])
 def test_integer_mean_of_many_equal_values_is_their_floor_mean(dtype, count, expected):
-    # the issue's examples: arr = [0], `count` values of 3 at index 0 -> floor(3 * count / (count + 1))
+    # arr = [0], `count` values of 3 at index 0 -> floor(3 * count / (count + 1))
     out = _int_put(np.zeros(1, dtype), np.zeros(count, np.int64), np.full(count, 3, dtype), 0, "mean", True)
     assert out.tolist() == [expected]
 
@@ -709,7 +709,7 @@ def test_integer_add_and_mul_wrap_around_in_the_dtype(dtype, reduce, arr_shape, 
     np.testing.assert_array_equal(got, expected)
 
 
-# ====================================================== issue 12: grads where arr or values are non-finite
+# ================================================================ grads where arr or values are non-finite
 # mul's grads are the products of the other factors of the slot (never out / factor, which is NaN or
 # wrong at ±inf, NaN, zeros, underflow and overflow); amin/amax's go to the contributors that are the
 # result, split evenly, and the contributors of a NaN result are its NaNs; an unwritten slot passes
@@ -963,7 +963,7 @@ def test_independent_indices_into_a_large_table_out_of_range_is_an_index_error()
 
 
 # ------------------------------------------------------- indices broadcast along every dim after the axis
-# The usual graph call passes indices [E, 1] against values [E, C] (issue 16): with broadcast=True such
+# The usual graph call passes indices [E, 1] against values [E, C]: with broadcast=True such
 # indices (size 1 in every dimension after the axis, the target's size before it) go to the op as they are,
 # and the CPU kernels read one index per row of positions instead of an [E, C] int64 copy.
 # (arr shape, indices shape, axis); values have the broadcast target's shape.
@@ -1098,7 +1098,7 @@ def test_row_indices_export_round_trip(reduce):
     check_export(lambda a, i, v: put(a, i, v, 0, reduce=reduce), _row_index_inputs((6, 5), (9, 1), 0, seed=59))
 
 
-# ============================================= issue 16: broadcast values read in place (strides of 0)
+# ======================================================= broadcast values read in place (strides of 0)
 # Values that need broadcasting (a Python scalar, a 0-d tensor, [E, 1] against [E, C], [1, C], any
 # broadcastable shape) go to the op as they are, padded to arr's rank: the CPU kernels read them with a
 # stride of 0 along the broadcast part of the positions (the dimensions before the axis, the axis, those

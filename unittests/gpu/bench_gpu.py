@@ -266,7 +266,7 @@ def fast_rnnt_peer(torch):
 
 
 def bench_mutual_information(rows, quick):
-    # The case (B=32 S=100 T=500) in both modes and dtypes, and neighbours that select the other
+    # The RNN-T case (B=32 S=100 T=500) in both modes and dtypes, and neighbours that select the other
     # launcher branches: S=200 (the 16-warp band kernel), S=600 (the 16-warp band kernel in two passes),
     # B=1, long T.
     # Where fast_rnnt is installed (with a CUDA torch), its mutual_information_recursion runs side by side

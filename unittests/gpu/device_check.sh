@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks of one lent-GPU session, as one script (device time is short: build the library ahead on a
+# The checks to run on a lent GPU machine, as one script (device time is short: build the library ahead on a
 # CPU machine with `python -c "import gpu_runtime; gpu_runtime.build_library()"` and carry build/gpu_tests).
 #
 #   unittests/gpu/device_check.sh OUT_DIR
