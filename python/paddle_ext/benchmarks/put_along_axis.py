@@ -166,8 +166,9 @@ def _rows(n):
 
 def _broadcast_case(n, repeats, backward=False):
     """indices [2n, 1] against values [2n, 64] (the usual GNN call), `add`: ours reads them in place;
-    "materialised" is the same call with the indices broadcast to [2n, 64] first; Paddle 3.3.1's own broadcast rejects [2n, 1] against [2n, 64] values, so it gets them
-    materialised too; torch takes an `expand` view."""
+    "materialised" is the same call with the indices broadcast to [2n, 64] first; Paddle 3.3.1's own
+    broadcast rejects [2n, 1] against [2n, 64] values, so it gets them materialised too; torch takes an
+    `expand` view."""
     key = ((n, 64), (2 * n, 64), 0, "rows")
 
     def step(fn, materialise=False):

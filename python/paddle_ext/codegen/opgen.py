@@ -149,7 +149,8 @@ def parse_args(text: str, where: str) -> list[Arg]:
         if a.is_tensor and seen_attr:
             raise OpSpecError(f"{where}: tensor {a.name!r} comes after an attribute; tensors go first")
         seen_attr |= not a.is_tensor
-    # int64_t[] attrs must come last and stay out of infer-shape functions (docs/architecture.md, "Paddle's custom-op API").
+    # int64_t[] attrs must come last and stay out of infer-shape functions, or PIR static aborts
+    # (docs/architecture.md, "Paddle's custom-op API").
     kinds = [a.type == "int64_t[]" for a in args if not a.is_tensor]
     if any(kinds) and kinds != sorted(kinds):
         raise OpSpecError(f"{where}: int64_t[] attributes must be the last attributes")
