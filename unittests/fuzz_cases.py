@@ -579,16 +579,22 @@ def finite_scale(*arrays) -> float:
     return float(max([1.0] + vals))
 
 
-# Unit roundoff of the accumulation: 16-bit types accumulate in float32.
+# Unit roundoff of the accumulation (16-bit types accumulate in float32), and the smallest subnormal: the
+# absolute rounding error of a result in the subnormal range, of the accumulation and of the output dtype.
 ACC_EPS = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -24}
+ACC_TINY = {"float64": 2.0 ** -1074, "float32": 2.0 ** -149, "float16": 2.0 ** -149, "bfloat16": 2.0 ** -149}
+OUT_TINY = {"float64": 2.0 ** -1074, "float32": 2.0 ** -149, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -133}
 
 
-def put_slot_bounds(arr, idx_full, vals_full, ax, reduce, include_self, dtype, ref_out, ref_arr_grad, ref_vals_grad):
+def put_slot_bounds(arr, idx_full, vals_full, ax, reduce, include_self, dtype, ref_out, ref_arr_grad, ref_vals_grad,
+                    flush_subnormals=False):
     """Absolute error bounds of put_along_axis (arr-shaped out and arr grad, values-shaped values grad), each
     from its own slot's contributors (c of them, the slot's value included when include_self): a sum's
     rounding is at most c * eps * sum|terms| (mean: that over c), a product's and the mul grads' at most
-    (c + 2) * eps * |result| (eps: ACC_EPS[dtype]); amin / amax / assign and the add / mean grads are exact
-    up to the final rounding, which assert_matches' rtol * |ref| covers."""
+    (c + 2) * (eps * |result| + tiny) (eps, tiny: ACC_EPS, ACC_TINY of dtype); amin / amax / assign and the
+    add / mean grads are exact up to the final rounding, which assert_matches' rtol * |ref| covers (plus one
+    subnormal step of the output dtype for add, mean and mul). flush_subnormals: float32 accumulation that
+    flushes subnormal partial sums to zero (CUDA's float atomics), up to the smallest normal per update."""
     arr, vals_full = np.asarray(arr, np.float64), np.asarray(vals_full, np.float64)
     vals_full = vals_full[tuple(slice(0, s) for s in idx_full.shape)]  # bigger values: the rest is unused
     shape = arr.shape
@@ -604,14 +610,17 @@ def put_slot_bounds(arr, idx_full, vals_full, ax, reduce, include_self, dtype, r
     if include_self:
         written = count > 0
         count, abs_sum = count + written, abs_sum + mag(arr) * written
-    eps = ACC_EPS[dtype]
+    eps, tiny, out_tiny = ACC_EPS[dtype], ACC_TINY[dtype], OUT_TINY[dtype]
+    if flush_subnormals and dtype != "float64":
+        tiny = 2.0 ** -126
     if reduce == "add":
-        return count * eps * abs_sum, zero_arr, zero_vals
+        return count * (eps * abs_sum + tiny) + out_tiny, zero_arr, zero_vals
     if reduce == "mean":
-        return eps * abs_sum, zero_arr, zero_vals
+        return eps * abs_sum + tiny + 2 * out_tiny, zero_arr, zero_vals
     if reduce == "mul":
-        c = count + 2
-        return c * eps * mag(ref_out), c * eps * mag(ref_arr_grad), c.ravel()[slot] * eps * mag(ref_vals_grad)
+        c, cv = count + 2, (count + 2).ravel()[slot]
+        return (c * (eps * mag(ref_out) + tiny) + out_tiny, c * (eps * mag(ref_arr_grad) + tiny) + out_tiny,
+                cv * (eps * mag(ref_vals_grad) + tiny) + out_tiny)
     return zero_arr, zero_arr, zero_vals
 
 

@@ -6,8 +6,8 @@ dtype) has them; finite values within rtol * |ref| + atol, where rtol is 1e-12 f
 float32 (the reference runs on the same rounded inputs), 2e-3 / 1.6e-2 for float16 / bfloat16, and atol
 is rtol times the data's scale (outputs such as m + log(sum) carry the absolute error of m). put_along_axis
 bounds each slot by its own contributors (fc.put_slot_bounds): exact for assign / amin / amax, c * eps *
-sum|terms| for add and mean, (c + 2) * eps * |result| for products and the mul grads (eps: the accumulation's
-unit roundoff, float32's for the 16-bit types).
+sum|terms| for add and mean, (c + 2) * (eps * |result| + tiny) for products and the mul grads (eps, tiny:
+the accumulation's unit roundoff and smallest subnormal, float32's for the 16-bit types).
 
 Fast paths reached (the CPU kernels pick them from sizes, values, PADDLE_EXT_SIMD and the thread
 count): logcumsumexp's blocked row scan (kChunk = 512) and strided column scan (kColumns = 256) with
