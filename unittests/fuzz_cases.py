@@ -579,10 +579,56 @@ def finite_scale(*arrays) -> float:
     return float(max([1.0] + vals))
 
 
-def assert_matches(got, ref, dtype, scale=1.0, what="out", rtol=None, abs_scale=None):
+# Unit roundoff of the accumulation (16-bit types accumulate in float32), and the smallest subnormal: the
+# absolute rounding error of a result in the subnormal range, of the accumulation and of the output dtype.
+ACC_EPS = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -24}
+ACC_TINY = {"float64": 2.0 ** -1074, "float32": 2.0 ** -149, "float16": 2.0 ** -149, "bfloat16": 2.0 ** -149}
+OUT_TINY = {"float64": 2.0 ** -1074, "float32": 2.0 ** -149, "float16": 2.0 ** -24, "bfloat16": 2.0 ** -133}
+
+
+def put_slot_bounds(arr, idx_full, vals_full, ax, reduce, include_self, dtype, ref_out, ref_arr_grad, ref_vals_grad,
+                    flush_subnormals=False):
+    """Absolute error bounds of put_along_axis (arr-shaped out and arr grad, values-shaped values grad), each
+    from its own slot's contributors (c of them, the slot's value included when include_self): a sum's
+    rounding is at most c * eps * sum|terms| (mean: that over c), a product's and the mul grads' at most
+    (c + 2) * (eps * |result| + tiny) (eps, tiny: ACC_EPS, ACC_TINY of dtype); amin / amax / assign and the
+    add / mean grads are exact up to the final rounding, which assert_matches' rtol * |ref| covers (plus one
+    subnormal step of the output dtype for add, mean and mul). flush_subnormals: float32 accumulation that
+    flushes subnormal partial sums to zero (CUDA's float atomics), up to the smallest normal per update."""
+    arr, vals_full = np.asarray(arr, np.float64), np.asarray(vals_full, np.float64)
+    vals_full = vals_full[tuple(slice(0, s) for s in idx_full.shape)]  # bigger values: the rest is unused
+    shape = arr.shape
+    zero_arr, zero_vals = np.zeros(shape), np.zeros(idx_full.shape)
+    if arr.size == 0 or idx_full.size == 0:
+        return zero_arr, zero_arr, zero_vals
+    pos = list(np.indices(idx_full.shape))
+    pos[ax] = np.asarray(idx_full, np.int64) % shape[ax]
+    slot = np.ravel_multi_index(tuple(pos), shape)
+    mag = lambda a: np.where(np.isfinite(a), np.abs(a), 0.0)  # a non-finite term makes the result non-finite
+    count = np.bincount(slot.ravel(), minlength=arr.size).reshape(shape).astype(np.float64)
+    abs_sum = np.bincount(slot.ravel(), weights=mag(vals_full).ravel(), minlength=arr.size).reshape(shape)
+    if include_self:
+        written = count > 0
+        count, abs_sum = count + written, abs_sum + mag(arr) * written
+    eps, tiny, out_tiny = ACC_EPS[dtype], ACC_TINY[dtype], OUT_TINY[dtype]
+    if flush_subnormals and dtype != "float64":
+        tiny = 2.0 ** -126
+    if reduce == "add":
+        return count * (eps * abs_sum + tiny) + out_tiny, zero_arr, zero_vals
+    if reduce == "mean":
+        return eps * abs_sum + tiny + 2 * out_tiny, zero_arr, zero_vals
+    if reduce == "mul":
+        c, cv = count + 2, (count + 2).ravel()[slot]
+        return (c * (eps * mag(ref_out) + tiny) + out_tiny, c * (eps * mag(ref_arr_grad) + tiny) + out_tiny,
+                cv * (eps * mag(ref_vals_grad) + tiny) + out_tiny)
+    return zero_arr, zero_arr, zero_vals
+
+
+def assert_matches(got, ref, dtype, scale=1.0, what="out", rtol=None, abs_scale=None, atol=None):
     """NaN, +inf and -inf exactly where the reference (rounded to dtype) has them; finite values within
     rtol * |ref| + rtol * scale (+ rtol * abs_scale, an array of ref's shape: e.g. the sum of the magnitudes
-    of a sum's terms) (rtol: RTOL[dtype] unless given; integers: exact)."""
+    of a sum's terms) (+ atol, an array of ref's shape: absolute bounds) (rtol: RTOL[dtype] unless given;
+    integers: exact)."""
     got = np.asarray(got, dtype=np.float64)
     ref = round_to(np.asarray(ref, dtype=np.float64), dtype) if dtype in FLOAT_DTYPES else np.asarray(ref)
     assert got.shape == ref.shape, (what, got.shape, ref.shape)
@@ -596,6 +642,8 @@ def assert_matches(got, ref, dtype, scale=1.0, what="out", rtol=None, abs_scale=
     bound = rtol * np.abs(ref[finite]) + rtol * scale
     if abs_scale is not None:
         bound = bound + rtol * np.asarray(abs_scale, dtype=np.float64)[finite]
+    if atol is not None:
+        bound = bound + np.broadcast_to(np.asarray(atol, dtype=np.float64), ref.shape)[finite]
     if err.size and (err > bound).any():
         i = int(np.argmax(err - bound))
         where = np.argwhere(finite)[i].tolist()

@@ -24,7 +24,8 @@ import tempfile
 import numpy as np
 import paddle
 
-# Paddle's OpTest tolerances (DESIGN.md §7): relative, and an absolute floor for the half types.
+# Paddle's OpTest tolerances (docs/architecture.md, "Paddle's custom-op API"): relative, and an absolute
+# floor for the half types.
 RTOL = {"float64": 1e-7, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
 ATOL = {"float64": 1e-12, "float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2}
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")

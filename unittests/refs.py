@@ -486,12 +486,13 @@ def adaptive_log_softmax_with_loss(x, label, head_weight, tail_weights, cutoffs,
 # pruned / smoothed RNN-T losses. Each is checked against its loop form on small inputs (test_fuzz.py).
 
 
-def logcumsumexp_grad_dense(x, out_grad, axis, exclusive=False, reverse=False):
-    """logcumsumexp_grad with the j-loop as an [n, n] matrix per line: same terms, same masking."""
+def logcumsumexp_grad_dense(x, out_grad, axis, exclusive=False, reverse=False, out=None):
+    """logcumsumexp_grad with the j-loop as an [n, n] matrix per line: same terms, same masking.
+    `out`: the forward output to use (e.g. rounded to a 16-bit dtype, as the kernel gets it); else the reference's."""
     x = np.asarray(x, dtype=np.float64)
     if x.ndim == 0 or x.size == 0:
         return logcumsumexp_grad(x, out_grad, axis, exclusive, reverse)
-    out = logcumsumexp(x, axis, exclusive, reverse)
+    out = logcumsumexp(x, axis, exclusive, reverse) if out is None else np.asarray(out, dtype=np.float64)
     xm, om, gm = (np.moveaxis(np.asarray(a, dtype=np.float64), axis, -1) for a in (x, out, out_grad))
     lead, n = xm.shape[:-1], xm.shape[-1]
     xr, orr, gr = (a.reshape(-1, n) for a in (xm, om, gm))

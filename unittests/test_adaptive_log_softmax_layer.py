@@ -287,6 +287,7 @@ def test_static_mode_layer(legacy):
 
 def test_static_grads_functional_without_head_bias():
     # head_bias=None is Paddle's linear's business, never an optional input of our ops
+    # (docs/architecture.md, "Paddle's custom-op API")
     layer = make_layer(in_features=8)
     inputs = _functional_inputs(layer)
     del inputs["hb"]

@@ -264,7 +264,7 @@ def test_rows_split_across_threads():
     np.testing.assert_allclose(full, refs.adaptive_log_softmax_full(x64, g), rtol=1e-6, atol=2e-5)
 
 
-# ===================================================== issue 12, item 7: rows holding +inf or NaN
+# ===================================================================== rows holding +inf or NaN
 # As torch's log_softmax: a row holding +inf has max +inf, x - max is NaN at the +inf and -inf elsewhere,
 # and the logsumexp of that is NaN, so every output of the row is NaN, and so is every grad of the row.
 # A NaN anywhere in a row does the same. Other rows are untouched; -inf entries stay ordinary.

@@ -1,4 +1,4 @@
-"""The graph demo (issue 7, part 2): a few training steps lower the loss, and the export matches."""
+"""The graph demo: a few training steps lower the loss, and the export matches."""
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""The transducer demo task (issue 7, part 3) learns in a few steps and its export round trip matches."""
+"""The transducer demo task learns in a few steps and its export round trip matches."""
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""Data parallelism (issue 14, part 2): paddle.DataParallel over 2 CPU processes (gloo, loopback, ports
+"""Data parallelism: paddle.DataParallel over 2 CPU processes (gloo, loopback, ports
 picked free at run time) trains every op family exactly as one process does on the concatenated batch,
 the adaptive softmax under DataParallel's default settings included, and `paddle-ext demo` runs its
 tasks data-parallel.

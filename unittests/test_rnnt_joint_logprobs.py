@@ -93,7 +93,7 @@ def test_grads_against_reference_with_symbol_equal_to_termination():
 
 @pytest.mark.parametrize("pruned", [False, True])
 def test_float32_within_1e5_of_float64_on_wide_rows(pruned):
-    """The issue's accuracy bar at a realistic vocabulary: values and grads of float32 runs."""
+    """The accuracy bar at a realistic vocabulary: values and grads of float32 runs."""
     logits, symbols, ranges = problem(2, 6, 5, 2000, 3 if pruned else None, seed=5, scale=8.0)
     rg = None if ranges is None else paddle.to_tensor(ranges)
     outs = {}

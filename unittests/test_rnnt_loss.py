@@ -347,13 +347,13 @@ def wide_problem(scale, B=2, T=4, S=3, C=5, seed=20):
     return lm * scale, am * scale, symbols, boundary
 
 
-# the issue's case: B=1, S=1, T=2, C=3, logits x 1e3 (px off by up to 57.5)
-ISSUE_CASE = (np.array([[[0.4, -1.2, 0.9], [-0.3, 1.1, -0.8]]]) * 1e3,
+# large logits: B=1, S=1, T=2, C=3, logits x 1e3 (px off by up to 57.5)
+LARGE_LOGITS_CASE = (np.array([[[0.4, -1.2, 0.9], [-0.3, 1.1, -0.8]]]) * 1e3,
               np.array([[[1.3, -0.5, -1.0], [-0.9, 0.2, 1.4]]]) * 1e3, np.array([[1]]), None)
 
 
 def _problems():
-    yield "issue", ISSUE_CASE
+    yield "large_logits", LARGE_LOGITS_CASE
     for scale in (1.0, 30.0, 1e3, 1e4):
         yield f"x{scale:g}", wide_problem(scale)
     yield "x30 long", wide_problem(30.0, T=24, S=12, C=6)  # spreads > 745 inside the recursion's blocks

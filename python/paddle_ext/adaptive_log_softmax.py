@@ -10,9 +10,9 @@ The public layer is ``paddle_ext.nn.AdaptiveLogSoftmaxWithLoss`` and the functio
   (the full log-probabilities of one cluster, for ``log_prob`` and ``predict``).
 
 Every matmul stays on Paddle's ``matmul``/``linear``. Paddle's own CPU ``log_softmax`` is O(K^2) per row
-on wide rows, so nothing here uses it. Each cluster is computed only for the rows whose
-label falls in it (``nonzero`` + ``gather``/``scatter_nd``), which works with empty clusters in
-dygraph, in static programs and in exported models alike.
+on wide rows (docs/architecture.md, "Paddle's custom-op API"), so nothing here uses it. Each cluster is
+computed only for the rows whose label falls in it (``nonzero`` + ``gather``/``scatter_nd``), which works
+with empty clusters in dygraph, in static programs and in exported models alike.
 """
 
 from __future__ import annotations

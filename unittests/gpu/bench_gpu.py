@@ -4,7 +4,8 @@
 
 Times each launcher with CUDA events on the default stream (launches stay asynchronous: `pe_set_sync(0)`),
 median of several repeats, and reports achieved bandwidth (bytes the kernel must read and write / time)
-next to a device-to-device copy's, and the time of PyTorch's CUDA op when torch with CUDA is installed.
+next to a device-to-device copy's, and the time of PyTorch's CUDA op when torch with CUDA is installed (and
+fast_rnnt's mutual_information_recursion where `import fast_rnnt` works).
 Paddle's GPU build is not needed (none is installed on the lent GPU machines).
 """
 
@@ -252,53 +253,24 @@ def bench_adaptive_log_softmax(rows, torch, quick):
         release_pending()
 
 
-FAST_RNNT_GLUE = r"""
-#include <torch/extension.h>
-#include "fast_rnnt/csrc/mutual_information.h"
-torch::Tensor forward(torch::Tensor px, torch::Tensor py, torch::Tensor p) {
-  return fast_rnnt::MutualInformationCuda(px, py, torch::nullopt, p);
-}
-std::vector<torch::Tensor> backward(torch::Tensor px, torch::Tensor py, torch::Tensor p, torch::Tensor ans_grad) {
-  return fast_rnnt::MutualInformationBackwardCuda(px, py, torch::nullopt, p, ans_grad, true);
-}
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("forward", &forward);
-  m.def("backward", &backward);
-}
-"""
-
-
 def fast_rnnt_peer(torch):
-    """fast_rnnt's CUDA mutual_information kernels (the peer), built with torch.utils.cpp_extension from a
-    fast_rnnt checkout named by $PE_FAST_RNNT_SRC (its source is never part of this repository); None when
-    there is no such checkout, no CUDA torch, or the build fails (the reason is printed)."""
-    src = os.environ.get("PE_FAST_RNNT_SRC")
-    if torch is None or not src:
+    """The installed fast_rnnt package (the peer), or None where there is no CUDA torch or `import fast_rnnt`
+    fails; nothing here builds it."""
+    if torch is None:
         return None
-    import tempfile
-
-    from torch.utils.cpp_extension import load
-    build = os.path.join(tempfile.gettempdir(), "fast_rnnt_mi_peer")  # fixed: a build made ahead is reused
-    os.makedirs(build, exist_ok=True)
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
-    glue = os.path.join(build, "glue.cpp")
-    if not os.path.exists(glue) or open(glue).read() != FAST_RNNT_GLUE:  # unchanged: ninja keeps its object
-        with open(glue, "w") as f:
-            f.write(FAST_RNNT_GLUE)
     try:
-        return load(name="fast_rnnt_mi_peer", sources=[glue, os.path.join(src, "fast_rnnt/csrc/mutual_information_cuda.cu")],
-                    extra_include_paths=[src], extra_cuda_cflags=["-O3"], build_directory=build, verbose=False)
-    except Exception as e:  # noqa: BLE001 - a missing peer must not stop the bench
-        print(f"fast_rnnt peer not built: {e}", flush=True)
+        import fast_rnnt
+    except ImportError:
         return None
+    return fast_rnnt
 
 
 def bench_mutual_information(rows, quick):
-    # The issue's case (B=32 S=100 T=500) in both modes and dtypes, and neighbours that select the other
+    # The RNN-T case (B=32 S=100 T=500) in both modes and dtypes, and neighbours that select the other
     # launcher branches: S=200 (the 16-warp band kernel), S=600 (the 16-warp band kernel in two passes),
     # B=1, long T.
-    # With PE_FAST_RNNT_SRC=<fast_rnnt checkout> and a CUDA torch, fast_rnnt's kernels run side by side
-    # (their p is in the input dtype; ours is float64).
+    # Where fast_rnnt is installed (with a CUDA torch), its mutual_information_recursion runs side by side
+    # (its p is in the input dtype; ours is float64); its backward is its fwd+bwd time less its forward.
     lib = library()
     torch = cuda_torch()
     peer = fast_rnnt_peer(torch)
@@ -324,14 +296,16 @@ def bench_mutual_information(rows, quick):
                "fwd ms": time_ms(fwd, iters=5), "bwd ms": time_ms(bwd, iters=5)}
         if peer is not None:
             tpx, tpy = torch.from_numpy(px).cuda(), torch.from_numpy(py).cuda()
-            tp = torch.empty((B, S + 1, T + 1), dtype=tpx.dtype, device="cuda")
-            tag = torch.ones(B, dtype=tpx.dtype, device="cuda")
-            row["fast_rnnt fwd ms"] = torch_ms(lambda: peer.forward(tpx, tpy, tp), iters=5)
-            row["fast_rnnt bwd ms"] = torch_ms(lambda: peer.backward(tpx, tpy, tp, tag), iters=5)
+            gpx, gpy = tpx.clone().requires_grad_(True), tpy.clone().requires_grad_(True)
+            fwd_ms = torch_ms(lambda: peer.mutual_information_recursion(tpx, tpy), iters=5)
+            both_ms = torch_ms(lambda: torch.autograd.grad(peer.mutual_information_recursion(gpx, gpy).sum(),
+                                                           [gpx, gpy]), iters=5)
+            row["fast_rnnt fwd ms"], row["fast_rnnt bwd ms"] = fwd_ms, max(both_ms - fwd_ms, 0.0)
             row["fwd speedup vs fast_rnnt"] = row["fast_rnnt fwd ms"] / row["fwd ms"]
             row["bwd speedup vs fast_rnnt"] = row["fast_rnnt bwd ms"] / row["bwd ms"]
             check(fwd())
-            ours, theirs = dans.get().astype(np.float64), peer.forward(tpx, tpy, tp).double().cpu().numpy()
+            ours = dans.get().astype(np.float64)
+            theirs = peer.mutual_information_recursion(tpx, tpy).double().cpu().numpy()
             row["max abs diff vs fast_rnnt"] = float(np.max(np.abs(ours - theirs)))
         rows.append(row)
         print(row, flush=True)
@@ -371,9 +345,6 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--fast-rnnt-src", help="a k2-fsa/fast_rnnt source checkout: build its CUDA kernel with "
-                                                "torch.utils.cpp_extension and time it next to mutual_information "
-                                                "(same as PE_FAST_RNNT_SRC)")
     parser.add_argument("--op", action="append", help="logcumsumexp, put_along_axis, adaptive_log_softmax, "
                                                       "mutual_information (default: all)")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE_JSON", "AFTER_JSON"),
@@ -398,8 +369,6 @@ def main(argv=None):
         if "adaptive_log_softmax" in ops:
             bench_adaptive_log_softmax(rows, torch, args.quick)
         if "mutual_information" in ops:
-            if args.fast_rnnt_src:
-                os.environ["PE_FAST_RNNT_SRC"] = args.fast_rnnt_src
             bench_mutual_information(rows, args.quick)
         if "put_along_axis" in ops:
             bench_put_along_axis(rows, torch, args.quick)

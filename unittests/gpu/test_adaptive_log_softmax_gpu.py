@@ -98,7 +98,7 @@ def test_neg_inf_nan_and_bad_target():
 
 
 def test_pos_inf_row_is_nan_throughout():
-    # issue 12 item 7: a row holding +inf has lse NaN, so its outputs are NaN (torch's log_softmax), not -inf
+    # a row holding +inf has lse NaN, so its outputs are NaN (torch's log_softmax), not -inf
     x = np.array([[0.0, np.inf, 1.0, 2.0], [-np.inf, np.inf, 1.0, 2.0], [1.0, 2.0, 3.0, 4.0]])
     out, lse = _target_forward(x, np.array([0, 2, 3], dtype=np.int64), "float64")
     assert np.isnan(out[:2]).all() and np.isnan(lse[:2]).all()

@@ -276,7 +276,7 @@ def test_deterministic_add_mean_are_bit_identical_run_to_run(dtype, reduce, incl
 @pytest.mark.parametrize("include_self", [True, False])
 @pytest.mark.parametrize("path", ["atomic", "sorted"])
 def test_int32_mean_sums_in_int64(include_self, path):
-    # issue 12 item 6: 400 values near int32's limits per slot; their sum overflows int32, their floor mean fits
+    # integer mean: 400 values near int32's limits per slot; their sum overflows int32, their floor mean fits
     shape4 = (2, 3, 1200, 2)
     rng = np.random.default_rng(21)
     info = np.iinfo(np.int32)

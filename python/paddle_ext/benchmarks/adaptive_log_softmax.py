@@ -215,6 +215,6 @@ def _fused_op_case(m, k, quick):
 
 def cases(quick: bool):
     out = [_fused_op_case(256, 40000, quick), _layer_case(128, 20000, [2000, 6000, 15000], 512, quick)]
-    if not quick:  # the WikiText-103 configuration of issue 5: heavy on 2 cores (the full softmax ~40 s)
+    if not quick:  # the WikiText-103 configuration: heavy on 2 cores (the full softmax ~40 s)
         out.append(_layer_case(512, 267735, [20000, 60000, 200000], 2048, quick))
     return out

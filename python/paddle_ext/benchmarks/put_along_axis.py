@@ -1,8 +1,8 @@
 """put_along_axis vs paddle.put_along_axis and torch.scatter_reduce / scatter (when torch is installed).
 
 A [N, 64] float32 feature table scattered along axis 0 by [2N, 64] indices, every reduce mode,
-forward and forward + backward, with two index patterns: `rows` (issue 3's GNN case: one destination
-row drawn per index row) and `independent` (issue 16: every element drawn on its own), plus independent
+forward and forward + backward, with two index patterns: `rows` (the GNN case: one destination
+row drawn per index row) and `independent` (every element drawn on its own), plus independent
 forward + backward rows at neighbouring shapes ([2N, 32], [N/2, 128], and [N/5, 64] with ten values
 per slot); the GNN call
 with indices of shape [2N, 1] broadcast against values [2N, 64] next to the same indices materialised
@@ -50,7 +50,7 @@ def _torch_scatter(torch, ta, axis, ti, tv, reduce):
 
 
 def _single_threaded(torch, fn):
-    """The issue's torch baseline is single-threaded: torch.set_num_threads(1) around the call."""
+    """torch single-threaded (the baseline these rows compare with): torch.set_num_threads(1) around the call."""
 
     def run():
         threads = torch.get_num_threads()
@@ -166,9 +166,9 @@ def _rows(n):
 
 def _broadcast_case(n, repeats, backward=False):
     """indices [2n, 1] against values [2n, 64] (the usual GNN call), `add`: ours reads them in place;
-    "materialised" is the same call with the indices broadcast to [2n, 64] first (what the API did before
-    issue 16); Paddle 3.3.1's own broadcast rejects [2n, 1] against [2n, 64] values, so it gets them
-    materialised too; torch takes an `expand` view."""
+    "materialised" is the same call with the indices broadcast to [2n, 64] first; Paddle 3.3.1's own
+    broadcast rejects [2n, 1] against [2n, 64] values, so it gets them materialised too; torch takes an
+    `expand` view."""
     key = ((n, 64), (2 * n, 64), 0, "rows")
 
     def step(fn, materialise=False):
@@ -295,7 +295,7 @@ def cases(quick: bool):
     out += [_backward_case(*graph, r, repeats) for r in REDUCES]
     out += [_forward_case(*graph, r, repeats, "independent") for r in REDUCES]
     out += [_backward_case(*graph, r, repeats, "independent") for r in REDUCES]
-    # neighbours of the issue's shape (a benchmark case is a sample of the workload): half and double the
+    # neighbours of the GNN shape (a benchmark case is a sample of the workload): half and double the
     # features, and ten values per slot instead of two
     for arr_shape, idx_shape in (((2 * n, 32), (4 * n, 32)), ((n // 2, 128), (n, 128)), ((n // 5, 64), (2 * n, 64))):
         out += [_backward_case(arr_shape, idx_shape, 0, r, repeats, "independent") for r in ("assign", "add", "mean")]

@@ -1,15 +1,13 @@
 """The RNN-T losses fwd+bwd (float32, grads of sum(loss) w.r.t. the float inputs) vs k2-fsa/fast_rnnt and
-Paddle's ``F.rnnt_loss`` (issue 15): rnnt_loss_simple and rnnt_loss_smoothed (B=16 S=100 T=500 C=500),
+Paddle's ``F.rnnt_loss``: rnnt_loss_simple and rnnt_loss_smoothed (B=16 S=100 T=500 C=500),
 rnnt_loss_pruned on given joiner logits (s_range=5), the whole pruned recipe (simple with return_grad +
 get_rnnt_prune_ranges + do_rnnt_pruning + a sum joiner + pruned) and the full rnnt_loss (B=8 T=200 S=50
 C=500; Paddle's ``F.rnnt_loss(log_softmax(x))`` next to it). Every candidate gets the same numbers.
 The FastEmit rows time ``fastemit_lambda=0.5`` against paddle_ext's own ``fastemit_lambda=0`` (the ratio is
 FastEmit's cost: below 1 means it costs time) and, for the full loss, Paddle's FastEmit.
 
-fast_rnnt is an optional candidate: set ``PADDLE_EXT_FAST_RNNT_SRC`` to a checkout of its source (the
-directory holding ``fast_rnnt/csrc``) and have torch installed (``requirements-bench.txt``); its CPU
-kernel is then built on first use with ``torch.utils.cpp_extension`` into
-``PADDLE_EXT_FAST_RNNT_CACHE`` (default ``~/.cache/paddle_ext/fast_rnnt``), never into the repository.
+fast_rnnt is an optional column: it runs where ``import fast_rnnt`` works (the user installed it, with
+torch) and is left out otherwise; nothing here builds it.
 
 Threads: everybody runs on the same count, paddle_ext's (``OMP_NUM_THREADS`` when set, else one per core):
 paddle_ext's kernels, Paddle's matmuls get it via ``core.set_num_threads`` (restored
@@ -21,9 +19,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
-import shutil
-import sys
 
 import numpy as np
 import paddle
@@ -35,40 +30,17 @@ from . import Case, torch_or_none
 from .adaptive_log_softmax import _PeakRss, math_threads, with_paddle_threads
 
 TERM = 0
-_SOURCES = ("fast_rnnt/csrc/mutual_information_cpu.cu", "fast_rnnt/python/csrc/mutual_information.cu",
-            "fast_rnnt/python/csrc/fast_rnnt.cu")
 
 
 @functools.lru_cache(maxsize=1)
 def fast_rnnt():
-    """fast_rnnt's Python package on its CPU kernel, or None (no PADDLE_EXT_FAST_RNNT_SRC or no torch).
-    Its .cu files are plain C++ on the CPU path: copied to .cc so that the C++ compiler builds them, as
-    the module ``_fast_rnnt`` its package imports."""
-    src = os.environ.get("PADDLE_EXT_FAST_RNNT_SRC")
-    torch = torch_or_none()
-    if not src or torch is None:
+    """The installed fast_rnnt package, or None where ``import fast_rnnt`` fails (not installed, no torch)."""
+    if torch_or_none() is None:
         return None
-    if not os.path.isfile(os.path.join(src, _SOURCES[0])):
-        raise FileNotFoundError(f"PADDLE_EXT_FAST_RNNT_SRC={src!r} holds no {_SOURCES[0]} (expected a checkout of "
-                                "k2-fsa/fast_rnnt's source)")
-    from torch.utils import cpp_extension  # noqa: PLC0415
-
-    cache = os.environ.get("PADDLE_EXT_FAST_RNNT_CACHE", os.path.expanduser("~/.cache/paddle_ext/fast_rnnt"))
-    build = os.path.join(cache, "torch-" + torch.__version__.replace("+", "_"))  # one build per torch
-    os.makedirs(build, exist_ok=True)
-    sources = []
-    for rel in _SOURCES:
-        dst = os.path.join(build, rel.replace("/", "_")[:-3] + ".cc")
-        if not os.path.exists(dst) or os.path.getmtime(dst) < os.path.getmtime(os.path.join(src, rel)):
-            shutil.copyfile(os.path.join(src, rel), dst)
-        sources.append(dst)
-    sys.modules["_fast_rnnt"] = cpp_extension.load(name="_fast_rnnt", sources=sources, extra_include_paths=[src],
-                                                   extra_cflags=["-O3"], build_directory=build)
-    package_dir = os.path.join(src, "fast_rnnt", "python")
-    if package_dir not in sys.path:
-        sys.path.insert(0, package_dir)
-    import fast_rnnt as module  # noqa: PLC0415
-
+    try:
+        import fast_rnnt as module  # noqa: PLC0415
+    except ImportError:
+        return None
     return module
 
 

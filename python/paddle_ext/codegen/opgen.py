@@ -149,7 +149,8 @@ def parse_args(text: str, where: str) -> list[Arg]:
         if a.is_tensor and seen_attr:
             raise OpSpecError(f"{where}: tensor {a.name!r} comes after an attribute; tensors go first")
         seen_attr |= not a.is_tensor
-    # DESIGN.md §7: int64_t[] attrs must come last (and stay out of infer-shape functions).
+    # int64_t[] attrs must come last and stay out of infer-shape functions, or PIR static aborts
+    # (docs/architecture.md, "Paddle's custom-op API").
     kinds = [a.type == "int64_t[]" for a in args if not a.is_tensor]
     if any(kinds) and kinds != sorted(kinds):
         raise OpSpecError(f"{where}: int64_t[] attributes must be the last attributes")
@@ -238,7 +239,7 @@ def _check_links(ops: list[Op]) -> None:
             if op.name != f"{op.forward}_grad":  # the name Paddle registers PD_BUILD_GRAD_OP(forward) under
                 raise OpSpecError(f"{op.name}: a backward op must be named {op.forward}_grad")
             fw_attrs = {a.name: a.type for a in fw.attrs}
-            for a in op.attrs:  # DESIGN.md §7: grad attrs are a subset, by name, of the forward's
+            for a in op.attrs:  # grad attrs: a subset, by name, of the forward's (Paddle's rule)
                 if fw_attrs.get(a.name) != a.type:
                     raise OpSpecError(f"{op.name}: attr {a.name!r} is not a forward attr of the same type")
             fw_values = {a.name for a in fw.inputs} | set(fw.outputs)
