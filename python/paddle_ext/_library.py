@@ -146,6 +146,16 @@ def in_legacy_program() -> bool:
     return not (paddle.in_dynamic_mode() or paddle.framework.in_pir_mode())
 
 
+def sum_along(x, axis: int):
+    """paddle.sum(x, axis), also in legacy-IR programs, where Paddle 3.3.1's sum takes no Variable
+    (an einsum that drops the axis stands in there)."""
+    if not in_legacy_program():
+        return paddle.sum(x, axis=axis)
+    axis = axis % len(x.shape)
+    letters = "abcdefghijklmnopqrstuvwxyz"[: len(x.shape)]
+    return paddle.einsum(f"{letters}->{letters.replace(letters[axis], '')}", x)
+
+
 def named(out, name):
     """``out`` renamed ``<name>.tmp_<k>`` when it is a variable of a legacy-IR program, as Paddle's own ops
     name their outputs after their ``name`` argument there (PIR values and dygraph tensors have no such

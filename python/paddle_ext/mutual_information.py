@@ -160,10 +160,10 @@ def _joint(px, py, boundary):
         terms = paddle.stack(list(terms)).flatten(2)
         occ = occ.flatten(1).unsqueeze(0)
         terms = paddle.where(occ != 0, terms, paddle.zeros_like(terms))  # 0 * -inf would be NaN
-        return paddle.sum(terms * occ, axis=2)
+        return _library.sum_along(terms * occ, 2)
 
     prods = inner(px, x_occ) + inner(py, y_occ)
-    first = prods[:1] + (ans - paddle.sum(prods.detach(), axis=0))  # the log-of-sum minus sum-of-log offset
+    first = prods[:1] + (ans - _library.sum_along(prods.detach(), 0))  # the log-of-sum minus sum-of-log offset
     return first if len(px) == 1 else paddle.concat([first, prods[1:]], axis=0)
 
 
