@@ -94,6 +94,9 @@ PE_HOSTDEVICE inline uint16_t float_to_bf16_bits(float value) {
   return (uint16_t)(f >> 16);
 }
 
+// M(T) for each floating type the kernels take: their explicit instantiations.
+#define PE_FOR_FLOAT_TYPES(M) M(float) M(double) M(float16_t) M(bfloat16_t)
+
 // Accumulation type: float for the 16-bit types, the type itself otherwise.
 template <typename T>
 struct Acc {
