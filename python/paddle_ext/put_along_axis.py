@@ -13,6 +13,7 @@ from paddle.autograd import PyLayer
 
 from . import _amp, _library
 from ._checks import FLOATING_DTYPES, check_axis, check_tensor, dtype_name, is_tensor
+from ._checks import known_dim as _known
 
 OP = "put_along_axis"
 REDUCES = {"assign": "assign", "add": "add", "mul": "mul", "multiply": "mul", "mean": "mean", "amin": "amin", "amax": "amax"}
@@ -20,7 +21,6 @@ SUPPORTED_DTYPES = (
     paddle.float16, paddle.bfloat16, paddle.float32, paddle.float64,
     paddle.int32, paddle.int64, paddle.int16, paddle.uint8,
 )
-_INDEX_ERROR_TAG = "[put_along_axis IndexError] "
 
 
 def _shape(x) -> list[int]:
@@ -37,10 +37,6 @@ def _check_bool(value, arg: str, op: str) -> bool:
     if not isinstance(value, (bool, int)) or isinstance(value, numbers.Integral) and value not in (0, 1):
         raise TypeError(f"{op}: {arg} must be a bool, got {value!r}")
     return bool(value)
-
-
-def _known(d) -> bool:
-    return d is not None and d >= 0
 
 
 def _broadcast_values_shape(values_shape, target, op):
@@ -170,19 +166,6 @@ def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
     return indices, values, axis, reduce, include_self, block
 
 
-def _call(fn, *args):
-    """Runs the op; an out-of-range index (found by the C++ check before any write) is an IndexError."""
-    try:
-        return fn(*args)
-    except (OSError, RuntimeError, ValueError) as err:
-        text = str(err)
-        if _INDEX_ERROR_TAG in text:
-            message = text.split(_INDEX_ERROR_TAG, 1)[1].split("\n", 1)[0].strip()
-            message = message.split(" (at ", 1)[0] if " (at /" in message else message
-            raise IndexError(message) from None
-        raise
-
-
 def _records_grad(arr, values) -> bool:
     """Whether a dygraph call must record autograd history (then it goes through the PyLayers below)."""
     return (paddle.in_dynamic_mode() and arr.dtype in FLOATING_DTYPES and paddle.is_grad_enabled()
@@ -193,7 +176,7 @@ def _put(arr, indices, values, attrs):
     """The functional op; attrs = (axis, reduce, include_self, deterministic)."""
     if _records_grad(arr, values):
         return _apply(_PutAlongAxis, arr, values, {"indices": indices, "attrs": attrs})
-    return _call(_library.ops().pe_put_along_axis, arr, indices, values, *attrs)
+    return _library.ops().pe_put_along_axis(arr, indices, values, *attrs)
 
 
 def _apply(layer, first, second, spec):
@@ -329,13 +312,13 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
         return _apply(_PutAlongAxisInplace, arr, values, {"indices": indices, "attrs": attrs})
     if dygraph and not arr.is_contiguous():
         # A custom op sees a contiguous copy of a strided view: write the result through the view instead.
-        return _write_into(arr, _call(_library.ops().pe_put_along_axis, arr, indices, values, *attrs))
+        return _write_into(arr, _library.ops().pe_put_along_axis(arr, indices, values, *attrs))
     if not dygraph and include_self and reduce in _NEEDS_OLD_ARR and not (arr.stop_gradient and values.stop_gradient):
         # The static grad needs arr's value before the write: the functional op on a copy, then the write.
-        out = _call(_library.ops().pe_put_along_axis, paddle.assign(arr), indices, values, *attrs)
+        out = _library.ops().pe_put_along_axis(paddle.assign(arr), indices, values, *attrs)
         paddle.assign(out, output=arr)
         return out
-    out = _call(_library.ops().pe_put_along_axis_, arr, indices, values, *attrs)
+    out = _library.ops().pe_put_along_axis_(arr, indices, values, *attrs)
     return arr if dygraph else out  # dygraph: arr itself, as Paddle's inplace ops return
 
 
@@ -355,10 +338,10 @@ class _PutAlongAxis(PyLayer):
         axis, reduce, include_self = ctx.attrs[:3]
         ctx.counts = None
         if reduce == "mean" and arr.place.is_cpu_place():  # the counts, kept for a backward with no count pass
-            out, ctx.counts = _call(_library.ops().pe_put_along_axis_counted, arr, spec["indices"], values, axis,
+            out, ctx.counts = _library.ops().pe_put_along_axis_counted(arr, spec["indices"], values, axis,
                                     include_self)
         else:
-            out = _call(_library.ops().pe_put_along_axis, arr, spec["indices"], values, *ctx.attrs)
+            out = _library.ops().pe_put_along_axis(arr, spec["indices"], values, *ctx.attrs)
         ctx.save_for_backward(arr, spec["indices"], values, _saved_output(ctx, out))
         return out
 
@@ -383,9 +366,9 @@ class _PutAlongAxisInplace(PyLayer):
         arr, values = _ordered(ctx, pair)
         indices = spec["indices"]
         if arr.is_contiguous():
-            _call(_library.ops().pe_put_along_axis_, arr, indices, values, *ctx.attrs)
+            _library.ops().pe_put_along_axis_(arr, indices, values, *ctx.attrs)
         else:
-            paddle.assign(_call(_library.ops().pe_put_along_axis, arr, indices, values, *ctx.attrs), output=arr)
+            paddle.assign(_library.ops().pe_put_along_axis(arr, indices, values, *ctx.attrs), output=arr)
         ctx.save_for_backward(indices, values, _saved_output(ctx, arr, bumps=1))  # Paddle bumps arr's version
         return arr
 
@@ -443,7 +426,7 @@ def _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, inc
 
     with paddle.no_grad():
         ones = paddle.ones(values.shape, acc)
-        count = _call(_library.ops().pe_put_along_axis, paddle.zeros(arr.shape, acc), idx, ones, axis, "add", True,
+        count = _library.ops().pe_put_along_axis(paddle.zeros(arr.shape, acc), idx, ones, axis, "add", True,
                       False)
         unwritten = (count == 0).astype(acc)
     if reduce == "mul":
@@ -457,7 +440,7 @@ def _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, inc
             slot_coef, values_coef = None, None
             if reduce == "assign":
                 position = paddle.arange(values.numel(), dtype="int64").reshape(values.shape)
-                winner = _call(_library.ops().pe_put_along_axis, paddle.full(arr.shape, -1, "int64"), idx, position,
+                winner = _library.ops().pe_put_along_axis(paddle.full(arr.shape, -1, "int64"), idx, position,
                                axis, "assign", True, False)
                 arr_coef, values_coef = unwritten, (gather(winner) == position).astype(acc)
             elif reduce == "mean":
@@ -466,7 +449,7 @@ def _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, inc
             elif reduce in ("amin", "amax"):  # the contributors that are the result (a NaN result: its NaNs)
                 values_coef = _is_result(values, gather(out)).astype(acc)
                 arr_ties = written * _is_result(arr, out).astype(acc) if include_self else 0
-                ties = _call(_library.ops().pe_put_along_axis, paddle.zeros(arr.shape, acc), idx, values_coef, axis,
+                ties = _library.ops().pe_put_along_axis(paddle.zeros(arr.shape, acc), idx, values_coef, axis,
                              "add", True, False) + arr_ties
                 slot_coef = 1 / paddle.maximum(ties, paddle.ones([], acc))
                 arr_coef = unwritten + arr_ties * slot_coef
