@@ -89,13 +89,13 @@ os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 2))
 
 with_cuda = _with_cuda()
 sources = [str((GENERATED / f"{family}.ops.cc").relative_to(ROOT)) for family in sorted({op.family for op in ops})]
-sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "paddle_ext").glob("cpu/*.cc"))
+sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "paddle_ext").glob("cpu/**/*.cc"))
 # compat/ stands in for headers Paddle's wheel includes but does not ship; searched after every real one.
 cxx_flags = ["-O3", "-fopenmp", "-std=c++17", "-Wno-deprecated-declarations",
              "-idirafter", str(ROOT / "paddle_ext" / "include" / "paddle_ext" / "compat")]
 nvcc_flags = ["-O3", "--expt-relaxed-constexpr", "-std=c++17", "-DPADDLE_EXT_WITH_CUDA"]
 if with_cuda:
-    sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "paddle_ext").glob("gpu/*.cu"))
+    sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "paddle_ext").glob("gpu/**/*.cu"))
     cxx_flags.append("-DPADDLE_EXT_WITH_CUDA")
 
 

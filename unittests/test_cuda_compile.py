@@ -13,7 +13,7 @@ import tempfile
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-SOURCES = sorted((ROOT / "paddle_ext" / "gpu").glob("*.cu")) + sorted((ROOT / "unittests" / "gpu").glob("*.cu"))
+SOURCES = sorted((ROOT / "paddle_ext" / "gpu").rglob("*.cu")) + sorted((ROOT / "unittests" / "gpu").glob("*.cu"))
 ARCHS = ("sm_80", "sm_90")
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 NVCC_FLAGS = ["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-DPADDLE_EXT_WITH_CUDA",
@@ -41,17 +41,18 @@ def compiled():
 
 
 def test_there_are_cuda_sources():
-    assert any(s.parent.name == "gpu" and s.parent.parent.name == "paddle_ext" for s in SOURCES)
+    assert any(s.is_relative_to(ROOT / "paddle_ext" / "gpu") for s in SOURCES)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_nvcc_compiles(compiled, source, arch):
     code, log = compiled[(source, arch)]
     assert code == 0, f"nvcc -arch={arch} {source.name} failed:\n{log[-4000:]}"
 
 
-@pytest.mark.parametrize("source", sorted((ROOT / "paddle_ext" / "gpu").glob("*.cu*")), ids=lambda p: p.name)
+@pytest.mark.parametrize("source", sorted((ROOT / "paddle_ext" / "gpu").rglob("*.cu*")),
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_cuda_sources_include_no_paddle_header(source):
     text = source.read_text()
     assert '#include "paddle/' not in text and "#include <paddle/" not in text

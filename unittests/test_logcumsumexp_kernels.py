@@ -1,6 +1,6 @@
 """logcumsumexp: the fast CPU kernel paths (blocked row scan, SIMD column scan, scalar fallbacks).
 
-The CPU kernel cuts contiguous rows into chunks of 512 (cpu/logcumsumexp.cc, kChunk) and advances
+The CPU kernel cuts contiguous rows into chunks of 512 (cpu/logcumsumexp/scan.h, kChunk) and advances
 strided axes 256 columns at a time (kColumns); chunks with NaN/+inf, or spanning more than 640 in log
 space, take the exact scalar path. These tests put lengths, specials and wide ranges on and around
 those boundaries, in every dtype and flag combination, for the forward and the backward.

@@ -1,4 +1,4 @@
-"""BlockCache (paddle_ext/include/paddle_ext/block_cache.h): big CPU outputs (>= 32 MiB) are taken from and
+"""BlockCache (paddle_ext/include/paddle_ext/memory.h): big CPU outputs (>= 32 MiB) are taken from and
 given back to a cache of mapped blocks, so that an op called in a loop does not fault its outputs in anew on
 every call. The cases that count what the cache holds run in a fresh process (the cache is per process and reads
 its limit once)."""

@@ -8,7 +8,7 @@
 
 #include "paddle/common/enforce.h"
 #include "paddle/extension.h"
-#include "paddle_ext/block_cache.h"
+#include "paddle_ext/memory.h"
 #include "paddle_ext/common.h"
 
 #ifdef PADDLE_EXT_WITH_CUDA

@@ -5,10 +5,12 @@
 // binding expands them on the device. These checks are the last line of defence.
 #include "paddle_ext/put_along_axis.h"
 
+#include <algorithm>
 #include <sstream>
 #include <type_traits>
 
 #include "paddle_ext/binding/common.h"
+#include "paddle_ext/put_along_axis_gpu.h"
 
 namespace paddle_ext {
 namespace {
@@ -143,11 +145,18 @@ paddle::Tensor gpu_indices(const paddle::Tensor& indices, const ScatterView& v) 
   return v.idx_broadcast ? paddle::experimental::expand(indices, v.positions) : indices;
 }
 
-// assign's winner tables (gpu::put_along_axis_winner_scratch bytes): uninitialised, the launchers prepare them.
-paddle::Tensor winner_scratch(const ScatterView& v, const paddle::Place& place) {
-  const int64_t bytes = (int64_t)gpu::put_along_axis_winner_scratch(v.outer, v.n, v.inner);
-  return new_output({(bytes + 7) / 8}, paddle::DataType::INT64, place);
-}
+// Device scratch for the launchers' set-up (put_along_axis_gpu.h): int64 words on `place`, zeroed or left
+// as they are, kept alive with this object (the launches run on the tensors' stream, in order).
+struct ScratchTensors {
+  paddle::Place place;
+  std::vector<paddle::Tensor> held;
+  void* operator()(size_t bytes, bool zeroed) {
+    const int64_t words = std::max<int64_t>(1, static_cast<int64_t>((bytes + 7) / 8));
+    held.push_back(zeroed ? int_scratch(words, paddle::DataType::INT64, 0, place)
+                          : new_output({words}, paddle::DataType::INT64, place));
+    return held.back().data();
+  }
+};
 
 // The grad of broadcast values from the positions' grads, summed on the device (in float32 for the half types).
 paddle::Tensor gpu_sum_to_values(const paddle::Tensor& grad, const paddle::Tensor& values, const ScatterView& v) {
@@ -160,38 +169,23 @@ paddle::Tensor gpu_sum_to_values(const paddle::Tensor& grad, const paddle::Tenso
   return half ? sum.cast(grad.dtype()) : sum;
 }
 
-// The dtype a GPU reduction accumulates in (reduce_acc_t): float32 for the half types, int64 for the
-// sum of an int32 mean (int16 and uint8 are CPU-only), else arr's own.
-paddle::DataType gpu_acc_dtype(paddle::DataType dtype, Reduce reduce) {
-  if (is_half(dtype)) return paddle::DataType::FLOAT32;
-  if (reduce == Reduce::Mean && dtype == paddle::DataType::INT32) return paddle::DataType::INT64;
-  return dtype;
+template <typename A>
+paddle::DataType dtype_of(paddle::DataType same) {
+  if constexpr (std::is_same<A, float>::value) return paddle::DataType::FLOAT32;
+  else if constexpr (std::is_same<A, double>::value) return paddle::DataType::FLOAT64;
+  else if constexpr (std::is_same<A, int64_t>::value) return paddle::DataType::INT64;
+  else if constexpr (std::is_same<A, int32_t>::value) return paddle::DataType::INT32;
+  else return same;
 }
 
-template <typename T, typename A>
-void run_gpu_as(paddle::Tensor& acc, const paddle::Tensor& indices, const paddle::Tensor& values,
-                const ScatterView& v, Reduce reduce, bool include_self, bool deterministic) {
-  const int64_t slots = v.outer * v.n * v.inner;
-  dispatch_index(indices, [&](auto itag) {
-    using Idx = typename decltype(itag)::type;
-    if (deterministic && (reduce == Reduce::Add || reduce == Reduce::Mean)) {
-      const int64_t positions = v.outer * v.m * v.inner;
-      const size_t bytes = gpu::put_along_axis_sorted_workspace(positions, slots);
-      paddle::Tensor workspace = new_output({(int64_t)bytes}, paddle::DataType::UINT8, acc.place());
-      gpu::put_along_axis_sorted<T, A, Idx>(reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
-                                            workspace.data(), bytes, v.outer, v.n, v.m, v.inner, include_self,
-                                            acc.stream());
-    } else {
-      paddle::Tensor count, winner;
-      if (reduce == Reduce::Mean) count = int_scratch(slots, paddle::DataType::INT32, 0, acc.place());
-      if (reduce == Reduce::Assign) winner = winner_scratch(v, acc.place());
-      gpu::put_along_axis_forward<T, A, Idx>(
-          reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
-          reduce == Reduce::Mean ? mutable_ptr<int32_t>(count) : nullptr,
-          reduce == Reduce::Assign ? mutable_ptr<int64_t>(winner) : nullptr, v.outer, v.n, v.m, v.inner,
-          include_self, acc.stream());
-    }
+// The dtype a GPU reduction accumulates in (gpu::with_reduce_acc).
+paddle::DataType gpu_acc_dtype(paddle::DataType dtype, Reduce reduce, const char* op) {
+  paddle::DataType acc = dtype;
+  dispatch_floating_and_integral(dtype, op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    gpu::with_reduce_acc<T>(reduce, [&](auto atag) { acc = dtype_of<typename decltype(atag)::type>(dtype); });
   });
+  return acc;
 }
 
 // GPU: scatters into `acc` (arr's values in gpu_acc_dtype(dtype, reduce)).
@@ -202,12 +196,16 @@ void run_gpu(paddle::Tensor& acc, const paddle::Tensor& indices, const paddle::T
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) < 4 && std::is_integral<T>::value) {
       PE_THROW(op, ": int16 and uint8 tensors are supported on the CPU only");
-    } else if constexpr (std::is_same<T, int32_t>::value) {
-      if (acc.dtype() == paddle::DataType::INT64)  // an int32 mean
-        return run_gpu_as<T, int64_t>(acc, indices, values, v, reduce, include_self, deterministic);
-      run_gpu_as<T, T>(acc, indices, values, v, reduce, include_self, deterministic);
     } else {
-      run_gpu_as<T, acc_t<T>>(acc, indices, values, v, reduce, include_self, deterministic);
+      gpu::with_reduce_acc<T>(reduce, [&](auto atag) {
+        using A = typename decltype(atag)::type;
+        dispatch_index(indices, [&](auto itag) {
+          using Idx = typename decltype(itag)::type;
+          gpu::put_along_axis_scatter<T, A, Idx>(reduce, mutable_ptr<A>(acc), ptr<T>(values), ptr<Idx>(indices),
+                                                 v.outer, v.n, v.m, v.inner, include_self, deterministic,
+                                                 ScratchTensors{acc.place(), {}}, acc.stream());
+        });
+      });
     }
   });
 }
@@ -218,7 +216,7 @@ paddle::Tensor gpu_forward(const paddle::Tensor& arr, const paddle::Tensor& indi
                            const ScatterView& v, Reduce reduce, bool include_self, bool deterministic,
                            const char* op) {
 #ifdef PADDLE_EXT_WITH_CUDA
-  const paddle::DataType acc_dtype = gpu_acc_dtype(arr.dtype(), reduce);
+  const paddle::DataType acc_dtype = gpu_acc_dtype(arr.dtype(), reduce, op);
   const bool wider = acc_dtype != arr.dtype();
   paddle::Tensor acc = wider ? arr.cast(acc_dtype) : arr.copy_to(arr.place(), false);
   run_gpu(acc, indices, values, arr.dtype(), v, reduce, include_self, deterministic, op);
@@ -268,7 +266,7 @@ void PutAlongAxisInplaceKernel(paddle::Tensor& arr, const paddle::Tensor& indice
   }
 #ifdef PADDLE_EXT_WITH_CUDA
   const paddle::Tensor full = gpu_indices(indices, v), full_values = expanded_values(values, v);
-  if (gpu_acc_dtype(arr.dtype(), r) == arr.dtype()) {
+  if (gpu_acc_dtype(arr.dtype(), r, op) == arr.dtype()) {
     run_gpu(arr, full, full_values, arr.dtype(), v, r, include_self, deterministic, op);
     return;
   }
@@ -350,28 +348,11 @@ std::vector<paddle::Tensor> grad_kernel(const paddle::Tensor& arr_in, const padd
                                      v.values_broadcast);
       } else {
 #ifdef PADDLE_EXT_WITH_CUDA
-        const int64_t slots = v.outer * v.n * v.inner, positions = v.outer * v.m * v.inner;
-        const auto place = arr.place();
         const paddle::Tensor full = gpu_indices(indices, v);
-        paddle::Tensor winner, count, aux, workspace;
-        size_t workspace_bytes = 0;
-        if (r == Reduce::Assign) {
-          winner = winner_scratch(v, place);
-        } else if (r == Reduce::Mul) {  // the positions sorted by slot (gpu::put_along_axis_backward)
-          workspace_bytes = gpu::put_along_axis_sorted_workspace(positions, slots);
-          workspace = new_output({(int64_t)workspace_bytes}, paddle::DataType::UINT8, place);
-        } else if (!(r == Reduce::Add && include_self)) {  // add with include_self: both grads are g
-          count = int_scratch(slots, paddle::DataType::INT32, 0, place);
-        }
-        if (r == Reduce::Min || r == Reduce::Max) aux = int_scratch(slots, paddle::DataType::INT32, 0, place);
-        gpu::put_along_axis_backward<T, Idx>(
-            r, ptr<T>(arr), ptr<Idx>(full), ptr<T>(values_read), out_in ? ptr<T>(out) : nullptr, ptr<T>(out_grad),
-            mutable_ptr<T>(arr_grad), mutable_ptr<T>(grad_at),
-            winner.initialized() ? mutable_ptr<int64_t>(winner) : nullptr,
-            count.initialized() ? mutable_ptr<int32_t>(count) : nullptr,
-            aux.initialized() ? mutable_ptr<int32_t>(aux) : nullptr,
-            workspace.initialized() ? workspace.data() : nullptr, workspace_bytes, v.outer, v.n, v.m, v.inner,
-            include_self, arr.stream());
+        gpu::put_along_axis_grads<T, Idx>(r, ptr<T>(arr), ptr<Idx>(full), ptr<T>(values_read),
+                                          out_in ? ptr<T>(out) : nullptr, ptr<T>(out_grad), mutable_ptr<T>(arr_grad),
+                                          mutable_ptr<T>(grad_at), v.outer, v.n, v.m, v.inner, include_self,
+                                          ScratchTensors{arr.place(), {}}, arr.stream());
 #else
         throw_no_cuda("put_along_axis_grad");
 #endif

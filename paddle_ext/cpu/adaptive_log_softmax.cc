@@ -16,9 +16,7 @@
 #include "paddle_ext/cpu_rows.h"
 #include "paddle_ext/parallel.h"
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+#pragma GCC diagnostic ignored "-Wpsabi"  // wide vectors pass between always_inline functions (vec_math.h)
 
 namespace paddle_ext {
 namespace cpu {
@@ -50,19 +48,26 @@ struct FullGradLanes {
   }
 };
 
+// Row r's log-sum-exp, kept in lse for the backward.
+template <typename L, typename T>
+PE_VINLINE double keep_row_lse(const T* x, index_t k, acc_t<T>* lse, index_t r) {
+  const double l = row_lse<L>(x, k);
+  lse[r] = static_cast<acc_t<T>>(l);
+  return l;
+}
+
 template <typename T>
 struct TargetForward {
   const T* logits;
+  index_t k;
   const int64_t* target;
   T* out;
   acc_t<T>* lse;
-  index_t k;
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
     for (index_t r = r0; r < r1; ++r) {
       const T* x = logits + r * k;
-      const double l = row_lse<Lanes<W, T>>(x, k);
-      lse[r] = static_cast<acc_t<T>>(l);
+      const double l = keep_row_lse<Lanes<W, T>>(x, k, lse, r);
       const int64_t t = target[r];
       out[r] = store<T>(static_cast<acc_t<T>>(als_target_ok(t, k) ? load(x[t]) - l : std::nan("")));
     }
@@ -72,11 +77,11 @@ struct TargetForward {
 template <typename T>
 struct TargetBackward {
   const T* logits;
+  index_t k;
   const int64_t* target;
   const acc_t<T>* lse;
   const T* out_grad;
   T* logits_grad;
-  index_t k;
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
     using A = acc_t<T>;
@@ -108,8 +113,7 @@ struct FullForward {
     using L = Lanes<W, T>;
     for (index_t r = r0; r < r1; ++r) {
       const T* x = logits + r * k;
-      const double l = row_lse<L>(x, k);
-      lse[r] = static_cast<acc_t<T>>(l);
+      const double l = keep_row_lse<L>(x, k, lse, r);
       map_row<L>(x, out + r * k, k, 0.0, FullValueLanes<L>{L::splat(l), L::splat(load(offset[r]))});
     }
   }
@@ -125,8 +129,8 @@ struct FullBackward {
   index_t k;
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
-    using A = acc_t<T>;
     using L = Lanes<W, T>;
+    using A = acc_t<T>;
     for (index_t r = r0; r < r1; ++r) {
       const T* x = logits + r * k;
       const T* g = out_grad + r * k;
@@ -153,13 +157,13 @@ void for_rows(const K& kernel, index_t m, index_t k) {
 
 template <typename T>
 void als_target_forward(const T* logits, const int64_t* target, T* out, acc_t<T>* lse, index_t m, index_t k) {
-  for_rows(TargetForward<T>{logits, target, out, lse, k}, m, k);
+  for_rows(TargetForward<T>{logits, k, target, out, lse}, m, k);
 }
 
 template <typename T>
 void als_target_backward(const T* logits, const int64_t* target, const acc_t<T>* lse, const T* out_grad,
                          T* logits_grad, index_t m, index_t k) {
-  for_rows(TargetBackward<T>{logits, target, lse, out_grad, logits_grad, k}, m, k);
+  for_rows(TargetBackward<T>{logits, k, target, lse, out_grad, logits_grad}, m, k);
 }
 
 template <typename T>
@@ -179,10 +183,7 @@ void als_full_backward(const T* logits, const acc_t<T>* lse, const T* out_grad, 
                                        index_t);                                                             \
   template void als_full_forward<T>(const T*, const T*, T*, acc_t<T>*, index_t, index_t);                    \
   template void als_full_backward<T>(const T*, const acc_t<T>*, const T*, T*, T*, index_t, index_t);
-PE_INSTANTIATE(float)
-PE_INSTANTIATE(double)
-PE_INSTANTIATE(float16_t)
-PE_INSTANTIATE(bfloat16_t)
+PE_FOR_FLOAT_TYPES(PE_INSTANTIATE)
 #undef PE_INSTANTIATE
 
 }  // namespace cpu

@@ -185,10 +185,7 @@ void rnnt_prune_gather_backward(const int64_t* index, const T* out_grad, T* x_gr
                                        const T*, T*, const JointShape&);                                        \
   template void rnnt_prune_gather<T>(const T*, const int64_t*, T*, index_t, index_t, index_t, index_t);         \
   template void rnnt_prune_gather_backward<T>(const int64_t*, const T*, T*, index_t, index_t, index_t, index_t);
-PE_INSTANTIATE(float)
-PE_INSTANTIATE(double)
-PE_INSTANTIATE(float16_t)
-PE_INSTANTIATE(bfloat16_t)
+PE_FOR_FLOAT_TYPES(PE_INSTANTIATE)
 #undef PE_INSTANTIATE
 
 }  // namespace cpu

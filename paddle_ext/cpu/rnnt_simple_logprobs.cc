@@ -18,9 +18,7 @@
 #include "paddle_ext/parallel.h"
 #include "paddle_ext/vec_math.h"
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+#pragma GCC diagnostic ignored "-Wpsabi"  // wide vectors pass between always_inline functions (vec_math.h)
 
 namespace paddle_ext {
 namespace cpu {

@@ -369,10 +369,7 @@ void als_full_backward(const T* logits, const acc_t<T>* lse, const T* out_grad, 
                                        cudaStream_t);                                                             \
   template void als_full_forward<T>(const T*, const T*, T*, acc_t<T>*, index_t, index_t, cudaStream_t);          \
   template void als_full_backward<T>(const T*, const acc_t<T>*, const T*, T*, T*, index_t, index_t, cudaStream_t);
-PE_INSTANTIATE(float)
-PE_INSTANTIATE(double)
-PE_INSTANTIATE(float16_t)
-PE_INSTANTIATE(bfloat16_t)
+PE_FOR_FLOAT_TYPES(PE_INSTANTIATE)
 #undef PE_INSTANTIATE
 
 }  // namespace gpu

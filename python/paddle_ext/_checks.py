@@ -49,6 +49,11 @@ def check_tensor(x, arg: str, op: str) -> None:
         raise TypeError(f"{op}: {arg} must be a paddle.Tensor, got {type(x).__name__}")
 
 
+def known_dim(d) -> bool:
+    """A dimension known when the graph is built (a dynamic one is -1, or None)."""
+    return d is not None and d >= 0
+
+
 def dtype_name(dtype) -> str:
     return str(canonical_dtype(dtype)).replace("paddle.", "")
 

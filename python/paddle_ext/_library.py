@@ -108,7 +108,7 @@ def num_threads() -> int:
 
 def output_cache_bytes() -> int:
     """Bytes of freed big CPU outputs the op library keeps mapped for its next outputs (BlockCache in
-    block_cache.h; at most PADDLE_EXT_OUTPUT_CACHE_MB, default 2048, 0 turns it off)."""
+    memory.h; at most PADDLE_EXT_OUTPUT_CACHE_MB, default 2048, 0 turns it off)."""
     import ctypes  # noqa: PLC0415
 
     fn = ctypes.CDLL(library_path()).paddle_ext_output_cache_bytes

@@ -14,6 +14,7 @@ from paddle.base.core import DataType
 
 from . import _amp, _library
 from ._checks import FLOATING_DTYPES, Dtypes, check_axis, check_tensor, dtype_name, is_tensor
+from ._checks import known_dim as _known
 
 OP = "put_along_axis"
 REDUCES = {"assign": "assign", "add": "add", "mul": "mul", "multiply": "mul", "mean": "mean", "amin": "amin", "amax": "amax"}
@@ -50,10 +51,6 @@ def _check_bool(value, arg: str, op: str) -> bool:
     if not isinstance(value, (bool, int)) or isinstance(value, numbers.Integral) and value not in (0, 1):
         raise TypeError(f"{op}: {arg} must be a bool, got {value!r}")
     return bool(value)
-
-
-def _known(d) -> bool:
-    return d is not None and d >= 0
 
 
 def _broadcast_values_shape(values_shape, target, op):
@@ -373,7 +370,7 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
         out = _call(_library.ops().pe_put_along_axis, source, indices, values, *attrs)
         paddle.assign(out, output=arr)
         return out
-    out = _call(_library.ops().pe_put_along_axis_, arr, indices, values, *attrs)
+    out = _library.ops().pe_put_along_axis_(arr, indices, values, *attrs)
     return arr if dygraph else out  # dygraph: arr itself, as Paddle's inplace ops return
 
 
@@ -393,10 +390,10 @@ class _PutAlongAxis(PyLayer):
         axis, reduce, include_self = ctx.attrs[:3]
         ctx.counts = None
         if reduce == "mean" and arr.place.is_cpu_place():  # the counts, kept for a backward with no count pass
-            out, ctx.counts = _call(_library.ops().pe_put_along_axis_counted, arr, spec["indices"], values, axis,
+            out, ctx.counts = _library.ops().pe_put_along_axis_counted(arr, spec["indices"], values, axis,
                                     include_self)
         else:
-            out = _call(_library.ops().pe_put_along_axis, arr, spec["indices"], values, *ctx.attrs)
+            out = _library.ops().pe_put_along_axis(arr, spec["indices"], values, *ctx.attrs)
         ctx.save_for_backward(arr, spec["indices"], values, _saved_output(ctx, out))
         return out
 
@@ -421,9 +418,9 @@ class _PutAlongAxisInplace(PyLayer):
         arr, values = _ordered(ctx, pair)
         indices = spec["indices"]
         if arr.is_contiguous():
-            _call(_library.ops().pe_put_along_axis_, arr, indices, values, *ctx.attrs)
+            _library.ops().pe_put_along_axis_(arr, indices, values, *ctx.attrs)
         else:
-            paddle.assign(_call(_library.ops().pe_put_along_axis, arr, indices, values, *ctx.attrs), output=arr)
+            paddle.assign(_library.ops().pe_put_along_axis(arr, indices, values, *ctx.attrs), output=arr)
         ctx.save_for_backward(indices, values, _saved_output(ctx, arr, bumps=1))  # Paddle bumps arr's version
         return arr
 
@@ -481,7 +478,7 @@ def _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, inc
 
     with paddle.no_grad():
         ones = paddle.ones(values.shape, acc)
-        count = _call(_library.ops().pe_put_along_axis, paddle.zeros(arr.shape, acc), idx, ones, axis, "add", True,
+        count = _library.ops().pe_put_along_axis(paddle.zeros(arr.shape, acc), idx, ones, axis, "add", True,
                       False)
         unwritten = (count == 0).astype(acc)
     if reduce == "mul":
@@ -495,7 +492,7 @@ def _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, inc
             slot_coef, values_coef = None, None
             if reduce == "assign":
                 position = paddle.arange(values.numel(), dtype="int64").reshape(values.shape)
-                winner = _call(_library.ops().pe_put_along_axis, paddle.full(arr.shape, -1, "int64"), idx, position,
+                winner = _library.ops().pe_put_along_axis(paddle.full(arr.shape, -1, "int64"), idx, position,
                                axis, "assign", True, False)
                 arr_coef, values_coef = unwritten, (gather(winner) == position).astype(acc)
             elif reduce == "mean":
@@ -504,7 +501,7 @@ def _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, inc
             elif reduce in ("amin", "amax"):  # the contributors that are the result (a NaN result: its NaNs)
                 values_coef = _is_result(values, gather(out)).astype(acc)
                 arr_ties = written * _is_result(arr, out).astype(acc) if include_self else 0
-                ties = _call(_library.ops().pe_put_along_axis, paddle.zeros(arr.shape, acc), idx, values_coef, axis,
+                ties = _library.ops().pe_put_along_axis(paddle.zeros(arr.shape, acc), idx, values_coef, axis,
                              "add", True, False) + arr_ties
                 slot_coef = 1 / paddle.maximum(ties, paddle.ones([], acc))
                 arr_coef = unwritten + arr_ties * slot_coef

@@ -26,6 +26,7 @@ from paddle.autograd import PyLayer
 
 from . import _amp, _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
+from ._checks import known_dim as _known
 from .mutual_information import _FirstOrderOnly, _recursion, check_boundary
 
 RNNT_TYPES = ("regular", "modified", "constrained")
@@ -35,11 +36,6 @@ REDUCTIONS = ("none", "mean", "sum")
 
 # ---------------------------------------------------------------------------------------------
 # shapes and argument checks
-
-
-def _known(d) -> bool:
-    """A static dimension (int) known when the graph is built; -1 marks a dynamic one."""
-    return d >= 0
 
 
 def _agree(d, e) -> bool:

@@ -26,7 +26,7 @@ ARCH_FLAGS = ["-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=comput
 
 
 def _sources():
-    return sorted((ROOT / "paddle_ext" / "gpu").glob("*.cu")) + sorted((ROOT / "unittests" / "gpu").glob("*.cu"))
+    return sorted((ROOT / "paddle_ext" / "gpu").rglob("*.cu")) + sorted((ROOT / "unittests" / "gpu").glob("*.cu"))
 
 
 def _driver_present() -> bool:

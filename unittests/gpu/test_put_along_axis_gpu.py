@@ -16,10 +16,16 @@ SHAPES = [(1, 5, 12, 1), (3, 7, 20, 5), (1, 300, 5000, 64), (2, 1000, 30000, 1),
 
 
 def _acc_dtype(dtype, reduce):
-    """reduce_acc_t: float32 for the half types, int64 for the sum of an integer mean."""
-    if dtype in ("float16", "bfloat16"):
-        return "float32"
-    return "int64" if reduce == "mean" and dtype.startswith("int") else dtype
+    """What the set-up (put_along_axis_gpu.h, the binding's) accumulates `dtype` values in for `reduce`."""
+    code = library().pe_put_along_axis_acc_dtype(DTYPE_CODES[dtype], REDUCE_CODES[reduce])
+    return {c: name for name, c in DTYPE_CODES.items()}[code]
+
+
+@pytest.mark.parametrize("dtype", list(DTYPE_CODES))
+@pytest.mark.parametrize("reduce", list(REDUCE_CODES))
+def test_accumulator_is_float32_for_half_types_and_int64_for_an_integer_mean(dtype, reduce):
+    want = "float32" if dtype in ("float16", "bfloat16") else "int64" if reduce == "mean" and dtype == "int32" else dtype
+    assert _acc_dtype(dtype, reduce) == want
 
 
 def _ptr(buf):
@@ -46,22 +52,23 @@ def _winner_scratch(outer, n, inner):
     return DeviceBuffer(np.full(max(nbytes, 1), 0x5A, np.uint8))
 
 
-def _forward(dtype, reduce, arr, idx, vals, shape4, include_self, misaligned=False):
+def _scatter(dtype, reduce, arr, idx, vals, shape4, include_self, deterministic, misaligned=False):
+    """The accumulator after the binding's set-up and launch (pe_put_along_axis_scatter)."""
     lib = library()
     outer, n, m, inner = shape4
-    acc_dtype = _acc_dtype(dtype, reduce)
     # the accumulation buffer holds arr as the dtype would store it, widened
-    acc = DeviceBuffer(host_array(to_float64(host_array(arr, dtype), dtype), acc_dtype))
+    acc = DeviceBuffer(host_array(to_float64(host_array(arr, dtype), dtype), _acc_dtype(dtype, reduce)))
     values = _device(host_array(vals, dtype), misaligned)
     indices = _device(np.ascontiguousarray(idx), misaligned)
-    slots = outer * n * inner
-    count = DeviceBuffer(np.zeros(max(slots, 1), np.int32)) if reduce == "mean" else None
-    winner = _winner_scratch(outer, n, inner) if reduce == "assign" else None
-    check(lib.pe_put_along_axis_forward(DTYPE_CODES[dtype], INDEX_CODES[idx.dtype.type], REDUCE_CODES[reduce],
-                                        _ptr(acc), _ptr(values), _ptr(indices), _ptr(count), _ptr(winner),
-                                        ctypes.c_int64(outer), ctypes.c_int64(n), ctypes.c_int64(m),
-                                        ctypes.c_int64(inner), int(include_self)))
-    got = acc.get().astype(np.float64)
+    check(lib.pe_put_along_axis_scatter(DTYPE_CODES[dtype], INDEX_CODES[idx.dtype.type], REDUCE_CODES[reduce],
+                                        _ptr(acc), _ptr(values), _ptr(indices), ctypes.c_int64(outer),
+                                        ctypes.c_int64(n), ctypes.c_int64(m), ctypes.c_int64(inner), int(include_self),
+                                        int(deterministic)))
+    return acc.get()
+
+
+def _forward(dtype, reduce, arr, idx, vals, shape4, include_self, misaligned=False):
+    got = _scatter(dtype, reduce, arr, idx, vals, shape4, include_self, False, misaligned).astype(np.float64)
     if dtype in ("float16", "bfloat16"):  # the binding rounds the float32 accumulator once
         got = to_float64(host_array(got, dtype), dtype)
     return got
@@ -169,9 +176,8 @@ def test_nan_wins_in_amax():
 
 
 def _backward(dtype, reduce, arr, idx, vals, out, g, shape4, include_self, misaligned=False):
-    """(arr_grad, values_grad) from the launcher, with the scratch the binding prepares for the mode."""
+    """(arr_grad, values_grad) from the binding's set-up and launch (pe_put_along_axis_grads)."""
     lib = library()
-    lib.pe_put_along_axis_sorted_workspace.restype = ctypes.c_int64
     outer, n, m, inner = shape4
     d_arr, d_vals, d_out = (DeviceBuffer(host_array(x, dtype)) for x in (arr, vals, out))
     d_g = _device(host_array(g, dtype), misaligned)
@@ -179,21 +185,10 @@ def _backward(dtype, reduce, arr, idx, vals, out, g, shape4, include_self, misal
     # junk where the kernels must write every element
     arr_grad = DeviceBuffer(host_array(np.full(arr.shape, 7.0), dtype))
     values_grad = DeviceBuffer(host_array(np.full(vals.shape, 7.0), dtype))
-    slots, positions = outer * n * inner, outer * m * inner
-    winner = _winner_scratch(outer, n, inner) if reduce == "assign" else None
-    # add with include_self reads no count (both grads are g): the binding passes none
-    needs_count = reduce not in ("assign", "mul") and not (reduce == "add" and include_self)
-    count = DeviceBuffer(np.zeros(max(slots, 1), np.int32)) if needs_count else None
-    aux = DeviceBuffer(np.zeros(max(slots, 1), np.int32)) if reduce in ("amin", "amax") else None
-    nbytes = lib.pe_put_along_axis_sorted_workspace(ctypes.c_int64(positions), ctypes.c_int64(slots)) \
-        if reduce == "mul" else 0
-    workspace = DeviceBuffer(np.zeros(max(nbytes, 1), np.uint8)) if reduce == "mul" else None
-    check(lib.pe_put_along_axis_backward(DTYPE_CODES[dtype], INDEX_CODES[idx.dtype.type], REDUCE_CODES[reduce],
-                                         _ptr(d_arr), _ptr(d_idx), _ptr(d_vals), _ptr(d_out), _ptr(d_g),
-                                         _ptr(arr_grad), _ptr(values_grad), _ptr(winner), _ptr(count), _ptr(aux),
-                                         _ptr(workspace), ctypes.c_int64(nbytes), ctypes.c_int64(outer),
-                                         ctypes.c_int64(n), ctypes.c_int64(m), ctypes.c_int64(inner),
-                                         int(include_self)))
+    check(lib.pe_put_along_axis_grads(DTYPE_CODES[dtype], INDEX_CODES[idx.dtype.type], REDUCE_CODES[reduce],
+                                      _ptr(d_arr), _ptr(d_idx), _ptr(d_vals), _ptr(d_out), _ptr(d_g), _ptr(arr_grad),
+                                      _ptr(values_grad), ctypes.c_int64(outer), ctypes.c_int64(n), ctypes.c_int64(m),
+                                      ctypes.c_int64(inner), int(include_self)))
     return to_float64(arr_grad.get(), dtype), to_float64(values_grad.get(), dtype)
 
 
@@ -242,19 +237,7 @@ def test_backward_with_non_finite_values_matches_reference(dtype, reduce, includ
 
 
 def _sorted(dtype, reduce, arr, idx, vals, shape4, include_self):
-    lib = library()
-    lib.pe_put_along_axis_sorted_workspace.restype = ctypes.c_int64
-    outer, n, m, inner = shape4
-    acc = DeviceBuffer(host_array(to_float64(host_array(arr, dtype), dtype), _acc_dtype(dtype, reduce)))
-    values = DeviceBuffer(host_array(vals, dtype))
-    indices = DeviceBuffer(np.ascontiguousarray(idx))
-    nbytes = lib.pe_put_along_axis_sorted_workspace(ctypes.c_int64(outer * m * inner), ctypes.c_int64(outer * n * inner))
-    workspace = DeviceBuffer(np.zeros(max(nbytes, 1), np.uint8))
-    check(lib.pe_put_along_axis_sorted(DTYPE_CODES[dtype], INDEX_CODES[idx.dtype.type], REDUCE_CODES[reduce],
-                                       _ptr(acc), _ptr(values), _ptr(indices), _ptr(workspace),
-                                       ctypes.c_int64(nbytes), ctypes.c_int64(outer), ctypes.c_int64(n),
-                                       ctypes.c_int64(m), ctypes.c_int64(inner), int(include_self)))
-    return acc.get()
+    return _scatter(dtype, reduce, arr, idx, vals, shape4, include_self, True)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int64"])

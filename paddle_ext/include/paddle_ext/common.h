@@ -12,9 +12,11 @@
 #include <cuda_fp16.h>
 #define PE_HOSTDEVICE __host__ __device__
 #define PE_DEVICE __device__
+#define PE_FORCEINLINE __forceinline__
 #else
 #define PE_HOSTDEVICE
 #define PE_DEVICE
+#define PE_FORCEINLINE __attribute__((always_inline)) inline
 #endif
 
 namespace paddle_ext {
@@ -30,69 +32,57 @@ struct bfloat16_t {
   uint16_t bits;
 };
 
-PE_HOSTDEVICE inline float half_bits_to_float(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t man = h & 0x3ffu;
+// The 16-bit float conversions, on the bits and branch-free (so that loops over them vectorize; Vec16 in
+// vec_math.h is the same on vector lanes). Round to nearest even, like __float2half_rn / __float2bfloat16_rn.
+PE_HOSTDEVICE PE_FORCEINLINE float half_bits_to_float(uint32_t h) {
+  const uint32_t magnitude = (h & 0x7fffu) << 13;  // exponent and mantissa in float position
+  float f;
+  uint32_t bits = magnitude;
+  std::memcpy(&f, &bits, 4);
+  f *= 5.192296858534828e+33f;  // 2^112 rebiases the exponent (and normalises subnormals)
+  std::memcpy(&bits, &f, 4);
+  bits = (h & 0x7c00u) == 0x7c00u ? (magnitude | 0x7f800000u) : bits;  // inf / nan
+  bits |= (h & 0x8000u) << 16;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+PE_HOSTDEVICE PE_FORCEINLINE uint16_t float_to_half_bits(float value) {
   uint32_t f;
-  if (exp == 0x1fu) {
-    f = sign | 0x7f800000u | (man << 13);  // inf / nan
-  } else if (exp != 0) {
-    f = sign | ((exp + 112u) << 23) | (man << 13);
-  } else if (man == 0) {
-    f = sign;
-  } else {  // subnormal: normalise
-    int e = -1;
-    do {
-      man <<= 1;
-      ++e;
-    } while ((man & 0x400u) == 0);
-    f = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
-  }
+  std::memcpy(&f, &value, 4);
+  const uint32_t sign = f & 0x80000000u;
+  f ^= sign;
+  // Subnormal results: adding 0.5f rounds at the half's subnormal step (2^-24), to nearest even.
+  float sub;
+  std::memcpy(&sub, &f, 4);
+  sub += 0.5f;
+  uint32_t sub_bits;
+  std::memcpy(&sub_bits, &sub, 4);
+  const uint32_t subnormal = sub_bits - 0x3f000000u;
+  // Normal results: rebias, round the 13 dropped bits to nearest even (a carry may reach inf: right).
+  const uint32_t normal = (f + 0xc8000fffu + ((f >> 13) & 1u)) >> 13;
+  uint32_t o = f < 0x38800000u ? subnormal : normal;
+  o = f >= 0x47800000u ? (f > 0x7f800000u ? 0x7e00u : 0x7c00u) : o;
+  return static_cast<uint16_t>(o | (sign >> 16));
+}
+
+PE_HOSTDEVICE PE_FORCEINLINE float bf16_bits_to_float(uint32_t b) {
+  const uint32_t f = b << 16;
   float out;
   std::memcpy(&out, &f, 4);
   return out;
 }
 
-// Round to nearest even, like __float2half_rn.
-PE_HOSTDEVICE inline uint16_t float_to_half_bits(float value) {
+PE_HOSTDEVICE PE_FORCEINLINE uint16_t float_to_bf16_bits(float value) {
   uint32_t f;
   std::memcpy(&f, &value, 4);
-  const uint16_t sign = (uint16_t)((f >> 16) & 0x8000u);
-  const uint32_t abs = f & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u);
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflows to inf after rounding
-  if (abs < 0x38800000u) {                         // result is subnormal or zero
-    if (abs < 0x33000000u) return sign;
-    const uint32_t exp = abs >> 23;
-    const uint32_t man = (abs & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126u - exp;  // 14..24
-    uint32_t half_man = man >> shift;
-    const uint32_t rem = man & ((1u << shift) - 1u);
-    const uint32_t halfway = 1u << (shift - 1u);
-    if (rem > halfway || (rem == halfway && (half_man & 1u))) ++half_man;
-    return sign | (uint16_t)half_man;
-  }
-  uint32_t h = ((abs - 0x38000000u) >> 13);
-  const uint32_t rem = abs & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
-  return sign | (uint16_t)h;
+  const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
+  const uint32_t nan = (f >> 16) | 0x40u;  // quiet nan
+  return static_cast<uint16_t>((f & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
-PE_HOSTDEVICE inline float bf16_bits_to_float(uint16_t b) {
-  const uint32_t f = (uint32_t)b << 16;
-  float out;
-  std::memcpy(&out, &f, 4);
-  return out;
-}
-
-PE_HOSTDEVICE inline uint16_t float_to_bf16_bits(float value) {
-  uint32_t f;
-  std::memcpy(&f, &value, 4);
-  if ((f & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((f >> 16) | 0x40u);  // quiet nan
-  f += 0x7fffu + ((f >> 16) & 1u);  // round to nearest even
-  return (uint16_t)(f >> 16);
-}
+// M(T) for each floating type the kernels take: their explicit instantiations.
+#define PE_FOR_FLOAT_TYPES(M) M(float) M(double) M(float16_t) M(bfloat16_t)
 
 // Accumulation type: float for the 16-bit types, the type itself otherwise.
 template <typename T>

@@ -29,7 +29,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Rows per thread chunk: at least ~1M elements (~1 ms) per thread. Smaller calls stay serial: a parallel
 // region costs a barrier, and on an oversubscribed machine OpenMP's spin-waiting sibling can cost a whole
-// time slice (measured: the N=512 layer step went from ~20 ms to ~100 ms with a 32k-element grain).
+// time slice.
 inline index_t row_grain(index_t k) { return std::max<index_t>(1, (index_t(1) << 20) / std::max<index_t>(k, 1)); }
 
 // Lanes<W, T>: the vector type kernels compute T in, for the dispatcher's register width (W doubles).

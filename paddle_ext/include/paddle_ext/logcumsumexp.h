@@ -56,7 +56,7 @@ void logcumsumexp_backward(const T* x, const T* out, const T* out_grad, T* x_gra
 }  // namespace cpu
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
-namespace gpu {  // launchers in gpu/logcumsumexp.cu; T is float, double, float16_t or bfloat16_t
+namespace gpu {  // launchers in gpu/logcumsumexp/; T is float, double, float16_t or bfloat16_t
 template <typename T>
 void logcumsumexp_forward(const T* x, T* out, index_t outer, index_t n, index_t inner, bool exclusive,
                           bool reverse, cudaStream_t stream);

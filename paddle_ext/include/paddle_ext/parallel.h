@@ -127,23 +127,30 @@ inline int64_t threads_for(int64_t n, int64_t grain) {
   return std::min<int64_t>(max_threads(), std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
 }
 
+// The threads worth using for [begin, end) at `grain`, or 0 after running fn(begin, end) itself where one
+// thread does (or the range is empty).
+template <typename Fn>
+int64_t threads_or_run(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
+  const int64_t n = end - begin;
+  if (n <= 0) return 0;
+  const int64_t threads = threads_for(n, grain);
+  if (threads > 1) return threads;
+  fn(begin, end);
+  return 0;
+}
+
 // fn(chunk_begin, chunk_end). `grain` is the smallest amount of work worth a thread.
 template <typename Fn>
 void parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
-  const int64_t n = end - begin;
-  if (n <= 0) return;
-  const int64_t threads = threads_for(n, grain);
-  if (threads <= 1) {
-    fn(begin, end);
-    return;
-  }
+  const int64_t threads = threads_or_run(begin, end, grain, fn);
+  if (threads == 0) return;
 #ifdef _OPENMP
   const ShortSpin spin;
 #pragma omp parallel num_threads((int)threads)
   {
     const int64_t t = omp_get_thread_num();
     const int64_t nt = omp_get_num_threads();
-    const int64_t chunk = (n + nt - 1) / nt;
+    const int64_t chunk = (end - begin + nt - 1) / nt;
     const int64_t b = begin + t * chunk;
     const int64_t e = std::min(end, b + chunk);
     if (b < e) fn(b, e);
@@ -176,18 +183,13 @@ void parallel_blocks(int64_t begin, int64_t end, int64_t block, int threads, con
 // (parallel_blocks): fn only ever sees disjoint [b, e) ranges, in no particular order.
 template <typename Fn>
 void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
-  const int64_t n = end - begin;
-  if (n <= 0) return;
-  const int64_t threads = threads_for(n, grain);
-  if (threads <= 1) {
-    fn(begin, end);
-    return;
-  }
-  parallel_blocks(begin, end, std::max<int64_t>(1, n / (16 * threads)), static_cast<int>(threads), fn);
+  const int64_t threads = threads_or_run(begin, end, grain, fn);
+  if (threads == 0) return;
+  parallel_blocks(begin, end, std::max<int64_t>(1, (end - begin) / (16 * threads)), static_cast<int>(threads), fn);
 }
 
 // Fault in a freshly allocated output before a kernel writes all of it. Allocations over 32 MiB are a
-// fresh mmap per call where they do not come from BlockCache (block_cache.h), and smaller ones land on fresh pages whenever glibc has trimmed its heap (e.g.
+// fresh mmap per call where they do not come from BlockCache (memory.h), and smaller ones land on fresh pages whenever glibc has trimmed its heap (e.g.
 // after another library freed a big block); first-touch faults cost ~1.2-1.5 us per 4 KiB page on this
 // machine type, and madvise(MADV_POPULATE_WRITE), split over the threads, faults the same pages in
 // ~60% of the time. Memory that is already resident (a reused allocation: its first page is) is left

@@ -246,7 +246,7 @@ void put_along_axis_backward(Reduce reduce, const T* arr, const Idx* indices, co
 }  // namespace cpu
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
-namespace gpu {  // launchers in gpu/put_along_axis.cu
+namespace gpu {  // launchers in gpu/put_along_axis/
 // Same contract as cpu::put_along_axis_forward, on `acc`: arr's values in reduce_acc_t<reduce, T>
 // (float32 for the half types, int64 for an integer mean; the caller rounds back to T). Device scratch
 // comes from the caller: count int32 [outer*n*inner], zeroed, for Mean (else null); for Assign `winner`,

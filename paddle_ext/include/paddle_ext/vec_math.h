@@ -328,7 +328,8 @@ void dispatch(const K& k, Args... args) {
 #endif  // !__CUDACC__
 
 // ---------------------------------------------------------------------------------------------------
-// Float lanes (used by adaptive_log_softmax): vf<F> is F floats, F = 2W for the same register width.
+// Float lanes: vf<F> is F floats, F = 2W for the same register width (adaptive_log_softmax's vexpf; FV<W>,
+// logcumsumexp's exp and log), and 16-bit floats converted on vectors (Vec16).
 #if !defined(__CUDACC__)
 namespace paddle_ext {
 namespace simd {
@@ -337,6 +338,7 @@ template <int F>
 struct VecTypesF {
   typedef float vf __attribute__((vector_size(4 * F)));
   typedef int32_t vi __attribute__((vector_size(4 * F)));
+  typedef uint32_t vu __attribute__((vector_size(4 * F)));
 };
 template <int F>
 using vf = typename VecTypesF<F>::vf;
@@ -376,6 +378,227 @@ PE_VINLINE vf<F> vexpf(vf<F> x) {
   out = selectf<F>(x > kMax, splatf<F>(std::numeric_limits<float>::infinity()), out);
   return selectf<F>(x != x, x, out);
 }
+
+
+// FV<W>: 2W float lanes (the register width of vd<W>) with an exp for x <= 0 and a log, both within ~1.5 ulp
+// of float (measured exhaustively on their domains); callers check what they produce against an error bound
+// (logcumsumexp redoes in double lanes what float cannot certify).
+template <int W>
+struct FV {
+  static constexpr int L = 2 * W;
+  using vf = typename VecTypesF<2 * W>::vf;
+  using vi = typename VecTypesF<2 * W>::vi;
+  using vu = typename VecTypesF<2 * W>::vu;
+
+  PE_VINLINE static vf splat(float v) { return vf{} + v; }
+  PE_VINLINE static vf load(const float* p) {
+    vf v;
+    __builtin_memcpy(&v, p, sizeof(v));
+    return v;
+  }
+  PE_VINLINE static void store(float* p, vf v) { __builtin_memcpy(p, &v, sizeof(v)); }
+  PE_VINLINE static vf vmax(vf a, vf b) { return a > b ? a : b; }
+  PE_VINLINE static vf vmin(vf a, vf b) { return a < b ? a : b; }
+  PE_VINLINE static vf vabs(vf a) { return (vf)((vi)a & 0x7fffffff); }
+  PE_VINLINE static vf select(vi mask, vf a, vf b) { return (vf)((mask & (vi)a) | (~mask & (vi)b)); }
+  PE_VINLINE static bool any(vi mask) {
+    int32_t r = 0;
+    for (int i = 0; i < L; ++i) r |= mask[i];
+    return r != 0;
+  }
+  // Horizontal max/min/sum as butterflies: log2(L) shuffles instead of a serial chain over the lanes.
+  template <int S>
+  PE_VINLINE static vf butterfly(vf v) {
+    vi idx;
+    for (int i = 0; i < L; ++i) idx[i] = i ^ S;
+    return __builtin_shuffle(v, idx);
+  }
+  template <typename Op>
+  PE_VINLINE static float reduce(vf v, Op op) {
+    if constexpr (L > 8) v = op(v, butterfly<8>(v));
+    if constexpr (L > 4) v = op(v, butterfly<4>(v));
+    v = op(v, butterfly<2>(v));
+    return op(v, butterfly<1>(v))[0];
+  }
+  struct Max {
+    PE_VINLINE vf operator()(vf a, vf b) const { return vmax(a, b); }
+  };
+  struct Min {
+    PE_VINLINE vf operator()(vf a, vf b) const { return vmin(a, b); }
+  };
+  struct Add {
+    PE_VINLINE vf operator()(vf a, vf b) const { return a + b; }
+  };
+  PE_VINLINE static float hmax(vf v) { return reduce(v, Max()); }
+  PE_VINLINE static float hmin(vf v) { return reduce(v, Min()); }
+  PE_VINLINE static float hsum(vf v) { return reduce(v, Add()); }
+  template <int S>
+  PE_VINLINE static vf shift_up(vf v) {
+    vi idx;
+    for (int i = 0; i < L; ++i) idx[i] = i < S ? L + i : i - S;
+    return __builtin_shuffle(v, vf{}, idx);
+  }
+  PE_VINLINE static vf prefix_sum(vf v) {  // log2(L) levels: each lane's sum is within 2 ulp per level pair
+    v += shift_up<1>(v);
+    v += shift_up<2>(v);
+    if (L > 4) v += shift_up<4>(v);
+    if (L > 8) v += shift_up<8>(v);
+    return v;
+  }
+  PE_VINLINE static vf broadcast_last(vf v) { return __builtin_shuffle(v, vi{} + (L - 1)); }
+  // Halves as double lanes and back.
+  typedef float vhalf __attribute__((vector_size(4 * W)));
+  PE_VINLINE static vd<W> lo_d(vf v) {
+    vhalf h;
+    __builtin_memcpy(&h, &v, sizeof(h));
+    return __builtin_convertvector(h, vd<W>);
+  }
+  PE_VINLINE static vd<W> hi_d(vf v) {
+    vhalf h;
+    __builtin_memcpy(&h, reinterpret_cast<const char*>(&v) + sizeof(h), sizeof(h));
+    return __builtin_convertvector(h, vd<W>);
+  }
+  PE_VINLINE static vf from_d(vd<W> lo, vd<W> hi) {
+    const vhalf a = __builtin_convertvector(lo, vhalf), b = __builtin_convertvector(hi, vhalf);
+    vf v;
+    __builtin_memcpy(&v, &a, sizeof(a));
+    __builtin_memcpy(reinterpret_cast<char*>(&v) + sizeof(a), &b, sizeof(b));
+    return v;
+  }
+
+  // 2^(j/16), rounded to float.
+  static constexpr float kExp2[16] = {1.0f, 1.0442737340927124f, 1.0905077457427979f, 1.1387885808944702f,
+                                      1.1892070770263672f, 1.2418577671051025f, 1.2968395948410034f,
+                                      1.3542555570602417f, 1.4142135381698608f, 1.4768261909484863f,
+                                      1.5422108173370361f, 1.610490322113037f, 1.6817928552627563f,
+                                      1.7562521696090698f, 1.8340080976486206f, 1.9152065515518188f};
+  // exp(x) for x <= 0 (-inf included); 0 below -85 (never a subnormal). x = (k S + j) ln2 / S + r with
+  // S = L table entries, |r| <= ln2 / 2S, e^r by Taylor (degree 3 for S = 16: truncation 0.16 ulp).
+  PE_VINLINE static vf exp_neg(vf x) {
+    constexpr int S = L;
+    constexpr int kLogS = S == 16 ? 4 : S == 8 ? 3 : 2;
+    constexpr int kDegree = S == 16 ? 3 : S == 8 ? 4 : 5;
+    // ln2 / S in two parts; the high one has 12 significant bits, so n * kHi is exact without an FMA.
+    constexpr float kHi = 0.693359375f / S;
+    constexpr float kLo = -2.1219444170128554e-4f / S;
+    constexpr float kInvLn2S = S == 16 ? 23.083120346069336f : S == 8 ? 11.541560173034668f : 5.770780086517334f;
+    const float magic = 12582912.0f;  // 1.5 * 2^23
+    const vf xc = vmax(x, splat(-86.0f));
+    const vf t = xc * kInvLn2S + magic;
+    const vf n = t - magic;
+    const vf r = (xc - n * kHi) - n * kLo;
+    const vi ni = (vi)t - (vi)splat(magic);
+    const vi j = ni & (S - 1);
+    const vi k = ni >> kLogS;
+    vf table;
+    for (int i = 0; i < S; ++i) table[i] = kExp2[i * (16 / S)];
+    const vf T = __builtin_shuffle(table, j);
+    vf p = splat(kDegree == 3 ? 1.0f / 6 : kDegree == 4 ? 1.0f / 24 : 1.0f / 120);
+    if (kDegree >= 5) p = p * r + 1.0f / 24;
+    if (kDegree >= 4) p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r;
+    const vf q = T + T * p;
+    return select(x < -85.0f, vf{}, (vf)((vi)q + (vi)((vu)k << 23)));
+  }
+
+  static constexpr float kInvC[16] = {0.9696969985961914f, 0.9142857193946838f, 0.8648648858070374f,
+                                      0.8205128312110901f, 0.7804877758026123f, 0.7441860437393188f,
+                                      0.7111111283302307f, 0.6808510422706604f, 0.6530612111091614f,
+                                      0.6274510025978088f, 0.6037735939025879f, 0.581818163394928f,
+                                      0.5614035129547119f, 0.5423728823661804f, 0.5245901346206665f,
+                                      0.5079365372657776f};
+  static constexpr float kLogC[16] = {0.03077162802219391f, 0.08961215615272522f, 0.14518198370933533f,
+                                      0.19782572984695435f, 0.24783620238304138f, 0.2954642176628113f,
+                                      0.34092655777931213f, 0.3844117224216461f, 0.42608442902565f,
+                                      0.4660896956920624f, 0.5045560002326965f, 0.541597306728363f,
+                                      0.5773153305053711f, 0.6118015646934509f, 0.6451380252838135f,
+                                      0.6773987412452698f};
+  // log(x) for x >= 0 normal (0 gives -inf). x = 2^k m, m in [1, 2); the top 4 mantissa bits pick
+  // c_j; r = m (1/c_j)_float - 1 is within 0.031 and log c_j is stored as -log((1/c_j)_float), so the
+  // rounding of the reciprocal cancels; log(1 + r) by its degree-5 series (truncation 0.02 ulp).
+  PE_VINLINE static vf log(vf x) {
+    const vi bits = (vi)x;
+    const vi k = ((bits >> 23) & 0xff) - 127;
+    const vi j = (bits >> 19) & 15;
+    const vf m = (vf)((bits & 0x7fffff) | 0x3f800000);
+    vf inv_lo, inv_hi, log_lo, log_hi;
+    for (int i = 0; i < L; ++i) {
+      inv_lo[i] = kInvC[i % 16];
+      inv_hi[i] = kInvC[(i + L) % 16];
+      log_lo[i] = kLogC[i % 16];
+      log_hi[i] = kLogC[(i + L) % 16];
+    }
+    vf inv, logc;
+    if constexpr (L == 16) {
+      inv = __builtin_shuffle(inv_lo, j);
+      logc = __builtin_shuffle(log_lo, j);
+    } else if constexpr (L == 8) {
+      inv = __builtin_shuffle(inv_lo, inv_hi, j);
+      logc = __builtin_shuffle(log_lo, log_hi, j);
+    } else {
+      for (int i = 0; i < L; ++i) {
+        inv[i] = kInvC[j[i]];
+        logc[i] = kLogC[j[i]];
+      }
+    }
+    const vf r = m * inv - 1.0f;
+    vf p = splat(0.2f);
+    p = p * r - 0.25f;
+    p = p * r + (1.0f / 3);
+    p = p * r - 0.5f;
+    p = p * r * r + r;
+    const vf kf = __builtin_convertvector(k, vf);
+    const vf result = kf * 0.693145751953125f + (logc + (p + kf * 1.428606765330187e-06f));
+    return select(x == 0.0f, splat(-std::numeric_limits<float>::infinity()), result);
+  }
+};
+
+// W 16-bit floats <-> W floats or doubles with vector bit arithmetic: common.h's scalar conversions on
+// lanes (GCC does not vectorize those loops on its own).
+template <int W>
+struct Types16 {  // (outside Vec16: GCC 12 rejects __builtin_convertvector on the enclosing class's own typedefs)
+  typedef uint16_t vh __attribute__((vector_size(2 * W)));
+  typedef uint32_t vu __attribute__((vector_size(4 * W)));
+  typedef float vf __attribute__((vector_size(4 * W)));
+};
+template <int W>
+struct Vec16 {
+  using vh = typename Types16<W>::vh;
+  using vu = typename Types16<W>::vu;
+  using vf = typename Types16<W>::vf;
+  PE_VINLINE static vu bitsel(vu mask, vu a, vu b) { return (mask & a) | (~mask & b); }
+  PE_VINLINE static vf to_float(vh h16, bool half) {
+    const vu h = __builtin_convertvector(h16, vu);
+    if (!half) return (vf)(h << 16);
+    const vu magnitude = (h & 0x7fffu) << 13;
+    vu bits = (vu)((vf)magnitude * 5.192296858534828e+33f);
+    bits = bitsel((vu)((h & 0x7c00u) == 0x7c00u), magnitude | 0x7f800000u, bits);
+    return (vf)(bits | ((h & 0x8000u) << 16));
+  }
+  PE_VINLINE static vd<W> to_double(vh h16, bool half) { return __builtin_convertvector(to_float(h16, half), vd<W>); }
+  PE_VINLINE static vh from_double(vd<W> v, bool half) { return from_float(__builtin_convertvector(v, vf), half); }
+  PE_VINLINE static vh from_float(vf value, bool half) {
+    vu f = (vu)value;
+    if (!half) {
+      const vu rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
+      return __builtin_convertvector(bitsel((vu)((f & 0x7fffffffu) > 0x7f800000u), (f >> 16) | 0x40u, rounded), vh);
+    }
+    const vu sign = f & 0x80000000u;
+    f ^= sign;
+    const vu subnormal = (vu)((vf)f + 0.5f) - 0x3f000000u;
+    const vu normal = (f + 0xc8000fffu + ((f >> 13) & 1u)) >> 13;
+    vu o = bitsel((vu)(f < 0x38800000u), subnormal, normal);
+    o = bitsel((vu)(f >= 0x47800000u), bitsel((vu)(f > 0x7f800000u), o * 0 + 0x7e00u, o * 0 + 0x7c00u), o);
+    return __builtin_convertvector(o | (sign >> 16), vh);
+  }
+  PE_VINLINE static vh reversed(vh v) {
+    vh idx;
+    for (int i = 0; i < W; ++i) idx[i] = (uint16_t)(W - 1 - i);
+    return __builtin_shuffle(v, idx);
+  }
+};
 
 }  // namespace simd
 }  // namespace paddle_ext

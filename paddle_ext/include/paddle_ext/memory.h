@@ -1,12 +1,12 @@
-// Big CPU buffers kept mapped between calls: op outputs (binding/common.h's new_output) and put_along_axis's
-// partition scratch.
+// Big CPU buffers: BlockCache keeps large blocks mapped between calls (op outputs, binding/common.h's
+// new_output, and put_along_axis's partition scratch); HugeScratch is kernel scratch on transparent huge
+// pages; advise_huge asks for huge pages under a large output.
 //
-// Paddle's CPU allocator gets every block over glibc's mmap threshold (32 MiB) from a fresh mmap and
-// unmaps it when freed, so an op called in a training loop first-touch faults its 80-500 MiB outputs
-// in on every call: ~1.6 us per 4 KiB page on these VMs, half the RNN-T recipe's time. Huge pages cut
-// the fault count, but on a VM with free page reporting (virtio-balloon, order >= 9) a 2 MiB block that
-// stayed free a moment has been handed back to the host, and faulting it in again cost more than the
-// 4 KiB pages it replaced (the recipe: 130 ms in a tight loop, 300-435 ms after a 3 s pause).
+// Why a cache: Paddle's CPU allocator gets every block over glibc's mmap threshold (32 MiB) from a fresh
+// mmap and unmaps it when freed, so an op called in a training loop would first-touch fault its large
+// outputs in on every call (a page fault per 4 KiB). Huge pages cut the fault count, but on a VM with free
+// page reporting a 2 MiB block that stayed free a moment has gone back to the host and costs more to fault
+// in again than the 4 KiB pages it replaced.
 //
 // So big outputs come from this cache instead: a block the op library handed out and got back is kept,
 // mapped and resident, for the next output of about its size (best fit within 1.5x). What it holds is
@@ -16,11 +16,13 @@
 // faults them in again, as a fresh block would).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #ifdef __linux__
@@ -122,7 +124,7 @@ class BlockCache {
 
   static size_t limit_from_env() {
     const char* s = std::getenv("PADDLE_EXT_OUTPUT_CACHE_MB");
-    if (!s || !*s) return size_t{2048} << 20;  // put_along_axis fwd+bwd at [1e6, 64] <- [2e6, 64]: ~1.3 GiB
+    if (!s || !*s) return size_t{2048} << 20;  // holds a large put_along_axis forward + backward's buffers
     char* end = nullptr;
     const long long mb = std::strtoll(s, &end, 10);
     return end != s && mb > 0 ? static_cast<size_t>(mb) << 20 : 0;
@@ -155,5 +157,72 @@ class BlockCache {
   std::vector<Block> blocks_;  // oldest first
   size_t cached_ = 0;
 };
+
+// Kernel scratch; from 4 MiB on, its own mapping on transparent huge pages where the kernel offers them
+// (madvise mode): a fresh 4 KiB-page buffer of hundreds of MiB costs more in page faults than a pass over
+// it, and random accesses into it miss the TLB. Zeroed (fresh zero pages, faulted in where touched) unless
+// `zeroed` is false: then a block of 32 MiB or more comes from BlockCache, resident from an earlier call
+// (a fresh mapping's huge pages may have gone back to the VM host during a pause between calls).
+class HugeScratch {
+ public:
+  explicit HugeScratch(size_t bytes, bool zeroed = true) : bytes_(std::max<size_t>(bytes, 1)) {
+#ifdef __linux__
+    if (!zeroed && (ptr_ = BlockCache::instance().take(bytes_, &cached_))) {
+      madvise(ptr_, cached_, MADV_HUGEPAGE);  // a fresh block: huge pages from its first touch on
+      return;
+    }
+    mapped_ = bytes_ >= (size_t(4) << 20);
+    if (mapped_) {
+      ptr_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (ptr_ == MAP_FAILED) throw std::bad_alloc();
+      madvise(ptr_, bytes_, MADV_HUGEPAGE);
+      return;
+    }
+#else
+    (void)zeroed;
+#endif
+    ptr_ = std::calloc(bytes_, 1);
+    if (!ptr_) throw std::bad_alloc();
+  }
+  ~HugeScratch() {
+#ifdef __linux__
+    if (cached_) {
+      BlockCache::instance().give(ptr_, cached_);
+      return;
+    }
+    if (mapped_) {
+      munmap(ptr_, bytes_);
+      return;
+    }
+#endif
+    std::free(ptr_);
+  }
+  HugeScratch(const HugeScratch&) = delete;
+  HugeScratch& operator=(const HugeScratch&) = delete;
+  template <typename U>
+  U* as() const { return static_cast<U*>(ptr_); }
+
+ private:
+  size_t bytes_;
+  size_t cached_ = 0;  // capacity of a BlockCache block, else 0
+  bool mapped_ = false;
+  void* ptr_ = nullptr;
+};
+
+// Transparent huge pages for a large output about to be faulted in (THP in madvise mode): random
+// updates into hundreds of MiB otherwise miss the TLB on nearly every access, and the faults are
+// 512x fewer.
+inline void advise_huge(void* data, size_t bytes) {
+#ifdef __linux__
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  if (bytes < 16 * kHuge) return;
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHuge - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
 
 }  // namespace paddle_ext
