@@ -10,7 +10,7 @@ export MAX_JOBS ?= $(JOBS)
 export GLOG_minloglevel ?= 2
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: venv build test test-gpu bench-gpu demo bench info clean
+.PHONY: venv build test test-compat test-gpu bench-gpu demo bench info clean
 
 venv: $(DEPS)
 $(DEPS): requirements.txt
@@ -24,6 +24,50 @@ build: $(DEPS)
 
 test: build
 	$(VPY) -m pytest unittests -q -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
+
+# `make test-compat PADDLE=3.0.0`: builds against another Paddle release in its own .venv-compat-<release>
+# and runs a compact suite: each op family's forward, grads, static program, export + jit.load +
+# paddle.inference, AMP, empty tensors and a bad-input error, plus the registry, the installed files and
+# the import checks.
+COMPAT_VENV := .venv-compat-$(PADDLE)
+COMPAT_PY   := $(COMPAT_VENV)/bin/python
+COMPAT_TESTS := unittests/test_registry.py unittests/test_install_layout.py unittests/test_cpu_environment.py \
+  unittests/test_pipeline.py::test_a_process_that_only_imports_serves_an_exported_model \
+  unittests/test_pipeline.py::test_bad_values_in_static_graphs_raise_and_the_process_lives \
+  unittests/test_pipeline.py::test_import_refuses_a_paddle_other_than_the_one_it_was_built_against \
+  unittests/test_pipeline.py::test_under_no_grad_outputs_want_no_grad_and_inputs_get_none \
+  unittests/test_amp.py::test_small_model_trains_under_auto_cast \
+  unittests/test_amp.py::test_dtype_returned_under_auto_cast \
+  unittests/test_logcumsumexp_op.py::test_forward_every_dtype \
+  unittests/test_logcumsumexp_op.py::test_grad_matches_numeric \
+  unittests/test_logcumsumexp_op.py::test_bad_arguments \
+  unittests/test_logcumsumexp_op.py::test_empty_tensors \
+  unittests/test_mutual_information_op.py::test_empty_batch \
+  unittests/test_adaptive_log_softmax_op.py::test_empty_rows \
+  unittests/test_put_along_axis_op.py::test_grad_matches_numeric \
+  unittests/test_put_along_axis_op.py::test_inplace_grad_static \
+  unittests/test_put_along_axis_op.py::test_errors_name_the_argument_and_value \
+  unittests/test_mutual_information_op.py::test_forward_every_dtype \
+  unittests/test_mutual_information_op.py::test_grad_matches_numeric_dygraph_and_static \
+  unittests/test_mutual_information_op.py::test_bad_shapes_and_dtypes \
+  unittests/test_rnnt_loss.py::test_full_loss_numeric_grads \
+  unittests/test_rnnt_loss.py::test_full_and_pruned_losses_static \
+  unittests/test_rnnt_loss.py::test_pruned_loss_rejects_invalid_ranges \
+  unittests/test_rnnt_joint_logprobs.py::test_every_dtype \
+  unittests/test_rnnt_joint_logprobs.py::test_numeric_grads \
+  unittests/test_rnnt_joint_logprobs.py::test_static_and_export \
+  unittests/test_adaptive_log_softmax_op.py::test_every_dtype \
+  unittests/test_adaptive_log_softmax_op.py::test_target_grad_matches_numeric \
+  unittests/test_adaptive_log_softmax_op.py::test_static_program_rejects_bad_target_in_cpp \
+  unittests/test_adaptive_log_softmax_layer.py::test_static_mode_layer
+
+test-compat:
+	@test -n "$(PADDLE)" || { echo "make test-compat: name a Paddle release, e.g. make test-compat PADDLE=3.0.0" >&2; exit 2; }
+	test -x $(COMPAT_PY) || $(PYTHON) -m venv $(COMPAT_VENV)
+	sed '/^paddlepaddle==/d' requirements.txt > $(COMPAT_VENV)/requirements.txt
+	$(COMPAT_PY) -m pip install --disable-pip-version-check -q "paddlepaddle==$(PADDLE)" -r $(COMPAT_VENV)/requirements.txt
+	$(COMPAT_PY) -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps .
+	$(COMPAT_PY) -m pytest $(COMPAT_TESTS) -q -p no:cacheprovider --durations=5 $(PYTEST_ARGS)
 
 # The CUDA runtime suite alone (skips without a GPU).
 test-gpu: build

@@ -73,15 +73,61 @@ class BuildPyWithManifest(build_py):
         (package / "build_info.json").write_text(json.dumps(info) + "\n")
 
 
-class BuildExtensionWithoutVersionFile(BuildExtension.with_options(no_python_abi_suffix=True)):
-    """Paddle's build_ext writes its compile-flag record `version.txt` next to the library, at the
-    top of the wheel, where it would land loose in site-packages; keep it out of the package."""
+class BuildOpLibrary(BuildExtension.with_options(no_python_abi_suffix=True)):
+    """Paddle's build_ext, made to give the same installed layout under every Paddle 3.x:
+
+    - the library is rebuilt when the Paddle (or the CUDA choice) differs from the last build in this
+      tree: it is compiled against that Paddle's headers and C++ ABI, and the sources alone look
+      up to date;
+    - the Python stub that registers the ops on import: Paddle >= 3.3's build_ext writes it (and its
+      install step renames the library to `<name>_pd_.so` beside it); older ones leave it to the egg
+      installer, which a wheel build never runs, so the library would install as a module without
+      `PyInit_paddle_ext_lib`. There it is built as `paddle_ext_lib_pd_.so` and Paddle's own stub
+      writer adds `paddle_ext_lib.py`;
+    - nothing but the package lands in site-packages: not Paddle's compile-flag record `version.txt`,
+      nor the object files that older releases compile into the library's folder;
+    - Paddle < 3.3 names each object file after its source's file name alone, so two sources of one
+      name in different folders would overwrite each other's object: that stops the build by name.
+    """
+
+    WRITES_STUB = hasattr(BuildExtension, "_generate_python_api_file")
+
+    def get_ext_filename(self, fullname):
+        name = super().get_ext_filename(fullname)
+        if self.WRITES_STUB:
+            return name
+        stem, suffix = os.path.splitext(name)
+        return f"{stem}_pd_{suffix}"
+
+    def build_extension(self, ext):
+        name_objects = self.compiler.object_filenames  # Paddle's naming; it puts the plain one back once called
+        objects = name_objects(ext.sources, output_dir=self.build_temp)
+        self.compiler.object_filenames = name_objects
+        first = {}
+        for source, obj in zip(ext.sources, objects):
+            if obj in first:
+                sys.exit(f"paddle_ext: {first[obj]} and {source} both compile to {obj} under Paddle "
+                         f"{paddle.__version__}'s build_ext (it names objects by file name alone); "
+                         "give one of them another file name")
+            first[obj] = source
+        super().build_extension(ext)
 
     def run(self):
+        stamp = pathlib.Path(self.build_temp) / "paddle_ext_built_for.txt"
+        built_for = f"paddle {paddle.__version__}, cuda={with_cuda}\n"
+        if not stamp.exists() or stamp.read_text() != built_for:
+            self.force = True
         super().run()
-        stray = pathlib.Path(self.build_lib) / "version.txt"
-        if stray.exists():
-            stray.unlink()
+        if not self.WRITES_STUB:
+            from paddle.utils.cpp_extension.extension_utils import custom_write_stub  # noqa: PLC0415
+
+            library = pathlib.Path(self.get_ext_fullpath(LIBRARY))
+            # The stub loads `<resource stem>_pd_<suffix>` from its own folder.
+            custom_write_stub(library.name.replace("_pd_", ""), str(library.with_name(f"{LIBRARY}.py")))
+        for stray in [pathlib.Path(self.build_lib) / "version.txt", *pathlib.Path(self.build_lib).glob("*.o")]:
+            stray.unlink(missing_ok=True)
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(built_for)
 
 
 ops = _load_opgen().generate(ROOT / "ops", GENERATED)
@@ -128,7 +174,7 @@ setup(
     ext_modules=extension,
     packages=["paddle_ext", "paddle_ext.codegen", "paddle_ext.nn", "paddle_ext.benchmarks", "paddle_ext.demo"],
     package_dir={"": "python"},
-    cmdclass={"build_py": BuildPyWithManifest, "build_ext": BuildExtensionWithoutVersionFile},
+    cmdclass={"build_py": BuildPyWithManifest, "build_ext": BuildOpLibrary},
     # The op library is compiled against this exact Paddle (its C++ ABI): require it at run time
     # (paddle_ext also checks it at import).
     install_requires=[f"{'paddlepaddle-gpu' if with_cuda else 'paddlepaddle'}=={paddle.__version__}"],

@@ -40,13 +40,13 @@ def _guard_to_static_outputs():
         from paddle.jit.dy2static.pir_partial_program import PartialProgramLayer, RunnableProgram, is_fake_value
     except ImportError:
         return
-    if PartialProgramLayer.HOOKED_RUN_IMPL is not None:
+    if getattr(PartialProgramLayer, "HOOKED_RUN_IMPL", False) is not None:  # the hook point arrived in Paddle 3.1
         return
 
-    def run_and_check(run_impl, inputs, params, attrs):
-        out = run_impl(inputs, params, attrs)
+    def run_and_check(run_impl, *args):  # (inputs, params, attrs); Paddle 3.1.0 also passes the outputs
+        out = run_impl(*args)
         program = run_impl.__self__.program
-        if not getattr(program, "_pe_outputs_checked", False):
+        if not getattr(program, "_pe_outputs_checked", False) and "fo_names" in program.program_attr:
             program._pe_outputs_checked = True
             alive = RunnableProgram._get_program_all_values(program.forward_program)
             for name, value in zip(program.program_attr["fo_names"], program.program_attr["fo_values"]):

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "paddle/common/enforce.h"
+#include "paddle/phi/core/dense_tensor.h"
 #include "paddle/extension.h"
 #include "paddle_ext/memory.h"
 #include "paddle_ext/common.h"
@@ -83,15 +84,6 @@ T* mutable_ptr(paddle::Tensor& t) {
   return reinterpret_cast<T*>(t.data());
 }
 
-// Kernels index raw memory: hand them dense, plainly laid out tensors. In a paddle.inference
-// predictor with oneDNN on (the CPU default), an input produced by a oneDNN kernel can arrive in a
-// blocked ONEDNN layout that Paddle does not convert for custom ops; `assign` goes through Paddle's
-// data transform, which reorders it to the plain layout.
-inline paddle::Tensor dense(const paddle::Tensor& t) {
-  if (t.layout() == phi::DataLayout::ONEDNN) return paddle::experimental::assign(t);
-  return t.is_contiguous() ? t : t.contiguous();
-}
-
 inline int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
@@ -104,6 +96,13 @@ inline int64_t numel_of(const std::vector<int64_t>& shape) {
 // An output tensor (contents unset, as paddle::empty's). A CPU one of BlockCache::kMinBytes or more comes
 // from BlockCache (see there: no first-touch page faults on every call), returned to it when Paddle frees it.
 inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::DataType dtype, const paddle::Place& place) {
+  if (numel_of(shape) == 0) {
+    // Paddle 3.0's custom-op runner rejects an output without memory ("not initialized"), as
+    // paddle::empty makes a zero-size one: give it one element's worth and the zero-size shape.
+    paddle::Tensor out = paddle::empty({1}, dtype, place);
+    std::static_pointer_cast<phi::DenseTensor>(out.impl())->Resize(common::make_ddim(shape));
+    return out;
+  }
   if (place.GetType() == phi::AllocationType::CPU) {
     const size_t bytes = static_cast<size_t>(numel_of(shape)) * phi::SizeOf(dtype);
     size_t capacity = 0;
@@ -112,6 +111,19 @@ inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::Data
                                [capacity](void* data) { BlockCache::instance().give(data, capacity); });
   }
   return paddle::empty(shape, dtype, place);
+}
+
+// Kernels index raw memory: hand them dense, plainly laid out tensors. In a paddle.inference
+// predictor with oneDNN on (the CPU default), an input produced by a oneDNN kernel can arrive in a
+// blocked ONEDNN layout that Paddle does not convert for custom ops; `assign` goes through Paddle's
+// data transform, which reorders it to the plain layout.
+inline paddle::Tensor dense(const paddle::Tensor& t) {
+  // Paddle 3.0 hands a zero-size input without memory, whose data() throws: give it an allocation.
+  if (t.numel() == 0 && !t.initialized()) return new_output(t.shape(), t.dtype(), t.place());
+  if (t.layout() == phi::DataLayout::ONEDNN) return paddle::experimental::assign(t);
+  if (t.is_contiguous()) return t;
+  paddle::Tensor view = t;  // Paddle 3.0's Tensor::contiguous() is not const (it returns a new tensor all the same)
+  return view.contiguous();
 }
 
 // The last line of defence: the Python API has already validated the axis with a clear error.

@@ -21,6 +21,7 @@ def _without_ccache_warning():
 with _without_ccache_warning():
     import paddle
 
+LIBRARY = "paddle_ext_lib"
 BUILD_HINT = "build it with `make build` (or `pip install --no-build-isolation .` in the repository)"
 
 
@@ -92,7 +93,10 @@ def load():
 def library_path() -> str:
     """Path of the compiled shared library (for paddle.inference configs and diagnostics)."""
     module = ops()
-    for candidate in sorted(pathlib.Path(module.__file__).parent.glob("*.so")):
+    stub_path = getattr(module._module, "so_path", None)  # set by Paddle's generated stub
+    if stub_path and pathlib.Path(stub_path).is_file():
+        return str(stub_path)
+    for candidate in sorted(pathlib.Path(module.__file__).parent.glob(f"{LIBRARY}*.so")):
         return str(candidate)
     raise ImportError(f"paddle_ext: no shared library next to {module.__file__}; {BUILD_HINT}")
 

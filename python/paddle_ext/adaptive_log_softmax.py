@@ -348,8 +348,20 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
         hidden = _matmul(paddle.gather(input, flat), tail_weights[i][0])
         logits = _cast(_matmul(hidden, tail_weights[i][1]), dtype)
         local = _target(logits, paddle.gather(label, flat) - low)
-        output = paddle.index_add(output, flat, 0, local)  # scatter_nd_add has no second-order grad
+        output = _index_add(output, flat, local)
     return output
+
+
+def _index_add(output, index, values):
+    """``paddle.index_add`` along axis 0 (scatter_nd_add has no second-order grad). A static graph's index
+    may be empty at run time, which index_add rejects in Paddle 3.0.0 and 3.1.0 ("The length of Input(Index)
+    can't be 0"): there the add also writes a zero to a scratch slot past the end, so it never is."""
+    if paddle.in_dynamic_mode():
+        return paddle.index_add(output, index, 0, values)
+    scratch = paddle.zeros([1], output.dtype)
+    index = paddle.concat([index, paddle.shape(output)[:1].astype(index.dtype)])
+    values = paddle.concat([values, scratch.astype(values.dtype)])
+    return paddle.index_add(paddle.concat([output, scratch]), index, 0, values)[:-1]
 
 
 def _full_log_prob(input, head, tail_weights, cutoffs):

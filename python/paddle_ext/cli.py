@@ -15,7 +15,7 @@ def _info(_args) -> int:
     import paddle  # noqa: PLC0415
 
     import paddle_ext  # noqa: PLC0415
-    from paddle_ext import _library  # noqa: PLC0415
+    from paddle_ext import _environment, _library  # noqa: PLC0415
 
     lib = _library.ops()
     print(f"paddle_ext     {paddle_ext.__version__}")
@@ -23,6 +23,17 @@ def _info(_args) -> int:
     print(f"library        {_library.library_path()}")
     print(f"CUDA kernels   {'built' if _library.built_with_cuda() else 'not built (CPU-only Paddle)'}")
     print(f"machine        {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    vendor, model = _environment.cpu()
+    threads = _environment.blas_threads()
+    print(f"CPU            {model} ({vendor}), {_environment.cores()} usable cores")
+    print(f"Paddle's BLAS  {_environment.blas()}{f' on {threads} thread(s)' if threads is not None else ''}; "
+          f"OMP_NUM_THREADS={_environment.setting('OMP_NUM_THREADS') or 'unset (Paddle sets 1)'}, "
+          f"MKL_DEBUG_CPU_TYPE={_environment.setting('MKL_DEBUG_CPU_TYPE') or 'unset'}")
+    tips = _environment.advice()
+    if tips:
+        print("faster Paddle math here: set these before starting Python (paddle_ext never sets them)")
+        for tip in tips:
+            print(f"  {tip}")
     print(f"CPU threads    {_library.num_threads()} (PADDLE_EXT_NUM_THREADS, else OMP_NUM_THREADS, else one per core)")
     print(f"output cache   {_library.output_cache_bytes() >> 20} MiB held (big CPU buffers kept mapped between calls; "
           "PADDLE_EXT_OUTPUT_CACHE_MB, default 2048, 0 off)")
@@ -43,10 +54,17 @@ def _bench(args) -> int:
 
     import paddle  # noqa: PLC0415
 
+    from paddle_ext import _environment  # noqa: PLC0415
+
     print(f"paddle-ext bench on {platform.machine()}, {os.cpu_count()} cores, paddle {paddle.__version__}; "
           "ratios = other / paddle_ext (higher means paddle_ext is faster)")
+    environment = benchmarks.environment()
+    print(f"environment: {environment}")
+    for tip in _environment.advice():
+        print(f"  Paddle's own math (the paddle and paddle_ext columns of matmul-bound rows) runs faster with: {tip}")
     results = benchmarks.run(selected=args.op, quick=args.quick, repeats=args.repeats, matching=args.case)
     print()
+    print(f"Environment: {environment}.\n")
     print(benchmarks.format_markdown(results))
     if args.json:
         path = pathlib.Path(args.json)

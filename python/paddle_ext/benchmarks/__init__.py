@@ -91,6 +91,14 @@ def run(selected=None, quick=False, repeats=7, log=print, matching=None) -> list
     return results
 
 
+def environment() -> str:
+    """What every benchmark table states it ran in: the CPU, Paddle, its BLAS and thread settings (Paddle's
+    matmuls, and the rows built on them, move with MKL_DEBUG_CPU_TYPE and OMP_NUM_THREADS)."""
+    from paddle_ext import _environment  # noqa: PLC0415
+
+    return _environment.summary()
+
+
 def format_row(r: Result) -> str:
     parts = [f"{r.op:<22} {r.name:<44}"]
     for cand, ms in r.medians_ms.items():
