@@ -696,3 +696,18 @@ def rnnt_prune_gather_grad(x_shape, index, out_grad):
     for b in range(index.shape[0]):
         np.add.at(grad[b], index[b].ravel(), np.asarray(out_grad, np.float64)[b].reshape(-1, x_shape[2]))
     return grad
+
+
+def adaptive_embedding(ids, head_weight, tail_weights, cutoffs):
+    """[*ids.shape, d]: head_weight[:, y] for a shortlist class, W1 @ W2[:, y - cutoffs[i]] for a class in
+    tail cluster i (cutoffs is the full list ending in n_classes)."""
+    ids = np.asarray(ids)
+    out = np.zeros((ids.size, head_weight.shape[0]))
+    for n, y in enumerate(ids.reshape(-1)):
+        if y < cutoffs[0]:
+            out[n] = head_weight[:, y]
+        else:
+            i = int(np.searchsorted(cutoffs, y, side="right")) - 1
+            w1, w2 = tail_weights[i]
+            out[n] = np.asarray(w1, dtype=np.float64) @ np.asarray(w2, dtype=np.float64)[:, y - cutoffs[i]]
+    return out.reshape(*ids.shape, head_weight.shape[0])

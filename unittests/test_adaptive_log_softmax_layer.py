@@ -473,7 +473,8 @@ def test_static_program_ignored_rows_and_out_of_range_labels():
             layer = AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, div_value=DIV, ignore_index=-1)
             loss = layer(paddle.static.data("x", [-1, IN], "float32"), paddle.static.data("y", [-1], "int64"))[1]
         exe.run(startup)
-        for labels, bad in (([3, -100, 14, -1, 25, 0], r"label\[1\] = -100"), ([3, -1, 30, -1, 25, 0], r"label\[2\] = 30")):
+        for labels, bad in (([3, -100, 14, -1, 25, 0], r"label\[1\] = -100"),
+                            ([3, -1, 30, -1, 25, 0], r"label\[2\] = 30")):
             with pytest.raises(IndexError, match=bad + r" is out of range \[0, 30\)"):
                 exe.run(checked, feed={**feed, "y": np.array(labels)}, fetch_list=[loss])
     finally:
