@@ -79,9 +79,10 @@ class AdaptiveEmbedding(paddle.nn.Layer):
         dtype = self.head_weight.dtype
         shortlist = self.cutoffs[0]
         in_head = flat < shortlist
-        # the shortlist gathers every row (a tail row reads column 0, then is zeroed): one gather instead
-        # of a row selection, and the output buffer the tails add into
-        head = paddle.index_select(self.head_weight, paddle.where(in_head, flat, paddle.zeros_like(flat)), axis=1).t()
+        # Row gathers from transposed tables: a column gather (index_select on axis 1) and its grad ran
+        # about 2x slower. The shortlist gathers every row (a tail row reads class 0, then is zeroed):
+        # one gather instead of a row selection, and the output buffer the tails add into.
+        head = paddle.gather(self.head_weight[:, :shortlist].t(), paddle.where(in_head, flat, paddle.zeros_like(flat)))
         out = paddle.where(in_head.unsqueeze(1), head, paddle.zeros_like(head))
         for i, (w1, w2) in enumerate(self.tail_weights):
             low, high = self.cutoffs[i], self.cutoffs[i + 1]
@@ -92,8 +93,8 @@ class AdaptiveEmbedding(paddle.nn.Layer):
                 if trained:
                     out = _als._ZeroGrads.apply(out, *trained)
                 continue
-            columns = paddle.index_select(w2, paddle.gather(flat, rows) - low, axis=1)  # [hsz, k]
-            emb = paddle.matmul(columns, w1, transpose_x=True, transpose_y=True)  # [k, embedding_dim]
+            rows_of = paddle.gather(w2.t(), paddle.gather(flat, rows) - low)  # [k, hsz]
+            emb = paddle.matmul(rows_of, w1, transpose_y=True)  # [k, embedding_dim]
             out = paddle.index_add(out, rows, 0, _als._cast(emb, dtype))
         dims = [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
         if dims.count(-1) > 1:  # several dynamic dims (to_static): the shape as a tensor
