@@ -639,3 +639,20 @@ def test_export_with_dynamic_batch(tmp_path):
         for g, s, e in zip(got, served, expected):
             np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(s, e, rtol=1e-5, atol=1e-6)
+
+
+def test_ignore_index_and_reduction_errors():
+    layer = make_layer(dtype="float32")
+    x, y = paddle.ones([4, IN]), paddle.to_tensor([0, 1, 2, 3])
+    tw = [list(p) for p in layer.tail_weights]
+    with pytest.raises(ValueError, match=r"AdaptiveLogSoftmaxWithLoss: reduction must be 'mean', 'sum' or 'none', "
+                                         r"got 'avg'"):
+        AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, reduction="avg")
+    with pytest.raises(TypeError, match=r"AdaptiveLogSoftmaxWithLoss: ignore_index must be an int, got 1.5"):
+        AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, ignore_index=1.5)
+    with pytest.raises(ValueError, match=r"reduction must be 'mean', 'sum' or 'none', got None"):
+        adaptive_log_softmax_with_loss(x, y, layer.head_weight, tw, layer.cutoffs, reduction=None)
+    with pytest.raises(TypeError, match=r"ignore_index must be an int, got True"):
+        adaptive_log_softmax_with_loss(x, y, layer.head_weight, tw, layer.cutoffs, ignore_index=True)
+    with pytest.raises(TypeError):  # keyword-only: Paddle's positional parameters end at name
+        adaptive_log_softmax_with_loss(x, y, layer.head_weight, tw, layer.cutoffs, None, None, -1)
