@@ -474,6 +474,31 @@ def adaptive_log_softmax_thread_cases():
                                                                           "normal", dtype), dtype=dtype, view=None)
 
 
+def adaptive_ignore_cases(n=None):
+    """The adaptive softmax's layer math with ignore_index / reduction: random cluster layouts, inputs of
+    every finite mix, some / no / all rows ignored (ignore_index -100, -1 or a class)."""
+    name = "adaptive_ignore"
+    n = count(24) if n is None else n
+    for seed in range(n):
+        rng = rng_for(name, seed)
+        in_features, n_classes = int(rng.choice([1, 3, 8])), int(rng.choice([2, 5, 17, 40]))
+        cutoffs = sorted(rng.choice(np.arange(1, n_classes), size=min(int(rng.integers(1, 4)), n_classes - 1),
+                                    replace=False).tolist()) + [n_classes]
+        N = int(rng.choice([0, 1, 4, 13]))
+        ignore_index = int(rng.choice([-100, -1, int(rng.integers(0, n_classes))]))
+        share = (0.0, 0.3, 1.0)[seed % 3]
+        label = rng.integers(0, n_classes, size=N)
+        label[rng.random(N) < share] = ignore_index
+        mix = FINITE_MIXES[(seed // 3) % len(FINITE_MIXES)]
+        tails = [[rng.normal(size=(in_features, h)), rng.normal(size=(h, hi - lo))]
+                 for lo, hi, h in zip(cutoffs, cutoffs[1:], rng.integers(1, 4, size=len(cutoffs) - 1))]
+        yield dict(id=f"als-ignore-{seed}-{mix}-N{N}-share{share}-ii{ignore_index}",
+                   x=values(rng, (N, in_features), mix),
+                   label=label.astype(np.int64), head=rng.normal(size=(in_features, cutoffs[0] + len(cutoffs) - 1)),
+                   tails=tails, cutoffs=cutoffs, ignore_index=ignore_index,
+                   reduction=("mean", "sum", "none")[(seed // 2) % 3])
+
+
 # ------------------------------------------------------------------------------------------- RNN-T
 RNNT_LOSSES = ("simple", "smoothed", "pruned", "full")
 RNNT_SCALES = {"normal": 1.0, "x30": 30.0, "x1e3": 1e3}

@@ -471,14 +471,18 @@ def adaptive_log_prob(x, head_weight, tail_weights, cutoffs, head_bias=None):
     return np.concatenate(pieces, axis=1)
 
 
-def adaptive_log_softmax_with_loss(x, label, head_weight, tail_weights, cutoffs, head_bias=None):
-    """(output [N], loss): each label's log-probability and their mean negative."""
+def adaptive_log_softmax_with_loss(x, label, head_weight, tail_weights, cutoffs, head_bias=None, ignore_index=None,
+                                   reduction="mean"):
+    """(output [N], loss): each label's log-probability (0 where label == ignore_index) and nll_loss's
+    reduction of their negatives ('mean' over the rows that count, 0 when none does)."""
     batched = np.ndim(x) == 2
     x2 = np.atleast_2d(np.asarray(x, dtype=np.float64))
     label = np.atleast_1d(np.asarray(label))
-    out = adaptive_log_prob(x2, head_weight, tail_weights, cutoffs, head_bias)[np.arange(len(label)), label]
-    loss = -out.mean()
-    return (out if batched else out[0]), loss
+    keep = label != ignore_index
+    lp = adaptive_log_prob(x2, head_weight, tail_weights, cutoffs, head_bias)
+    out = np.where(keep, lp[np.arange(len(label)), np.where(keep, label, 0)], 0.0)
+    loss = {"none": -out, "sum": -out.sum(), "mean": -out.sum() / max(keep.sum(), 1)}[reduction]
+    return (out, loss) if batched else (out[0], loss[0] if reduction == "none" else loss)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -693,3 +697,18 @@ def rnnt_prune_gather_grad(x_shape, index, out_grad):
     for b in range(index.shape[0]):
         np.add.at(grad[b], index[b].ravel(), np.asarray(out_grad, np.float64)[b].reshape(-1, x_shape[2]))
     return grad
+
+
+def adaptive_embedding(ids, head_weight, tail_weights, cutoffs):
+    """[*ids.shape, d]: head_weight[:, y] for a shortlist class, W1 @ W2[:, y - cutoffs[i]] for a class in
+    tail cluster i (cutoffs is the full list ending in n_classes)."""
+    ids = np.asarray(ids)
+    out = np.zeros((ids.size, head_weight.shape[0]))
+    for n, y in enumerate(ids.reshape(-1)):
+        if y < cutoffs[0]:
+            out[n] = head_weight[:, y]
+        else:
+            i = int(np.searchsorted(cutoffs, y, side="right")) - 1
+            w1, w2 = tail_weights[i]
+            out[n] = np.asarray(w1, dtype=np.float64) @ np.asarray(w2, dtype=np.float64)[:, y - cutoffs[i]]
+    return out.reshape(*ids.shape, head_weight.shape[0])

@@ -82,8 +82,8 @@ def test_clusters_without_labels(labels):
     np.testing.assert_allclose(float(loss), ref_loss, rtol=1e-12)
 
 
-def _functional(x, y, hw, hb, w1a, w2a, w1b, w2b, w1c, w2c):
-    return adaptive_log_softmax_with_loss(x, y, hw, [[w1a, w2a], [w1b, w2b], [w1c, w2c]], [5, 12, 20, 30], hb)
+def _functional(x, y, hw, hb, w1a, w2a, w1b, w2b, w1c, w2c, **kw):
+    return adaptive_log_softmax_with_loss(x, y, hw, [[w1a, w2a], [w1b, w2b], [w1c, w2c]], [5, 12, 20, 30], hb, **kw)
 
 
 def _functional_inputs(layer, labels=None, n=6):
@@ -319,6 +319,234 @@ def test_export_round_trip(head_bias, labels):
 
 
 # ---------------------------------------------------------------------------------------------------
+# ignore_index and reduction: the loss is nll_loss(log_prob(x), label, ignore_index, reduction)
+
+REDUCTIONS = ["mean", "sum", "none"]
+# -100 (the default), a shortlist class, a tail class, and a negative index other than the default
+IGNORE = {"default": (-100, [3, -100, 14, -100, 25, 0, -100, 29, 7, -100]),
+          "shortlist-class": (2, [3, 2, 14, 2, 25, 0, 2, 29, 7, 2]),
+          "tail-class": (25, [3, 25, 14, 25, 25, 0, 13, 29, 7, 21]),
+          "minus-one": (-1, [3, -1, 14, -1, -1, 0, 18, 29, 7, 21])}
+
+
+def _nll_of_log_prob(layer, x, y, ignore_index, reduction):
+    """nll_loss(layer.log_prob(x), y, ignore_index, reduction). Paddle 3.3.1's CPU nll_loss corrupts the heap
+    for 'mean' and 'sum' when a label is ignored (glibc aborts), so those two are reduced here from its
+    'none', as nll_loss defines them: the sum, divided by the rows that count (at least 1) for 'mean'."""
+    rows = paddle.nn.functional.nll_loss(layer.log_prob(x), y, ignore_index=ignore_index, reduction="none")
+    if reduction == "none":
+        return rows
+    total = rows.sum()
+    return total if reduction == "sum" else total / paddle.clip((y != ignore_index).astype(rows.dtype).sum(), min=1.0)
+
+
+def _grads_of(layer, loss_fn, x, g):
+    """Grads of sum(g * loss_fn(x_tensor)) w.r.t. x and every parameter (zeros where none is produced)."""
+    xt = paddle.to_tensor(x, stop_gradient=False)
+    loss = loss_fn(xt)
+    (loss * paddle.to_tensor(g)).sum().backward()
+    grads = [xt.grad] + [p.grad for p in layer.parameters()]
+    shapes = [x.shape] + [p.shape for p in layer.parameters()]
+    layer.clear_gradients(set_to_zero=False)
+    return loss.numpy(), [np.zeros(s) if gr is None else gr.numpy() for gr, s in zip(grads, shapes)]
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("case", list(IGNORE))
+def test_loss_and_grads_equal_nll_loss_of_log_prob(case, reduction):
+    ignore_index, labels = IGNORE[case]
+    layer = make_layer(head_bias=True)
+    layer.ignore_index, layer.reduction = ignore_index, reduction
+    x, y = data(len(labels), seed=11, labels=labels)
+    yt = paddle.to_tensor(y)
+    g = np.random.default_rng(2).uniform(0.5, 1.5, size=len(y) if reduction == "none" else ())
+    got_loss, got = _grads_of(layer, lambda xt: layer(xt, yt)[1], x, g)
+    want_loss, want = _grads_of(layer, lambda xt: _nll_of_log_prob(layer, xt, yt, ignore_index, reduction), x, g)
+    np.testing.assert_allclose(got_loss, want_loss, rtol=1e-12, atol=1e-15)
+    assert len(got) == len(want) == 9  # x, head weight and bias, 3 x [W1, W2]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
+    out = layer(paddle.to_tensor(x), yt)[0].numpy()
+    head, tails, bias = weights_np(layer)
+    ref_out, ref_loss = refs.adaptive_log_softmax_with_loss(x, y, head, tails, layer.cutoffs, bias, ignore_index,
+                                                            reduction)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-12)
+    assert (out[y == ignore_index] == 0).all() and (out[y != ignore_index] < 0).all()
+    np.testing.assert_allclose(got_loss, ref_loss, rtol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_without_ignored_rows_the_loss_is_nll_loss_itself(reduction):
+    layer = make_layer(head_bias=True)
+    layer.reduction = reduction
+    x, y = data(12, seed=5)
+    yt = paddle.to_tensor(y)
+    g = np.random.default_rng(2).uniform(0.5, 1.5, size=len(y) if reduction == "none" else ())
+    got_loss, got = _grads_of(layer, lambda xt: layer(xt, yt)[1], x, g)
+    want_loss, want = _grads_of(layer, lambda xt: paddle.nn.functional.nll_loss(layer.log_prob(xt), yt,
+                                                                                reduction=reduction), x, g)
+    np.testing.assert_allclose(got_loss, want_loss, rtol=1e-12)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_all_rows_ignored(reduction):
+    layer = make_layer(head_bias=True, dtype="float64")
+    layer.reduction = reduction
+    x, y = data(5, labels=[-100] * 5)
+    yt = paddle.to_tensor(y)
+    g = np.ones(5) if reduction == "none" else np.ones(())
+    got_loss, got = _grads_of(layer, lambda xt: layer(xt, yt)[1], x, g)
+    want_loss, want = _grads_of(layer, lambda xt: _nll_of_log_prob(layer, xt, yt, -100, reduction), x, g)
+    np.testing.assert_array_equal(got_loss, want_loss)
+    np.testing.assert_array_equal(got_loss, np.zeros_like(got_loss))  # nll_loss's 'mean' of nothing is 0
+    for a, b in zip(got, want):
+        # (Paddle's composition hands some weights a grad of shape [..., 0] where nothing flows)
+        np.testing.assert_array_equal(a, np.zeros(a.shape) if b.size == 0 else b)
+        assert not a.any()
+    np.testing.assert_array_equal(layer(paddle.to_tensor(x), yt)[0].numpy(), np.zeros(5))
+
+
+def test_ignored_rows_cost_nothing_in_the_tails():
+    # every tail label is the ignored class 25 (or the shortlist): the tails compute nothing, so their
+    # weights get no grad at all in a single process
+    layer = make_layer()
+    layer.ignore_index = 25
+    x, y = data(6, labels=[0, 25, 4, 25, 25, 1])
+    xt = paddle.to_tensor(x, stop_gradient=False)
+    layer(xt, paddle.to_tensor(y))[1].backward()
+    assert layer.head_weight.grad is not None
+    assert all(w.grad is None for pair in layer.tail_weights for w in pair)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_unbatched_ignored_label(reduction):
+    layer = make_layer()
+    layer.reduction = reduction
+    x, _ = data(1)
+    out, loss = layer(paddle.to_tensor(x[0]), paddle.to_tensor(-100))
+    assert out.shape == [] and loss.shape == [] and float(out) == 0 and float(loss) == 0
+    out, loss = layer(paddle.to_tensor(x[0]), paddle.to_tensor(17))
+    np.testing.assert_allclose(float(loss), -float(out), rtol=1e-15)
+    assert float(out) < 0
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_functional_keywords_values_and_grads_dygraph_and_static(reduction):
+    layer = make_layer(head_bias=True)
+    inputs = _functional_inputs(layer, labels=[1, -1, 13, 25, -1, 29])
+    attrs = {"ignore_index": -1, "reduction": reduction}
+    check_grad(_functional, inputs, [k for k in inputs if k != "y"], attrs=attrs)
+    check_output(_functional, inputs, lambda x, y, hw, hb, *w, **kw: refs.adaptive_log_softmax_with_loss(
+        x, y, hw, [list(w[0:2]), list(w[2:4]), list(w[4:6])], [5, 12, 20, 30], hb, **kw), attrs=attrs)
+
+
+def test_second_order_grads_with_ignored_rows():
+    layer = make_layer(head_bias=True)
+    inputs = _functional_inputs(layer, labels=[1, -100, 25, -100], n=4)
+    check_double_grad(_functional, inputs, ["x", "hw", "w2c"], attrs={"reduction": "none"})
+
+
+def test_static_program_ignored_rows_and_out_of_range_labels():
+    x, _ = data(6, seed=6)
+    paddle.enable_static()
+    try:
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            layer = AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, div_value=DIV, ignore_index=-1,
+                                               reduction="sum")
+            xs = paddle.static.data("x", [-1, IN], "float32")
+            ys = paddle.static.data("y", [-1], "int64")
+            out, loss = layer(xs, ys)
+            want = _nll_of_log_prob(layer, xs, ys, -1, "sum")
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        feed = {"x": x.astype(np.float32)}
+        for labels in ([3, -1, 14, -1, 25, 0], [-1] * 6):
+            res = exe.run(main, feed={**feed, "y": np.array(labels)}, fetch_list=[out, loss, want])
+            np.testing.assert_allclose(res[1], res[2], rtol=1e-6, atol=1e-7)
+            assert (res[0][np.array(labels) == -1] == 0).all()
+        checked, startup = paddle.static.Program(), paddle.static.Program()  # no nll_loss checking labels first
+        with paddle.static.program_guard(checked, startup):
+            layer = AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, div_value=DIV, ignore_index=-1)
+            loss = layer(paddle.static.data("x", [-1, IN], "float32"), paddle.static.data("y", [-1], "int64"))[1]
+        exe.run(startup)
+        for labels, bad in (([3, -100, 14, -1, 25, 0], r"label\[1\] = -100"),
+                            ([3, -1, 30, -1, 25, 0], r"label\[2\] = 30")):
+            with pytest.raises(IndexError, match=bad + r" is out of range \[0, 30\)"):
+                exe.run(checked, feed={**feed, "y": np.array(labels)}, fetch_list=[loss])
+    finally:
+        paddle.disable_static()
+
+
+def test_out_of_range_labels_still_raise_in_dygraph_and_to_static():
+    layer = make_layer(dtype="float32")
+    layer.ignore_index = 7
+    x = paddle.ones([4, IN])
+    with pytest.raises(IndexError, match=r"label\[1\] = -100 is out of range \[0, 30\)"):
+        layer(x, paddle.to_tensor([0, -100, 7, 3]))
+    with pytest.raises(IndexError, match=r"label\[3\] = 30 is out of range"):
+        adaptive_log_softmax_with_loss(x, paddle.to_tensor([7, 7, 7, 30]), layer.head_weight,
+                                       [list(p) for p in layer.tail_weights], layer.cutoffs, ignore_index=7)
+    static_layer = paddle.jit.to_static(layer, full_graph=True)
+    np.testing.assert_allclose(float(static_layer(x, paddle.to_tensor([0, 7, 7, 3]))[1]),
+                               float(layer(x, paddle.to_tensor([0, 7, 7, 3]))[1]), rtol=1e-6)
+    with pytest.raises(IndexError, match=r"label\[2\] = -1 is out of range \[0, 30\)"):
+        static_layer(x, paddle.to_tensor([0, 7, -1, 3]))
+
+
+class _IgnoringModel(paddle.nn.Layer):
+    def __init__(self, reduction):
+        super().__init__()
+        self.asm = make_layer(True, dtype="float32")
+        self.asm.ignore_index, self.asm.reduction = 0, reduction
+
+    def forward(self, x, y):
+        out, loss = self.asm(x, y)
+        return out, loss, _nll_of_log_prob(self.asm, x, y, 0, self.asm.reduction)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("labels", [[0, 17, 0, 29, 3, 0, 12], [0] * 7], ids=["some-ignored", "all-ignored"])
+def test_export_round_trip_with_ignored_rows(reduction, labels):
+    x, y = data(7, seed=8, labels=labels)
+    out, loss, want = check_export(_IgnoringModel(reduction), {"x": x.astype(np.float32), "y": y}, rtol=1e-5,
+                                   atol=1e-6)
+    np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-6)
+
+
+def test_auto_cast_with_ignored_rows():
+    # the layer's input is a matmul's bfloat16 output, as a model's activations are under AMP
+    x, _ = data(8, seed=3)
+    labels = np.array([3, -100, 14, -100, 25, 0, -100, 29])
+    paddle.enable_static()
+    try:
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            layer = AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, div_value=DIV, reduction="sum")
+            xs = paddle.static.data("x", [8, IN], "float32")
+            ys = paddle.static.data("y", [8], "int64")
+            with paddle.amp.auto_cast(level="O1", dtype="bfloat16"):
+                h = paddle.matmul(xs, paddle.static.create_parameter([IN, IN], "float32"))
+                out, loss = layer(h, ys)
+            grads = paddle.static.gradients([loss], [layer.head_weight, layer.tail_weights[2][1]])
+            h32 = h.astype("float32")  # the same layer in float32 on the same input: the reference
+            want_out = paddle.where(ys == -100, paddle.zeros([8]), -paddle.nn.functional.nll_loss(
+                layer.log_prob(h32), ys, ignore_index=-100, reduction="none"))
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        res = exe.run(main, feed={"x": x.astype(np.float32), "y": labels}, fetch_list=[out, loss, want_out] + grads)
+    finally:
+        paddle.disable_static()
+    assert res[0].dtype == res[1].dtype == np.float32  # the log-probabilities and the loss stay float32
+    assert (res[0][labels == -100] == 0).all()
+    np.testing.assert_allclose(res[0], res[2], rtol=3e-2, atol=3e-2)  # bfloat16 matmuls in the layer
+    np.testing.assert_allclose(res[1], -res[2].sum(), rtol=3e-2)
+    assert all(np.isfinite(g).all() and g.any() for g in res[3:])
+
+
+# ---------------------------------------------------------------------------------------------------
 # Errors
 
 
@@ -419,3 +647,20 @@ def test_export_with_dynamic_batch(tmp_path):
         for g, s, e in zip(got, served, expected):
             np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(s, e, rtol=1e-5, atol=1e-6)
+
+
+def test_ignore_index_and_reduction_errors():
+    layer = make_layer(dtype="float32")
+    x, y = paddle.ones([4, IN]), paddle.to_tensor([0, 1, 2, 3])
+    tw = [list(p) for p in layer.tail_weights]
+    with pytest.raises(ValueError, match=r"AdaptiveLogSoftmaxWithLoss: reduction must be 'mean', 'sum' or 'none', "
+                                         r"got 'avg'"):
+        AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, reduction="avg")
+    with pytest.raises(TypeError, match=r"AdaptiveLogSoftmaxWithLoss: ignore_index must be an int, got 1.5"):
+        AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, ignore_index=1.5)
+    with pytest.raises(ValueError, match=r"reduction must be 'mean', 'sum' or 'none', got None"):
+        adaptive_log_softmax_with_loss(x, y, layer.head_weight, tw, layer.cutoffs, reduction=None)
+    with pytest.raises(TypeError, match=r"ignore_index must be an int, got True"):
+        adaptive_log_softmax_with_loss(x, y, layer.head_weight, tw, layer.cutoffs, ignore_index=True)
+    with pytest.raises(TypeError):  # keyword-only: Paddle's positional parameters end at name
+        adaptive_log_softmax_with_loss(x, y, layer.head_weight, tw, layer.cutoffs, None, None, -1)

@@ -66,6 +66,7 @@ import pytest
 import fuzz_cases as fc
 import paddle_ext
 import refs
+from paddle_ext.nn.functional import adaptive_log_softmax_with_loss
 
 SUBPROCESS = bool(os.environ.get("PADDLE_EXT_FUZZ_SUBPROCESS"))
 
@@ -321,6 +322,26 @@ def test_adaptive_log_softmax(case):
 @pytest.mark.parametrize("case", ALS_THREADS)
 def test_adaptive_log_softmax_threads(case):
     _check_als(case)
+
+
+@pytest.mark.parametrize("case", _params(fc.adaptive_ignore_cases()))
+def test_adaptive_log_softmax_ignore_index(case):
+    c = case
+    x = paddle.to_tensor(c["x"], stop_gradient=False)
+    weights = [paddle.to_tensor(c["head"])] + [paddle.to_tensor(w) for pair in c["tails"] for w in pair]
+    out, loss = adaptive_log_softmax_with_loss(x, paddle.to_tensor(c["label"]), weights[0],
+                                               [weights[1 + 2 * i:3 + 2 * i] for i in range(len(c["tails"]))],
+                                               c["cutoffs"], ignore_index=c["ignore_index"], reduction=c["reduction"])
+    ref_out, ref_loss = refs.adaptive_log_softmax_with_loss(c["x"], c["label"], c["head"], c["tails"], c["cutoffs"],
+                                                            None, c["ignore_index"], c["reduction"])
+    scale = fc.finite_scale(ref_out)
+    fc.assert_matches(_np(out), ref_out, "float64", scale, "output")
+    fc.assert_matches(_np(loss), np.asarray(ref_loss), "float64", scale * max(len(c["label"]), 1), "loss")
+    assert (_np(out)[c["label"] == c["ignore_index"]] == 0).all()
+    if len(c["label"]):
+        (gx,) = paddle.grad(loss.sum(), x, allow_unused=True)
+        ignored = c["label"] == c["ignore_index"]
+        assert gx is not None and not _np(gx)[ignored].any()  # an ignored row gets exactly no grad
 
 
 # --------------------------------------------------------------------------------------------- RNN-T

@@ -26,9 +26,10 @@ import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
 from . import _amp, _library
-from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
+from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_int, check_tensor, dtype_name
 
 _OP = "adaptive_log_softmax_with_loss"
+REDUCTIONS = ("mean", "sum", "none")
 
 
 class LabelOutOfRangeError(IndexError, ValueError):
@@ -226,17 +227,35 @@ def _check_input_label(input, label, in_features, where):
     return label
 
 
-def _check_label_range(label, n_classes, where):
+def _check_label_range(label, n_classes, where, arg="label"):
     """label, or a LabelOutOfRangeError naming the first bad position. In a static graph the values are
     unknown here: the check becomes an op that raises (an IndexError) when the graph runs."""
     if not paddle.in_dynamic_mode():
-        return _library.ops().pe_check_index(label, 0, n_classes, f"{where}: label")
+        return _library.ops().pe_check_index(label, 0, n_classes, f"{where}: {arg}")
     if label.size > 0:
         values = label.numpy().reshape(-1)
         bad = np.flatnonzero((values < 0) | (values >= n_classes))
         if bad.size:
-            raise LabelOutOfRangeError(f"{where}: label[{bad[0]}] = {values[bad[0]]} is out of range [0, {n_classes})")
+            raise LabelOutOfRangeError(f"{where}: {arg}[{bad[0]}] = {values[bad[0]]} is out of range [0, {n_classes})")
     return label
+
+
+def check_loss_args(ignore_index, reduction, where):
+    """ignore_index as an int, after checking reduction (nll_loss's arguments, its defaults)."""
+    ignore_index = check_int(ignore_index, "ignore_index", where)
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{where}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return ignore_index
+
+
+def _mask_ignored(label, ignore_index):
+    """(label with each ignored row moved to class 0, the [N] bool mask of the rows that count). Class 0
+    is in the shortlist: the head op gets a valid target, and no tail cluster selects an ignored row.
+    In dygraph a batch without ignored rows gets (label, None): no masking ops (~80 us a call)."""
+    if paddle.in_dynamic_mode() and not (label.numpy() == ignore_index).any():
+        return label, None
+    keep = label != ignore_index
+    return paddle.where(keep, label, paddle.zeros_like(label)), keep
 
 
 def _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, where):
@@ -398,8 +417,10 @@ def _prepare(input, head_weight, tail_weights, head_bias):
     return input, head_weight, tail_weights, head_bias
 
 
-def adaptive_log_softmax_with_loss(input, label, head_weight, tail_weights, cutoffs, head_bias=None, name=None):
-    """Adaptive softmax log-likelihood (Grave et al. 2017), Paddle 3.3.1's signature.
+def adaptive_log_softmax_with_loss(input, label, head_weight, tail_weights, cutoffs, head_bias=None, name=None, *,
+                                   ignore_index=-100, reduction="mean"):
+    """Adaptive softmax log-likelihood (Grave et al. 2017), Paddle 3.3.1's signature, plus nll_loss's
+    ``ignore_index`` and ``reduction`` (keyword-only).
 
     Args:
         input (Tensor): [N, in_features], or [in_features] with a 0-D ``label`` (unbatched).
@@ -409,32 +430,58 @@ def adaptive_log_softmax_with_loss(input, label, head_weight, tail_weights, cuto
         cutoffs (Sequence[int]): the FULL list of cluster boundaries, strictly increasing and ending in
             ``n_classes`` (as the layer passes ``[*cutoffs, n_classes]``).
         head_bias (Tensor|None): [cutoffs[0] + n_clusters], or None.
+        ignore_index (int): rows whose label equals it count for nothing (output 0, no grad, no tail work).
+        reduction (str): 'mean' (over the rows that count; 0 when none does, as nll_loss), 'sum' or
+            'none' (the per-row negative log-likelihood, 0 on ignored rows).
 
     Returns:
-        (output, loss): output [N] (0-D when unbatched) the log-probability of each label, loss the
-        mean negative log-likelihood, both in ``input``'s dtype.
+        (output, loss): output [N] (0-D when unbatched) the log-probability of each label (0 on ignored
+        rows), loss the reduced negative log-likelihood, both in ``input``'s dtype.
     """
+    ignore_index = check_loss_args(ignore_index, reduction, _OP)
     cutoffs = check_cutoffs(cutoffs, None, _OP, functional=True)
     check_tensor(head_weight, "head_weight", _OP)
     in_features = head_weight.shape[0]
     label = _check_input_label(input, label, in_features, _OP)
     _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, _OP)
+    label, keep = _mask_ignored(label, ignore_index)
     label = _check_label_range(label, cutoffs[-1], _OP)
-    return adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias)
+    return adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias,
+                                                  keep=keep, reduction=reduction)
 
 
-def adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias=None):
-    """The computation of adaptive_log_softmax_with_loss on arguments already validated (by the layer)."""
+def adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weights, cutoffs, head_bias=None,
+                                           keep=None, reduction="mean"):
+    """The computation of adaptive_log_softmax_with_loss on arguments already validated (by the layer);
+    ``keep`` masks the rows that count (None: all), whose ``label`` is already a valid class."""
     batched = len(input.shape) == 2
     out_dtype = _out_dtype(input)
     x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
     if not batched:
         x, label = x.unsqueeze(0), label.unsqueeze(0)
+        keep = None if keep is None else keep.unsqueeze(0)
     output = _target_log_prob(x, label, head_weight, tail_weights, cutoffs, head_bias)
-    loss = (-output).mean()
+    if keep is not None:  # where, not a product: an ignored row's value never reaches the outputs
+        output = paddle.where(keep, output, paddle.zeros_like(output))
+    loss = _reduce(output, keep, reduction)
     if not batched:
         output = output.squeeze(0)
+        loss = loss.squeeze(0) if reduction == "none" else loss
     return _cast(output, out_dtype), _cast(loss, out_dtype)
+
+
+def _reduce(output, keep, reduction):
+    """nll_loss's reductions of -output: 'mean' divides by the number of rows that count, and gives 0 when
+    none does (as paddle.nn.functional.nll_loss)."""
+    if reduction == "none":
+        return -output
+    total = -output.sum()
+    if reduction == "sum":
+        return total
+    if keep is None:  # every row counts; an empty batch gives 0 as an all-ignored one
+        n = output.shape[0]
+        return total / max(n, 1) if _dims_known(n) else (-output).mean()
+    return total / paddle.clip(keep.astype(output.dtype).sum(), min=1.0)
 
 
 def adaptive_log_prob(input, head_weight, tail_weights, cutoffs, head_bias=None):

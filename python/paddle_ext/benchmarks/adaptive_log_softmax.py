@@ -213,8 +213,85 @@ def _fused_op_case(m, k, quick):
     return Case("adaptive_log_softmax", f"target op fwd+bwd [{m}, {k}] f32", candidates, repeats=5 if quick else 7)
 
 
+def _padded_case(in_features, n_classes, cutoffs, batch, padding, quick):
+    """A batch whose last `padding` share of rows is padding (label -100): the layer with ignore_index
+    against the same layer on the real rows only (what slicing the padding out before the layer gives)
+    and against Paddle's composition nll_loss(log_prob) with reduction='none' (its 'mean'/'sum' corrupt
+    the heap when a label is ignored)."""
+    paddle.seed(0)
+    rng = np.random.default_rng(0)
+    real = int(batch * (1 - padding))
+    x = paddle.to_tensor(rng.normal(size=(batch, in_features)).astype(np.float32), stop_gradient=False)
+    y_np = np.concatenate([zipf_labels(n_classes, real), np.full(batch - real, -100)])
+    y, x_real, y_real = paddle.to_tensor(y_np), x[:real].detach(), paddle.to_tensor(y_np[:real])
+    x_real.stop_gradient = False
+    layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, div_value=4.0)
+
+    def step(fn, inp):
+        def run():
+            loss = fn(inp)
+            loss.backward()
+            inp.clear_gradient(False)
+            layer.clear_gradients(False)
+            return loss
+
+        return run
+
+    def composition(inp):
+        rows = paddle.nn.functional.nll_loss(layer.log_prob(inp), y, reduction="none")
+        return rows.sum() / real
+
+    threads = math_threads()
+    candidates = {"paddle_ext": with_paddle_threads(step(lambda inp: layer(inp, y)[1], x), threads),
+                  "paddle_ext_sliced": with_paddle_threads(step(lambda inp: layer(inp, y_real)[1], x_real), threads),
+                  "paddle_nll_log_prob": with_paddle_threads(step(composition, x), threads)}
+    return Case("adaptive_log_softmax", f"fwd+bwd ignore_index, {padding:.0%} padding, in={in_features} "
+                f"classes={n_classes} cutoffs={cutoffs} N={batch} f32", candidates, repeats=5)
+
+
+def _embedding_case(n_classes, dim, cutoffs, tokens, quick):
+    """AdaptiveEmbedding forward+backward against Paddle's composition of the same model: per cluster, an
+    embedding lookup of every token (ids outside the cluster clipped, then masked) and a matmul."""
+    paddle.seed(0)
+    ids = paddle.to_tensor(zipf_labels(n_classes, tokens, seed=1))
+    emb = paddle_ext.nn.AdaptiveEmbedding(n_classes, dim, cutoffs, div_value=4.0)
+    bounds = emb.cutoffs
+    tables = [emb.head_weight.t().detach()] + [pair[1].t().detach() for pair in emb.tail_weights]
+    for t in tables:
+        t.stop_gradient = False
+    projections = [None] + [pair[0] for pair in emb.tail_weights]
+
+    def composition():
+        out = 0
+        for i, (table, proj) in enumerate(zip(tables, projections)):
+            low = 0 if i == 0 else bounds[i - 1]
+            inside = ((ids >= low) & (ids < bounds[i])).astype("float32").unsqueeze(1)
+            e = paddle.nn.functional.embedding(paddle.clip(ids - low, 0, table.shape[0] - 1), table)
+            out = out + (e if proj is None else paddle.matmul(e, proj, transpose_y=True)) * inside
+        return out
+
+    def step(fn):
+        def run():
+            out = fn()
+            out.sum().backward()
+            emb.clear_gradients(False)
+            for t in tables:
+                t.clear_gradient(False)
+            return out
+
+        return run
+
+    threads = math_threads()
+    candidates = {"paddle_ext": with_paddle_threads(step(lambda: emb(ids)), threads),
+                  "paddle_composition": with_paddle_threads(step(composition), threads)}
+    return Case("adaptive_log_softmax", f"AdaptiveEmbedding fwd+bwd classes={n_classes} dim={dim} cutoffs={cutoffs} "
+                f"tokens={tokens} f32", candidates, repeats=5)
+
+
 def cases(quick: bool):
-    out = [_fused_op_case(256, 40000, quick), _layer_case(128, 20000, [2000, 6000, 15000], 512, quick)]
+    out = [_fused_op_case(256, 40000, quick), _layer_case(128, 20000, [2000, 6000, 15000], 512, quick),
+           _padded_case(128, 20000, [2000, 6000, 15000], 512, 0.3, quick),
+           _embedding_case(20000, 128, [2000, 6000, 15000], 4096, quick)]
     if not quick:  # the WikiText-103 configuration: heavy on 2 cores (the full softmax ~40 s)
         out.append(_layer_case(512, 267735, [20000, 60000, 200000], 2048, quick))
     return out

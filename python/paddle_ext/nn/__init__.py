@@ -1,6 +1,7 @@
 """paddle_ext.nn: layers (and nn.functional) built on paddle_ext's ops."""
 
 from . import functional
+from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_log_softmax import AdaptiveLogSoftmaxWithLoss
 
-__all__ = ["AdaptiveLogSoftmaxWithLoss", "functional"]
+__all__ = ["AdaptiveEmbedding", "AdaptiveLogSoftmaxWithLoss", "functional"]

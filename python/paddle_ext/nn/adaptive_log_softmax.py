@@ -43,6 +43,10 @@ class AdaptiveLogSoftmaxWithLoss(paddle.nn.Layer):
         weight_attr, bias_attr (ParamAttr|None): attributes of the weights / of the head bias.
         div_value (float): the projection shrink factor per cluster (default 4.0).
         head_bias (bool): add a bias to the head (default False).
+        ignore_index (int, keyword-only): rows whose label equals it count for nothing: output 0, no
+            loss, no grad, no tail cluster work (default -100, as nll_loss).
+        reduction (str, keyword-only): 'mean' (over the rows that count; 0 when every row is ignored,
+            as nll_loss), 'sum' or 'none' (a per-row loss, 0 on ignored rows). Default 'mean'.
 
     Parameters (Paddle's layout, all in ``parameters()`` and ``state_dict``):
         ``head_weight`` [in_features, cutoffs[0] + n_clusters], ``head_bias`` [cutoffs[0] + n_clusters]
@@ -51,9 +55,11 @@ class AdaptiveLogSoftmaxWithLoss(paddle.nn.Layer):
     """
 
     def __init__(self, in_features, n_classes, cutoffs, weight_attr=None, bias_attr=None, div_value=4.0,
-                 head_bias=False, name=None):
+                 head_bias=False, name=None, *, ignore_index=-100, reduction="mean"):
         super().__init__()
         where = "AdaptiveLogSoftmaxWithLoss"
+        self.ignore_index = _als.check_loss_args(ignore_index, reduction, where)
+        self.reduction = reduction
         in_features = check_int(in_features, "in_features", where)
         n_classes = check_int(n_classes, "n_classes", where)
         if in_features <= 0:
@@ -98,11 +104,14 @@ class AdaptiveLogSoftmaxWithLoss(paddle.nn.Layer):
         return _als._check_input_label(input, label, self.in_features, where)
 
     def forward(self, input, label):
-        """(output, loss): output [N] the log-probability of each label, loss their mean negative."""
+        """(output, loss): output [N] the log-probability of each label (0 on ignored rows), loss the
+        reduced negative log-likelihood (``reduction``)."""
         label = self._check(input, label)
+        label, keep = _als._mask_ignored(label, self.ignore_index)
         label = _als._check_label_range(label, self.n_classes, type(self).__name__)
         return _als.adaptive_log_softmax_with_loss_checked(input, label, self.head_weight, self.tail_weights,
-                                                           self.cutoffs, self.head_bias)
+                                                           self.cutoffs, self.head_bias, keep=keep,
+                                                           reduction=self.reduction)
 
     def log_prob(self, input):
         """[N, n_classes] log-probabilities of every class (rows sum to 1 in probability), input's dtype."""
@@ -116,4 +125,5 @@ class AdaptiveLogSoftmaxWithLoss(paddle.nn.Layer):
 
     def extra_repr(self):
         return (f"in_features={self.in_features}, n_classes={self.n_classes}, cutoffs={self.cutoffs[:-1]}, "
-                f"div_value={self.div_value}, head_bias={self.is_head_bias}")
+                f"div_value={self.div_value}, head_bias={self.is_head_bias}, ignore_index={self.ignore_index}, "
+                f"reduction={self.reduction!r}")

@@ -1,0 +1,121 @@
+"""paddle_ext.nn.AdaptiveEmbedding: adaptive input (Baevski & Auli, "Adaptive input representations for
+neural language modeling", 2019), the embedding side of AdaptiveLogSoftmaxWithLoss, optionally sharing
+its weights (same cutoffs, same parameter layout)."""
+
+from __future__ import annotations
+
+import paddle
+
+from .. import adaptive_log_softmax as _als
+from .._checks import check_int
+from .adaptive_log_softmax import AdaptiveLogSoftmaxWithLoss, _TailPair
+
+_WHERE = "AdaptiveEmbedding"
+
+
+class AdaptiveEmbedding(paddle.nn.Layer):
+    """Embeddings whose width shrinks with the class frequency, projected to ``embedding_dim``.
+
+    Classes, sorted by decreasing frequency, are split by ``cutoffs`` as in AdaptiveLogSoftmaxWithLoss:
+    the shortlist ``[0, cutoffs[0])`` embeds in ``embedding_dim`` features (no projection: a square
+    projection of a free table adds nothing); tail cluster i (classes ``[cutoffs[i], cutoffs[i+1])``,
+    the last ending at ``n_classes``) embeds in ``hsz_i = embedding_dim // div_value**(i+1)`` features
+    and is projected back to ``embedding_dim``.
+
+    The parameters have AdaptiveLogSoftmaxWithLoss's layout (a class is a column):
+    ``head_weight [embedding_dim, cutoffs[0]]`` (``embedding(y) = head_weight[:, y]``) and
+    ``tail_weights[i] = [W1 [embedding_dim, hsz_i], W2 [hsz_i, cluster size]]``
+    (``embedding(y) = W1 @ W2[:, y - cutoffs[i]]``).
+
+    Args:
+        n_classes (int), embedding_dim (int), cutoffs (Sequence[int]), div_value (float): as the
+            softmax layer's ``n_classes``, ``in_features``, ``cutoffs`` and ``div_value``.
+        weight_attr (ParamAttr|None): attributes of the weights (untied only).
+        tied_to (AdaptiveLogSoftmaxWithLoss|None, keyword-only): a softmax with the same ``n_classes``,
+            ``cutoffs``, ``div_value`` and ``in_features == embedding_dim`` whose weights this layer uses
+            instead of its own: the same Parameter objects (its ``head_weight``, whose first
+            ``cutoffs[0]`` columns are the shortlist's embeddings, and its ``tail_weights``), so every
+            optimizer and ``DataParallel`` sees each once. The embedding of a class is then exactly
+            the vector whose dot product with the softmax's input is that class's logit.
+    """
+
+    def __init__(self, n_classes, embedding_dim, cutoffs, div_value=4.0, weight_attr=None, name=None, *,
+                 tied_to=None):
+        super().__init__()
+        n_classes = check_int(n_classes, "n_classes", _WHERE)
+        embedding_dim = check_int(embedding_dim, "embedding_dim", _WHERE)
+        if embedding_dim <= 0:
+            raise ValueError(f"{_WHERE}: embedding_dim must be positive, got {embedding_dim}")
+        if n_classes < 2:
+            raise ValueError(f"{_WHERE}: n_classes must be at least 2, got {n_classes}")
+        cutoffs = _als.check_cutoffs(cutoffs, n_classes, _WHERE, functional=False)
+        if not float(div_value) > 0:
+            raise ValueError(f"{_WHERE}: div_value must be positive, got {div_value}")
+        self.n_classes, self.embedding_dim, self.div_value = n_classes, embedding_dim, div_value
+        self.cutoffs = [*cutoffs, n_classes]
+        self.tied = tied_to is not None
+        if self.tied:
+            _check_tie(tied_to, n_classes, embedding_dim, self.cutoffs, div_value)
+            self.head_weight = tied_to.head_weight
+            self.tail_weights = tied_to.tail_weights  # the softmax's LayerList: its parameters, not copies
+            return
+        dtype = self._helper.get_default_dtype()
+
+        def weight(shape):
+            return self.create_parameter(shape=shape, attr=weight_attr, dtype=dtype, is_bias=False)
+
+        self.head_weight = weight([embedding_dim, self.cutoffs[0]])
+        tails = []
+        for i in range(len(self.cutoffs) - 1):
+            hsz = int(embedding_dim // (div_value ** (i + 1)))
+            tails.append(_TailPair(weight([embedding_dim, hsz]), weight([hsz, self.cutoffs[i + 1] - self.cutoffs[i]])))
+        self.tail_weights = paddle.nn.LayerList(tails)
+
+    def forward(self, ids):
+        """ids [...] integer classes in ``[0, n_classes)`` -> [..., embedding_dim] in the weights' dtype."""
+        ids = _als._as_int64(ids, "ids", _WHERE)
+        shape = list(ids.shape)
+        flat = _als._check_label_range(ids.reshape([-1]), self.n_classes, _WHERE, arg="ids.flatten()")
+        dtype = self.head_weight.dtype
+        shortlist = self.cutoffs[0]
+        in_head = flat < shortlist
+        # Row gathers from transposed tables: a column gather (index_select on axis 1) and its grad ran
+        # about 2x slower. The shortlist gathers every row (a tail row reads class 0, then is zeroed):
+        # one gather instead of a row selection, and the output buffer the tails add into.
+        head = paddle.gather(self.head_weight[:, :shortlist].t(), paddle.where(in_head, flat, paddle.zeros_like(flat)))
+        out = paddle.where(in_head.unsqueeze(1), head, paddle.zeros_like(head))
+        for i, (w1, w2) in enumerate(self.tail_weights):
+            low, high = self.cutoffs[i], self.cutoffs[i + 1]
+            rows = paddle.nonzero((flat >= low) & (flat < high)).reshape([-1])
+            if paddle.in_dynamic_mode() and rows.shape[0] == 0:
+                # no id in this cluster: nothing to compute (static graphs run it on 0 rows)
+                trained = [w for w in (w1, w2) if not w.stop_gradient] if _als._grads_must_sync() else []
+                if trained:
+                    out = _als._ZeroGrads.apply(out, *trained)
+                continue
+            rows_of = paddle.gather(w2.t(), paddle.gather(flat, rows) - low)  # [k, hsz]
+            emb = paddle.matmul(rows_of, w1, transpose_y=True)  # [k, embedding_dim]
+            out = paddle.index_add(out, rows, 0, _als._cast(emb, dtype))
+        dims = [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
+        if dims.count(-1) > 1:  # several dynamic dims (to_static): the shape as a tensor
+            dims = paddle.concat([paddle.shape(ids).astype("int64"), paddle.full([1], self.embedding_dim, "int64")])
+            return out.reshape(dims)
+        return out.reshape([*dims, self.embedding_dim])
+
+    def extra_repr(self):
+        return (f"n_classes={self.n_classes}, embedding_dim={self.embedding_dim}, cutoffs={self.cutoffs[:-1]}, "
+                f"div_value={self.div_value}, tied={self.tied}")
+
+
+def _check_tie(softmax, n_classes, embedding_dim, cutoffs, div_value):
+    if not isinstance(softmax, AdaptiveLogSoftmaxWithLoss):
+        raise TypeError(f"{_WHERE}: tied_to must be a paddle_ext.nn.AdaptiveLogSoftmaxWithLoss, got "
+                        f"{type(softmax).__name__}")
+    mine = {"n_classes": n_classes, "cutoffs": cutoffs[:-1], "div_value": div_value, "in_features": embedding_dim}
+    theirs = {"n_classes": softmax.n_classes, "cutoffs": softmax.cutoffs[:-1], "div_value": softmax.div_value,
+              "in_features": softmax.in_features}
+    for key, value in mine.items():
+        if value != theirs[key]:
+            name = "embedding_dim" if key == "in_features" else key
+            raise ValueError(f"{_WHERE}: tied_to has {key}={theirs[key]!r} but this layer has {name}={value!r}; "
+                             f"tying needs them equal")
