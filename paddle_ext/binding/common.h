@@ -7,8 +7,13 @@
 #include <vector>
 
 #include "paddle/common/enforce.h"
-#include "paddle/phi/core/dense_tensor.h"
 #include "paddle/extension.h"
+// phi's DenseTensor header also includes cuBLAS's headers in a CUDA build of Paddle (through enforce.h),
+// which a CUDA toolkit has; without them (a syntax check of the CUDA glue) the zero-size fix-up below is left out.
+#if !defined(PADDLE_WITH_CUDA) || __has_include(<cublas_v2.h>)
+#include "paddle/phi/core/dense_tensor.h"
+#define PADDLE_EXT_HAS_DENSE_TENSOR 1
+#endif
 #include "paddle_ext/memory.h"
 #include "paddle_ext/common.h"
 
@@ -96,6 +101,7 @@ inline int64_t numel_of(const std::vector<int64_t>& shape) {
 // An output tensor (contents unset, as paddle::empty's). A CPU one of BlockCache::kMinBytes or more comes
 // from BlockCache (see there: no first-touch page faults on every call), returned to it when Paddle frees it.
 inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::DataType dtype, const paddle::Place& place) {
+#ifdef PADDLE_EXT_HAS_DENSE_TENSOR
   if (numel_of(shape) == 0) {
     // Paddle 3.0's custom-op runner rejects an output without memory ("not initialized"), as
     // paddle::empty makes a zero-size one: give it one element's worth and the zero-size shape.
@@ -103,6 +109,7 @@ inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::Data
     std::static_pointer_cast<phi::DenseTensor>(out.impl())->Resize(common::make_ddim(shape));
     return out;
   }
+#endif
   if (place.GetType() == phi::AllocationType::CPU) {
     const size_t bytes = static_cast<size_t>(numel_of(shape)) * phi::SizeOf(dtype);
     size_t capacity = 0;
