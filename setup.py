@@ -117,6 +117,10 @@ class BuildOpLibrary(BuildExtension.with_options(no_python_abi_suffix=True)):
         built_for = f"paddle {paddle.__version__}, cuda={with_cuda}\n"
         if not stamp.exists() or stamp.read_text() != built_for:
             self.force = True
+        # A library under the other release family's name, left by an earlier build in this tree, would be
+        # installed too (a stale `paddle_ext_lib.so` shadows the stub).
+        other = f"{LIBRARY}_pd_.so" if self.WRITES_STUB else f"{LIBRARY}.so"
+        (pathlib.Path(self.build_lib) / other).unlink(missing_ok=True)
         super().run()
         if not self.WRITES_STUB:
             from paddle.utils.cpp_extension.extension_utils import custom_write_stub  # noqa: PLC0415

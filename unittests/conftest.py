@@ -43,10 +43,10 @@ def _guard_to_static_outputs():
     if getattr(PartialProgramLayer, "HOOKED_RUN_IMPL", False) is not None:  # the hook point arrived in Paddle 3.1
         return
 
-    def run_and_check(run_impl, *args):  # (inputs, params, attrs); Paddle 3.1.0 also passes the outputs
+    def run_and_check(run_impl, *args):  # Paddle 3.1.0 also passes the outputs, and keeps no fo_values
         out = run_impl(*args)
         program = run_impl.__self__.program
-        if not getattr(program, "_pe_outputs_checked", False) and "fo_names" in program.program_attr:
+        if not getattr(program, "_pe_outputs_checked", False) and "fo_values" in program.program_attr:
             program._pe_outputs_checked = True
             alive = RunnableProgram._get_program_all_values(program.forward_program)
             for name, value in zip(program.program_attr["fo_names"], program.program_attr["fo_values"]):

@@ -125,8 +125,9 @@ inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::Data
 // blocked ONEDNN layout that Paddle does not convert for custom ops; `assign` goes through Paddle's
 // data transform, which reorders it to the plain layout.
 inline paddle::Tensor dense(const paddle::Tensor& t) {
-  // Paddle 3.0 hands a zero-size input without memory, whose data() throws: give it an allocation.
-  if (t.numel() == 0 && !t.initialized()) return new_output(t.shape(), t.dtype(), t.place());
+  // Paddle 3.0 hands a zero-size input without memory, whose data() and place() throw: give it an
+  // allocation, on the CPU (its place is unknown; a CUDA kernel never reads a zero-size input).
+  if (t.numel() == 0 && !t.initialized()) return new_output(t.shape(), t.dtype(), paddle::CPUPlace());
   if (t.layout() == phi::DataLayout::ONEDNN) return paddle::experimental::assign(t);
   if (t.is_contiguous()) return t;
   paddle::Tensor view = t;  // Paddle 3.0's Tensor::contiguous() is not const (it returns a new tensor all the same)
