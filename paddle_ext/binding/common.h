@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "paddle/common/enforce.h"
-#include "paddle/phi/core/dense_tensor.h"
 #include "paddle/extension.h"
+#ifndef PADDLE_WITH_CUDA
+#include "paddle/phi/core/dense_tensor.h"  // under PADDLE_WITH_CUDA it wants cuBLAS headers; see new_output
+#endif
 #include "paddle_ext/block_cache.h"
 #include "paddle_ext/common.h"
 
@@ -100,8 +102,12 @@ inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::Data
     // Paddle 3.0's custom-op runner rejects an output without memory ("not initialized"), as
     // paddle::empty makes a zero-size one: give it one element's worth and the zero-size shape.
     paddle::Tensor out = paddle::empty({1}, dtype, place);
+#ifndef PADDLE_WITH_CUDA
     std::static_pointer_cast<phi::DenseTensor>(out.impl())->Resize(common::make_ddim(shape));
     return out;
+#else  // a zero-size view of that element, which it keeps alive
+    return paddle::from_blob(out.data(), shape, dtype, phi::DataLayout::NCHW, place, [out](void*) {});
+#endif
   }
   if (place.GetType() == phi::AllocationType::CPU) {
     const size_t bytes = static_cast<size_t>(numel_of(shape)) * phi::SizeOf(dtype);
