@@ -475,13 +475,18 @@ def _reduce(output, keep, reduction):
     none does (as paddle.nn.functional.nll_loss)."""
     if reduction == "none":
         return -output
-    total = -output.sum()
+    total = -_sum(output)
     if reduction == "sum":
         return total
     if keep is None:  # every row counts; an empty batch gives 0 as an all-ignored one
         n = output.shape[0]
         return total / max(n, 1) if _dims_known(n) else (-output).mean()
-    return total / paddle.clip(keep.astype(output.dtype).sum(), min=1.0)
+    return total / paddle.clip(_sum(keep.astype(output.dtype)), min=1.0)
+
+
+def _sum(x):
+    """The sum of a 0-d or 1-D tensor, also in legacy-IR programs."""
+    return x if len(x.shape) == 0 else _library.sum_along(x, 0)
 
 
 def adaptive_log_prob(input, head_weight, tail_weights, cutoffs, head_bias=None):
