@@ -24,7 +24,7 @@ forward and backward passes, which otherwise need > 2 MiB of destination per thr
 
 Planted bugs the suite is known to catch (each planted in the kernel, rebuilt, seen to fail here, reverted;
 the last three planted through the Python API):
-  * logcumsumexp row scan, the > kMaxRange chunk fallback disabled (cpu/logcumsumexp.cc, the double
+  * logcumsumexp row scan, the > kMaxRange chunk fallback disabled (cpu/logcumsumexp/, the double
     chunk scan): lcse-block-0 (wide chunk edge), lcse-threads (64, 1100) spread700, x1e3 rows.
   * logcumsumexp strided column scan, its > kMaxRange lane-block fallback disabled (ForwardColumns):
     x1e3 / spread700 cases on axis 0 with 300 columns, lcse-threads (1100, 64).
