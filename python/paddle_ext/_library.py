@@ -150,6 +150,14 @@ def in_legacy_program() -> bool:
     return not (paddle.in_dynamic_mode() or paddle.framework.in_pir_mode())
 
 
+def unified(fn):
+    """Marks a public function that works in dygraph and static programs alike, so that to_static's AST
+    conversion (full_graph=True) calls it as it is instead of rewriting it: there is nothing in it to
+    convert, and Paddle 3.0's rewrite drops keyword-only defaults ("missing 2 required keyword-only
+    arguments"). SOT, to_static's default, traces it as before (the marker is AST-only)."""
+    return paddle.jit.not_to_static(fn)
+
+
 def sum_along(x, axis: int):
     """paddle.sum(x, axis), also in legacy-IR programs, where Paddle 3.3.1's sum takes no Variable
     (an einsum that drops the axis stands in there)."""

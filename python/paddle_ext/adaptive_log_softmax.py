@@ -417,6 +417,7 @@ def _prepare(input, head_weight, tail_weights, head_bias):
     return input, head_weight, tail_weights, head_bias
 
 
+@_library.unified
 def adaptive_log_softmax_with_loss(input, label, head_weight, tail_weights, cutoffs, head_bias=None, name=None, *,
                                    ignore_index=-100, reduction="mean"):
     """Adaptive softmax log-likelihood (Grave et al. 2017), Paddle 3.3.1's signature, plus nll_loss's

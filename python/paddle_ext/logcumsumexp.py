@@ -9,6 +9,7 @@ from . import _amp, _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_axis, check_tensor, dtype_name, floating_dtype
 
 
+@_library.unified
 def logcumsumexp(x, axis=None, dtype=None, name=None, *, exclusive=False, reverse=False):
     """log(cumsum(exp(x))) along ``axis``, computed without overflow.
 

@@ -61,6 +61,7 @@ def check_px_py(px, py, op="mutual_information_recursion"):
     return B, S, T, T1 == T
 
 
+@_library.unified
 def mutual_information_recursion(px, py, boundary=None, return_grad=False, *, name=None):
     """The log-add recursion of k2's ``mutual_information_recursion``.
 

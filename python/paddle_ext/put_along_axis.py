@@ -286,6 +286,7 @@ def _scatter_block(arr, indices, values, attrs, block):
     return flat.reshape(arr.shape)
 
 
+@_library.unified
 def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, *, name=None,
                    deterministic=False):
     """Scatter ``values`` into a copy of ``arr`` at ``indices`` along ``axis``, reducing duplicates.
@@ -331,6 +332,7 @@ def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=Tru
     return _library.named(out, name)
 
 
+@_library.unified
 def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=True, broadcast=True, *, name=None,
                     deterministic=False):
     """Inplace :func:`put_along_axis`: writes into ``arr`` and returns the result (dygraph and static mode).

@@ -204,6 +204,7 @@ def _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type):
     return px, py
 
 
+@_library.unified
 def rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
                      reduction="mean", return_grad=False, *, fastemit_lambda=0.0, name=None):
     """RNN-T loss where the joiner is just ``lm + am`` (k2 / fast_rnnt ``rnnt_loss_simple``).
@@ -316,6 +317,7 @@ def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None,
     return _finish_px(px, py, boundary, rnnt_type), py
 
 
+@_library.unified
 def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
               reduction="mean", return_grad=False, *, fastemit_lambda=0.0, name=None):
     """The RNN-T loss on full joiner output ``logits [B, T, S+1, C]`` (k2 / fast_rnnt ``rnnt_loss``).
@@ -539,6 +541,7 @@ def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bound
     return _finish_px(px, py, boundary, rnnt_type), py
 
 
+@_library.unified
 def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular",
                      delay_penalty=0.0, reduction="mean", return_grad=False, *, fastemit_lambda=0.0, name=None):
     """The RNN-T loss on pruned joiner output ``logits [B, T, s_range, C]`` (k2 ``rnnt_loss_pruned``),
@@ -610,6 +613,7 @@ def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_sca
     return _finish_px(px, py, boundary, rnnt_type), py
 
 
+@_library.unified
 def rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1, boundary=None,
                        rnnt_type="regular", delay_penalty=0.0, reduction="mean", return_grad=False, *,
                        fastemit_lambda=0.0, name=None):
