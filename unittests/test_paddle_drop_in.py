@@ -41,6 +41,8 @@ EXTRAS = {
     "logcumsumexp": {"exclusive": False, "reverse": False},
     "put_along_axis": {"name": None, "deterministic": False},
     "put_along_axis_": {"name": None, "deterministic": False},
+    "AdaptiveLogSoftmaxWithLoss.__init__": {"ignore_index": -100, "reduction": "mean"},
+    "adaptive_log_softmax_with_loss": {"ignore_index": -100, "reduction": "mean"},
 }
 
 
