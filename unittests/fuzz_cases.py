@@ -124,6 +124,16 @@ def int_values(rng, shape, mix, dtype):
     return rng.integers(lo, hi + 1, size=shape).astype(np.int64)
 
 
+def random_boxes(B, S, T, rng):
+    """A [B, 4] int64 boundary (s_begin, t_begin, s_end, t_end): the whole lattice first, then random boxes."""
+    rows = [[0, 0, S, T]]
+    for _ in range(B - 1):
+        s0, s1 = sorted(rng.integers(0, S + 1, size=2))
+        t0, t1 = sorted(rng.integers(0, T + 1, size=2))
+        rows.append([s0, t0, s1, t1])
+    return np.array(rows, dtype=np.int64)
+
+
 def random_shape(rng, rank, long_dim=None, max_dim=7, empty_p=0.05):
     dims = []
     for _ in range(rank):

@@ -15,6 +15,7 @@ import pytest
 
 import paddle_ext
 import refs
+from fuzz_cases import random_boxes
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -248,15 +249,6 @@ def _band(lib, px, py, boundary, ans_grad=None):
     return ans, p, gx, gy, redone
 
 
-def _boxes(B, S, T, rng):
-    rows = [[0, 0, S, T]]
-    for _ in range(B - 1):
-        s0, s1 = sorted(rng.integers(0, S + 1, size=2))
-        t0, t1 = sorted(rng.integers(0, T + 1, size=2))
-        rows.append([s0, t0, s1, t1])
-    return np.array(rows, dtype=np.int64)
-
-
 # Band edges (31/32/33 rows: one full band, a partial second one; 64/65: a third), columns around the chunk
 # (16) and the ring (64), empty sides (S = 0, T = 0), and boxes starting and ending inside bands and chunks;
 # passes (64 rows here): 64/65 rows (a second pass of 0/1 row), 96, 127/128 (two full passes), 130 (three).
@@ -271,7 +263,7 @@ def test_cuda_band_walk_equals_cpu_op(lib, modified, S, T):
     if py.size:
         py.reshape(-1)[rng.integers(0, py.size)] = -np.inf
     ans_grad = rng.normal(size=B)
-    for boundary in (None, _boxes(B, S, T, rng)):
+    for boundary in (None, random_boxes(B, S, T, rng)):
         ans, p, gx, gy, redone = _band(lib, px, py, boundary, ans_grad)
         assert redone == 0  # normal-range data stays on the extended-range chain
         want, (wx, wy) = paddle_ext.mutual_information_recursion(

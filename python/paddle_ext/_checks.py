@@ -49,9 +49,10 @@ def check_tensor(x, arg: str, op: str) -> None:
         raise TypeError(f"{op}: {arg} must be a paddle.Tensor, got {type(x).__name__}")
 
 
-def known_dim(d) -> bool:
-    """A dimension known when the graph is built (a dynamic one is -1, or None)."""
-    return d is not None and d >= 0
+def known_dim(*dims) -> bool:
+    """Every dimension known when the graph is built: a dynamic one is -1 or None in a static program, a
+    Tensor under to_static."""
+    return all(isinstance(d, numbers.Integral) and d >= 0 for d in dims)
 
 
 def dtype_name(dtype) -> str:

@@ -6,10 +6,7 @@ import paddle
 from paddle.autograd import PyLayer
 
 from . import _amp, _library
-from ._checks import FLOATING_DTYPES, check_tensor, dtype_name
-
-def _dim_known(d) -> bool:
-    return d is not None and int(d) >= 0
+from ._checks import FLOATING_DTYPES, check_tensor, dtype_name, known_dim
 
 
 @paddle.jit.not_to_static
@@ -21,7 +18,7 @@ def check_boundary(boundary, B, S, T, op="mutual_information_recursion", arg="bo
     if boundary.dtype != paddle.int64:
         raise TypeError(f"{op}: {arg} must be int64, got {dtype_name(boundary.dtype)}")
     shape = list(boundary.shape)
-    if len(shape) != 2 or shape[1] != 4 or (_dim_known(shape[0]) and _dim_known(B) and shape[0] != B):
+    if len(shape) != 2 or shape[1] != 4 or (known_dim(shape[0]) and known_dim(B) and shape[0] != B):
         raise ValueError(f"{op}: {arg} must have shape [B, 4] = [{B}, 4], got {shape}")
     if paddle.in_dynamic_mode():
         rows = boundary.numpy()
@@ -50,11 +47,11 @@ def check_px_py(px, py, op="mutual_information_recursion"):
         raise TypeError(f"{op}: py must have px's dtype {dtype_name(px.dtype)}, got {dtype_name(py.dtype)}")
     B, S, T1 = px.shape
     By, S1, T = py.shape
-    if _dim_known(B) and _dim_known(By) and B != By:
+    if known_dim(B) and known_dim(By) and B != By:
         raise ValueError(f"{op}: px and py must have the same batch size, got {B} and {By}")
-    if _dim_known(S) and _dim_known(S1) and S1 != S + 1:
+    if known_dim(S) and known_dim(S1) and S1 != S + 1:
         raise ValueError(f"{op}: py must have shape [B, S+1, T] for px of shape {list(px.shape)}, got {list(py.shape)}")
-    if not (_dim_known(T1) and _dim_known(T)):  # a dynamic T (static graph): the kernel checks at run time
+    if not (known_dim(T1) and known_dim(T)):  # a dynamic T (static graph): the kernel checks at run time
         return B, S, T, None
     if T1 not in (T, T + 1):
         raise ValueError(f"{op}: px's last dim must be T+1 = {T + 1} (regular) or T = {T} (modified), got {T1}")

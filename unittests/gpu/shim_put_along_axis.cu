@@ -26,6 +26,16 @@ static void with_acc(int reduce, Fn&& fn) {
   gpu::with_reduce_acc<T>((Reduce)reduce, fn);
 }
 
+// fn(value tag, accumulator tag, index tag) for a scatter's run-time dtype, reduce and index dtype.
+template <typename Fn>
+static int with_scatter_types(int dtype, int index_dtype, int reduce, Fn&& fn) {
+  return with_index(index_dtype, [&](auto itag) {
+    return shim_dispatch_all(dtype, [&](auto tag) {
+      with_acc<typename decltype(tag)::type>(reduce, [&](auto atag) { fn(tag, atag, itag); });
+    });
+  });
+}
+
 template <typename A>
 static int dtype_code() {
   if (std::is_same<A, float>::value) return 0;
@@ -65,16 +75,12 @@ extern "C" int pe_put_along_axis_acc_dtype(int dtype, int reduce) {
 extern "C" int pe_put_along_axis_scatter(int dtype, int index_dtype, int reduce, void* acc, const void* values,
                                          const void* indices, int64_t outer, int64_t n, int64_t m, int64_t inner,
                                          int include_self, int deterministic) {
-  return with_index(index_dtype, [&](auto itag) {
+  return with_scatter_types(dtype, index_dtype, reduce, [&](auto tag, auto atag, auto itag) {
+    using T = typename decltype(tag)::type;
+    using A = typename decltype(atag)::type;
     using Idx = typename decltype(itag)::type;
-    return shim_dispatch_all(dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      with_acc<T>(reduce, [&](auto atag) {
-        using A = typename decltype(atag)::type;
-        gpu::put_along_axis_scatter<T, A, Idx>((Reduce)reduce, (A*)acc, (const T*)values, (const Idx*)indices, outer,
-                                               n, m, inner, include_self != 0, deterministic != 0, ShimScratch{}, 0);
-      });
-    });
+    gpu::put_along_axis_scatter<T, A, Idx>((Reduce)reduce, (A*)acc, (const T*)values, (const Idx*)indices, outer,
+                                           n, m, inner, include_self != 0, deterministic != 0, ShimScratch{}, 0);
   });
 }
 
@@ -96,17 +102,13 @@ extern "C" int pe_put_along_axis_grads(int dtype, int index_dtype, int reduce, c
 extern "C" int pe_put_along_axis_forward(int dtype, int index_dtype, int reduce, void* acc, const void* values,
                                          const void* indices, void* count, void* winner, int64_t outer, int64_t n,
                                          int64_t m, int64_t inner, int include_self) {
-  return with_index(index_dtype, [&](auto itag) {
+  return with_scatter_types(dtype, index_dtype, reduce, [&](auto tag, auto atag, auto itag) {
+    using T = typename decltype(tag)::type;
+    using A = typename decltype(atag)::type;
     using Idx = typename decltype(itag)::type;
-    return shim_dispatch_all(dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      with_acc<T>(reduce, [&](auto atag) {
-        using A = typename decltype(atag)::type;
-        gpu::put_along_axis_forward<T, A, Idx>((Reduce)reduce, (A*)acc, (const T*)values, (const Idx*)indices,
-                                               (int32_t*)count, (int64_t*)winner, outer, n, m, inner,
-                                               include_self != 0, 0);
-      });
-    });
+    gpu::put_along_axis_forward<T, A, Idx>((Reduce)reduce, (A*)acc, (const T*)values, (const Idx*)indices,
+                                           (int32_t*)count, (int64_t*)winner, outer, n, m, inner,
+                                           include_self != 0, 0);
   });
 }
 
@@ -139,16 +141,12 @@ extern "C" int64_t pe_put_along_axis_sorted_workspace(int64_t positions, int64_t
 extern "C" int pe_put_along_axis_sorted(int dtype, int index_dtype, int reduce, void* acc, const void* values,
                                         const void* indices, void* workspace, int64_t workspace_bytes,
                                         int64_t outer, int64_t n, int64_t m, int64_t inner, int include_self) {
-  return with_index(index_dtype, [&](auto itag) {
+  return with_scatter_types(dtype, index_dtype, reduce, [&](auto tag, auto atag, auto itag) {
+    using T = typename decltype(tag)::type;
+    using A = typename decltype(atag)::type;
     using Idx = typename decltype(itag)::type;
-    return shim_dispatch_all(dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      with_acc<T>(reduce, [&](auto atag) {
-        using A = typename decltype(atag)::type;
-        gpu::put_along_axis_sorted<T, A, Idx>((Reduce)reduce, (A*)acc, (const T*)values, (const Idx*)indices,
-                                              workspace, (size_t)workspace_bytes, outer, n, m, inner,
-                                              include_self != 0, 0);
-      });
-    });
+    gpu::put_along_axis_sorted<T, A, Idx>((Reduce)reduce, (A*)acc, (const T*)values, (const Idx*)indices,
+                                          workspace, (size_t)workspace_bytes, outer, n, m, inner,
+                                          include_self != 0, 0);
   });
 }

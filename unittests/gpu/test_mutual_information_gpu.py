@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import refs
+from fuzz_cases import random_boxes
 
 try:
     import paddle
@@ -30,13 +31,7 @@ def _inputs(B, S, T, modified, seed):
 
 
 def _boxes(B, S, T, seed):
-    rng = np.random.default_rng(seed)
-    rows = [[0, 0, S, T]]
-    for _ in range(B - 1):
-        s0, s1 = sorted(rng.integers(0, S + 1, size=2))
-        t0, t1 = sorted(rng.integers(0, T + 1, size=2))
-        rows.append([s0, t0, s1, t1])
-    return np.array(rows, dtype=np.int64)
+    return random_boxes(B, S, T, np.random.default_rng(seed))
 
 
 def _gpu(px, py, boundary, dtype, ans_grad=None, grad_fill=0.0):

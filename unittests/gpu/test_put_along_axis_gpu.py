@@ -214,7 +214,7 @@ def test_backward_matches_reference(dtype, reduce, include_self):
 @pytest.mark.parametrize("reduce", ["mul", "amin", "amax"])
 @pytest.mark.parametrize("include_self", [True, False])
 def test_backward_with_non_finite_values_matches_reference(dtype, reduce, include_self):
-    # The CPU regression sweep (test_put_along_axis_op.py, non-finite grads) on the launchers: ±inf, NaN
+    # The CPU regression sweep (test_put_along_axis_nonfinite.py) on the launchers: ±inf, NaN
     # and zeros in arr and values; mul's grads are products of the other factors, amin/amax's go to
     # the contributors matching the result (the NaNs of a NaN result).
     shape4 = (2, 5, 12, 3)
