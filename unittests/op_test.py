@@ -249,7 +249,8 @@ def static_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=Non
             args, feeds = [], {}
             for name, array in inputs.items():
                 array = np.asarray(array)
-                var = paddle.static.data(name, list(array.shape), str(_wide(array).dtype) if _is_float(array) else str(array.dtype))
+                var_dtype = _wide(array).dtype if _is_float(array) else array.dtype
+                var = paddle.static.data(name, list(array.shape), str(var_dtype))
                 var.stop_gradient = not _is_float(array)
                 args.append(var)
                 feeds[name] = _wide(array) if _is_float(array) else array
@@ -283,7 +284,8 @@ def check_double_grad(fn, inputs: dict, wrt, attrs: dict | None = None, delta=1e
     with paddle.no_grad():
         outs = _as_tuple(fn(*_dygraph_inputs(values, "float64"), **attrs))
     weights = _loss_weights([tuple(o.shape) for o in outs], complex_outputs=[_is_complex_tensor(o) for o in outs])
-    vs = _loss_weights([values[n].shape for n in wrt], seed=8, complex_outputs=[np.iscomplexobj(values[n]) for n in wrt])
+    vs = _loss_weights([values[n].shape for n in wrt], seed=8,
+                       complex_outputs=[np.iscomplexobj(values[n]) for n in wrt])
 
     def directional(create_graph):  # sum_i Re(conj(v_i) * dL/dx_i): real for complex x too
         xs, grads = _first_order(fn, values, attrs, wrt, weights, create_graph)
