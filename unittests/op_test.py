@@ -28,14 +28,17 @@ import pytest
 
 # Paddle's OpTest tolerances (docs/architecture.md, "Paddle's custom-op API"): relative, and an absolute
 # floor for the half types.
-RTOL = {"float64": 1e-7, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
-ATOL = {"float64": 1e-12, "float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2}
+RTOL = {"float64": 1e-7, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2, "complex128": 1e-7, "complex64": 1e-5}
+ATOL = {"float64": 1e-12, "float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2, "complex128": 1e-12, "complex64": 1e-6}
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+COMPLEX_DTYPES = ("complex64", "complex128")
 
 
 def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
     """The float64 values a tensor of `dtype` holds after casting `array` to it."""
     array = np.asarray(array)
+    if np.iscomplexobj(array):
+        return array.astype(_input_dtype(array, dtype)).astype(np.complex128)
     if not np.issubdtype(array.dtype, np.floating):
         return array
     if dtype == "float16":
@@ -48,7 +51,25 @@ def round_to_dtype(array: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _is_float(array) -> bool:
-    return np.issubdtype(np.asarray(array).dtype, np.floating)
+    """Floating or complex: the inputs cast to the dtype under test and differentiated."""
+    return np.issubdtype(np.asarray(array).dtype, np.inexact)
+
+
+def _input_dtype(array, dtype: str) -> str:
+    """The dtype an input runs in: a complex input in the complex dtype under test (complex128 otherwise)."""
+    if np.iscomplexobj(array):
+        return dtype if dtype in COMPLEX_DTYPES else "complex128"
+    return dtype
+
+
+def _wide(array) -> np.ndarray:
+    """float64 (complex128 for complex) copy of a floating array."""
+    return np.array(array, dtype=np.complex128 if np.iscomplexobj(array) else np.float64)
+
+
+def _wrap_phase(d):
+    """d in [-pi, pi): imaginary parts of logs compared modulo 2 pi (a complex log's branch)."""
+    return (d + np.pi) % (2 * np.pi) - np.pi
 
 
 def _as_tuple(out):
@@ -58,7 +79,7 @@ def _as_tuple(out):
 def _to_numpy64(t) -> np.ndarray:
     if t.dtype in (paddle.float16, paddle.bfloat16):
         t = t.astype("float32")
-    return np.asarray(t.numpy()).astype(np.float64) if np.issubdtype(t.numpy().dtype, np.floating) else t.numpy()
+    return _wide(t.numpy()) if _is_float(t.numpy()) else t.numpy()
 
 
 def assert_close(actual, expected, dtype: str, rtol=None, atol=None, what="output"):
@@ -74,6 +95,8 @@ def assert_close(actual, expected, dtype: str, rtol=None, atol=None, what="outpu
     inf = np.isinf(expected)
     np.testing.assert_array_equal(actual[inf], expected[inf], err_msg=f"{what}: inf values differ")
     finite = np.isfinite(expected)
+    if np.iscomplexobj(expected):
+        actual = actual.real + 1j * (expected.imag + _wrap_phase(actual.imag - expected.imag))
     np.testing.assert_allclose(actual[finite], expected[finite], rtol=rtol, atol=atol, err_msg=what)
 
 
@@ -93,7 +116,7 @@ def _dygraph_inputs(inputs: dict, dtype: str, stop_gradient=True):
     for array in inputs.values():
         t = paddle.to_tensor(np.asarray(array))
         if _is_float(array):
-            t = t.astype(dtype)
+            t = t.astype(_input_dtype(array, dtype))
         t.stop_gradient = stop_gradient or not _is_float(array)
         tensors.append(t)
     return tensors
@@ -115,6 +138,8 @@ def run_static(fn, inputs: dict, attrs: dict, dtype: str, legacy=False):
                 feed_dtype = "float64" if dtype == "float64" or not _is_float(array) else "float32"
                 if not _is_float(array):
                     feed_dtype = str(array.dtype)
+                elif np.iscomplexobj(array):
+                    feed_dtype = _input_dtype(array, dtype)
                 var = paddle.static.data(name, list(array.shape), feed_dtype)
                 args.append(var.astype(dtype) if _is_float(array) and feed_dtype != dtype else var)
                 feeds[name] = array.astype(feed_dtype)
@@ -123,7 +148,7 @@ def run_static(fn, inputs: dict, attrs: dict, dtype: str, legacy=False):
         exe = paddle.static.Executor(paddle.CPUPlace())
         exe.run(startup)
         results = exe.run(main, feed=feeds, fetch_list=fetch)
-    return [np.asarray(r).astype(np.float64) if _is_float(r) else np.asarray(r) for r in results]
+    return [_wide(r) if _is_float(r) else np.asarray(r) for r in results]
 
 
 MODES = ("dygraph", "static", "legacy_static")
@@ -165,16 +190,37 @@ def check_output(fn, inputs: dict, expected_fn, attrs: dict | None = None, dtype
     return results
 
 
-def _loss_weights(shapes, seed=7):
+def _loss_weights(shapes, seed=7, complex_outputs=()):
     rng = np.random.default_rng(seed)
-    return [rng.uniform(0.5, 1.5, size=s) * rng.choice([-1.0, 1.0], size=s) for s in shapes]
+    weights = [rng.uniform(0.5, 1.5, size=s) * rng.choice([-1.0, 1.0], size=s) for s in shapes]
+    # a complex output's weights get a random phase too (drawn after the real ones: those stay as they were)
+    return [w * np.exp(1j * rng.uniform(-np.pi, np.pi, size=w.shape)) if c else w
+            for w, c in zip(weights, list(complex_outputs) + [False] * len(weights))]
+
+
+def _is_complex_tensor(t) -> bool:
+    return t.dtype in (paddle.complex64, paddle.complex128) or str(t.dtype).endswith(("COMPLEX64", "COMPLEX128"))
 
 
 def _weighted_loss(outs, weights):
-    """sum_k sum(w_k * out_k) over finite outputs: random weights catch grads that a plain mean hides."""
+    """sum_k sum(w_k * out_k) over finite outputs: random weights catch grads that a plain mean hides. A
+    complex output adds sum(Re(conj(w_k) * out_k)): a real loss whose grad w.r.t. a complex x, in Paddle's
+    convention, is dL/dRe(x) + i dL/dIm(x) (what numeric_grads computes)."""
     legacy = not (paddle.in_dynamic_mode() or paddle.framework.in_pir_mode())
     total = 0
     for o, w in zip(outs, weights):
+        if np.iscomplexobj(w):
+            re, im = paddle.real(o), paddle.imag(o)
+            finite = (re > float("-inf")) & (re < float("inf")) & (im > float("-inf")) & (im < float("inf"))
+            if paddle.in_dynamic_mode():  # a complex sum, whose grad (grad_outputs 1) is its real part's:
+                # paddle.real has no double grad
+                total = total + paddle.sum(paddle.where(finite, o, paddle.zeros_like(o)) * paddle.to_tensor(np.conj(w)))
+                continue
+            re, im = (paddle.where(finite, part, paddle.zeros_like(part)) for part in (re, im))
+            # Re(conj(w) * o) with real constants (a legacy-IR program holds no complex constant)
+            weighted = re * paddle.to_tensor(w.real, dtype=re.dtype) + im * paddle.to_tensor(w.imag, dtype=im.dtype)
+            total = total + (paddle.mean(weighted) * int(np.prod(o.shape)) if legacy else paddle.sum(weighted))
+            continue
         # paddle.isfinite and paddle.sum fail on a legacy-IR program's variables in Paddle 3.3.1
         finite = (o > float("-inf")) & (o < float("inf")) if legacy else paddle.isfinite(o)
         weighted = paddle.where(finite, o, paddle.zeros_like(o)) * paddle.to_tensor(w, dtype=o.dtype)
@@ -187,7 +233,7 @@ def analytic_grads(fn, inputs: dict, attrs: dict, wrt, output_indices=None, dtyp
     names = list(inputs)
     outs = _as_tuple(fn(*tensors, **attrs))
     outs = [outs[i] for i in output_indices] if output_indices is not None else list(outs)
-    weights = _loss_weights([tuple(o.shape) for o in outs])
+    weights = _loss_weights([tuple(o.shape) for o in outs], complex_outputs=[_is_complex_tensor(o) for o in outs])
     _weighted_loss(outs, weights).backward()
     grads = []
     for name in wrt:
@@ -203,10 +249,11 @@ def static_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=Non
             args, feeds = [], {}
             for name, array in inputs.items():
                 array = np.asarray(array)
-                var = paddle.static.data(name, list(array.shape), str(array.dtype) if not _is_float(array) else "float64")
+                var_dtype = _wide(array).dtype if _is_float(array) else array.dtype
+                var = paddle.static.data(name, list(array.shape), str(var_dtype))
                 var.stop_gradient = not _is_float(array)
                 args.append(var)
-                feeds[name] = array if not _is_float(array) else array.astype(np.float64)
+                feeds[name] = _wide(array) if _is_float(array) else array
             outs = _as_tuple(fn(*args, **attrs))
             outs = [outs[i] for i in output_indices] if output_indices is not None else list(outs)
             loss = _weighted_loss(outs, weights)
@@ -233,29 +280,32 @@ def check_double_grad(fn, inputs: dict, wrt, attrs: dict | None = None, delta=1e
     (L the random-weighted loss, v random) against central differences of the first-order grads."""
     attrs = attrs or {}
     wrt = [wrt] if isinstance(wrt, str) else list(wrt)
-    values = {k: (np.array(v, dtype=np.float64) if _is_float(v) else np.asarray(v)) for k, v in inputs.items()}
+    values = {k: (_wide(v) if _is_float(v) else np.asarray(v)) for k, v in inputs.items()}
     with paddle.no_grad():
-        shapes = [tuple(o.shape) for o in _as_tuple(fn(*_dygraph_inputs(values, "float64"), **attrs))]
-    weights = _loss_weights(shapes)
-    vs = _loss_weights([values[n].shape for n in wrt], seed=8)
+        outs = _as_tuple(fn(*_dygraph_inputs(values, "float64"), **attrs))
+    weights = _loss_weights([tuple(o.shape) for o in outs], complex_outputs=[_is_complex_tensor(o) for o in outs])
+    vs = _loss_weights([values[n].shape for n in wrt], seed=8,
+                       complex_outputs=[np.iscomplexobj(values[n]) for n in wrt])
 
-    def directional(create_graph):
+    def directional(create_graph):  # sum_i Re(conj(v_i) * dL/dx_i): real for complex x too
         xs, grads = _first_order(fn, values, attrs, wrt, weights, create_graph)
-        return xs, sum((g * paddle.to_tensor(v)).sum() for g, v in zip(grads, vs))
+        products = [g * paddle.to_tensor(np.conj(v)) for g, v in zip(grads, vs)]
+        return xs, sum((paddle.real(p) if _is_complex_tensor(p) else p).sum() for p in products)
 
     xs, total = directional(True)
     analytic = paddle.grad(total, xs, allow_unused=True)
     for name, x, a in zip(wrt, xs, analytic):
         a = np.zeros(x.shape) if a is None else a.numpy()
-        flat, numeric = values[name].reshape(-1), np.zeros(a.size)
+        flat, numeric = values[name].reshape(-1), np.zeros(a.size, dtype=values[name].dtype)
         for i in range(flat.size):
             orig = flat[i]
-            flat[i] = orig + delta
-            plus = float(directional(False)[1])
-            flat[i] = orig - delta
-            minus = float(directional(False)[1])
-            flat[i] = orig
-            numeric[i] = (plus - minus) / (2 * delta)
+            for step in ((1.0, 1j) if np.iscomplexobj(flat) else (1.0,)):  # complex x: d/dRe + i d/dIm
+                flat[i] = orig + delta * step
+                plus = float(directional(False)[1])
+                flat[i] = orig - delta * step
+                minus = float(directional(False)[1])
+                flat[i] = orig
+                numeric[i] += step * (plus - minus) / (2 * delta)
         np.testing.assert_allclose(a.reshape(-1), numeric, rtol=rtol, atol=atol,
                                    err_msg=f"second-order grad w.r.t. {name}")
 
@@ -269,11 +319,11 @@ def numeric_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=No
             outs = [outs[i] for i in output_indices] if output_indices is not None else list(outs)
             total = 0.0
             for o, w in zip(outs, weights):
-                o = o.numpy().astype(np.float64)
-                total += float(np.sum(np.where(np.isfinite(o), o, 0.0) * w))
+                o = _wide(o.numpy())
+                total += float(np.sum(np.real(np.where(np.isfinite(o), o, 0.0) * np.conj(w))))
             return total
 
-    values = {k: (np.array(v, dtype=np.float64) if _is_float(v) else np.asarray(v)) for k, v in inputs.items()}
+    values = {k: (_wide(v) if _is_float(v) else np.asarray(v)) for k, v in inputs.items()}
     grads = []
     for name in wrt:
         x = values[name]
@@ -283,12 +333,14 @@ def numeric_grads(fn, inputs: dict, attrs: dict, wrt, weights, output_indices=No
             orig = flat[i]
             if not np.isfinite(orig):
                 continue  # the grad at a non-finite input is checked by the op's own edge tests
-            flat[i] = orig + delta
-            plus = loss_at(values)
-            flat[i] = orig - delta
-            minus = loss_at(values)
-            flat[i] = orig
-            gflat[i] = (plus - minus) / (2 * delta)
+            # complex x: dL/dRe + i dL/dIm (Paddle's convention for a real loss)
+            for step in ((1.0, 1j) if np.iscomplexobj(flat) else (1.0,)):
+                flat[i] = orig + delta * step
+                plus = loss_at(values)
+                flat[i] = orig - delta * step
+                minus = loss_at(values)
+                flat[i] = orig
+                gflat[i] += step * (plus - minus) / (2 * delta)
         grads.append(g)
     return grads
 

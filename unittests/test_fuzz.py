@@ -64,6 +64,7 @@ import paddle
 import pytest
 
 import fuzz_cases as fc
+import fuzz_cases_complex as fcc
 import paddle_ext
 import refs
 from paddle_ext.nn.functional import adaptive_log_softmax_with_loss
@@ -142,6 +143,36 @@ def test_logcumsumexp(case):
 @pytest.mark.parametrize("case", LCSE_THREADS)
 def test_logcumsumexp_threads(case):
     _check_logcumsumexp(case, grad_rows=6)
+
+
+# -------------------------------------------------------------------------------- complex logcumsumexp
+LCSE_COMPLEX = _params(fcc.logcumsumexp_complex_cases())
+MAX_GRAD_TERMS = int(2e7)  # the reference grad is n^2 per line: check a sample of lines past this
+
+
+@pytest.mark.parametrize("case", LCSE_COMPLEX)
+def test_logcumsumexp_complex(case):
+    x, g, axis, dtype, flags = case["x"], case["g"], case["axis"], case["dtype"], (case["exclusive"], case["reverse"])
+    t = _tensor(x, dtype, case["view"], grad=True)
+    out = paddle_ext.logcumsumexp(t, axis=axis, exclusive=flags[0], reverse=flags[1])
+    assert out.dtype == getattr(paddle, dtype)
+    ref = refs.logcumsumexp(x, axis, *flags)
+    fcc.assert_complex_matches(out.numpy(), ref, fcc.forward_bound(x, ref, axis, *flags, dtype), "logcumsumexp")
+    (gx,) = paddle.grad(out, t, grad_outputs=paddle.to_tensor(g.reshape(ref.shape)).astype(dtype))
+    got = gx.numpy()
+    if axis is None:
+        x, g, got, axis = x.reshape(-1), g.reshape(-1), got.reshape(-1), 0
+    n = x.shape[axis] if x.ndim else 1
+    if n > 4096:
+        return  # the reference grad needs n^2 memory
+    if x.ndim and n and x.size // n * n * n > MAX_GRAD_TERMS:  # an evenly spaced sample of lines
+        x, g, got = (np.moveaxis(z, axis, -1).reshape(-1, n) for z in (x, g, got))
+        lines = np.unique(np.linspace(0, x.shape[0] - 1, max(1, MAX_GRAD_TERMS // (n * n))).astype(int))
+        x, g, got, axis = x[lines], g[lines], got[lines], 1
+    ref_out = refs.logcumsumexp(x, axis, *flags)
+    ref_g = refs.logcumsumexp_grad(x, g, axis, *flags)
+    bound = fcc.grad_bound(x, g, ref_out, ref_g, axis, *flags, dtype)
+    fcc.assert_complex_matches(got, ref_g, bound, "logcumsumexp grad", phase=False)
 
 
 # -------------------------------------------------------------------------------------- put_along_axis

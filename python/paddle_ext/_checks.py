@@ -33,6 +33,7 @@ class Dtypes(tuple):
 
 
 FLOATING_DTYPES = Dtypes((DataType.FLOAT16, DataType.BFLOAT16, DataType.FLOAT32, DataType.FLOAT64))
+COMPLEX_DTYPES = Dtypes((DataType.COMPLEX64, DataType.COMPLEX128))
 INTEGER_DTYPES = Dtypes((DataType.INT32, DataType.INT64, DataType.INT16, DataType.UINT8, DataType.INT8))
 
 
@@ -73,10 +74,12 @@ def to_dtype(dtype, arg: str, op: str):
     return DataType.BFLOAT16 if name == "uint16" else canonical_dtype(getattr(paddle, name))
 
 
-def floating_dtype(dtype, arg: str, op: str):
+def floating_dtype(dtype, arg: str, op: str, allow_complex: bool = False):
     d = to_dtype(dtype, arg, op)
-    if d not in FLOATING_DTYPES:
-        raise TypeError(f"{op}: {arg} must be float16, bfloat16, float32 or float64, got {dtype_name(d)}")
+    if d not in FLOATING_DTYPES and not (allow_complex and d in COMPLEX_DTYPES):
+        expected = "float16, bfloat16, float32, float64, complex64 or complex128" if allow_complex else \
+            "float16, bfloat16, float32 or float64"
+        raise TypeError(f"{op}: {arg} must be {expected}, got {dtype_name(d)}")
     return d
 
 

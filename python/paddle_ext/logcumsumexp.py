@@ -6,7 +6,8 @@ import paddle
 from paddle.autograd import PyLayer
 
 from . import _amp, _library
-from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_axis, check_tensor, dtype_name, floating_dtype
+from ._checks import (COMPLEX_DTYPES, FLOATING_DTYPES, INTEGER_DTYPES, check_axis, check_tensor, dtype_name,
+                      floating_dtype)
 
 
 @_library.unified
@@ -16,25 +17,27 @@ def logcumsumexp(x, axis=None, dtype=None, name=None, *, exclusive=False, revers
     ``paddle.logcumsumexp``'s parameters in its order; ``exclusive`` and ``reverse`` are keyword-only.
 
     Args:
-        x (Tensor): input; integer tensors are cast to float32, as in Paddle.
+        x (Tensor): input, floating or complex; integer tensors are cast to float32, as in Paddle.
         axis (int|None): the axis to scan; ``None`` scans the flattened tensor (1-D result).
             Negative values count from the end.
-        dtype (str|paddle.dtype|None): cast ``x`` to this floating dtype first.
+        dtype (str|paddle.dtype|None): cast ``x`` to this floating or complex dtype first.
         name (str|None): in a legacy-IR static program, the prefix of the output variable's name.
         exclusive (bool): ``out[0] = -inf`` and ``out[i] = logsumexp(x[:i])``.
         reverse (bool): scan from the last element to the first.
 
     Returns:
-        Tensor of ``x``'s shape (1-D when ``axis`` is None) and floating dtype.
+        Tensor of ``x``'s shape (1-D when ``axis`` is None) and dtype. For complex ``x``, the imaginary
+        part is not wrapped: it equals torch's up to a multiple of 2*pi.
     """
     check_tensor(x, "x", "logcumsumexp")
     if dtype is not None:
-        x = paddle.cast(x, floating_dtype(dtype, "dtype", "logcumsumexp"))
-    elif x.dtype not in FLOATING_DTYPES:
+        x = paddle.cast(x, floating_dtype(dtype, "dtype", "logcumsumexp", allow_complex=True))
+    elif x.dtype not in FLOATING_DTYPES and x.dtype not in COMPLEX_DTYPES:
         if x.dtype not in INTEGER_DTYPES and x.dtype != paddle.bool:
-            raise TypeError(f"logcumsumexp: x has dtype {dtype_name(x.dtype)}; expected a real floating or integer dtype")
+            raise TypeError(f"logcumsumexp: x has dtype {dtype_name(x.dtype)}; expected a floating, complex or "
+                            "integer dtype")
         x = paddle.cast(x, "float32")  # as paddle.logcumsumexp does
-    x = _amp.float32_at_o1(x)  # a float32 op at O1 (as cumsum and log_softmax in Paddle's AMP lists)
+    x = _amp.float32_at_o1(x)  # a float32 op at O1 (as cumsum and log_softmax in Paddle's AMP lists); complex stays
     flatten = axis is None
     axis = 0 if flatten else check_axis(axis, len(x.shape), "logcumsumexp")
     attrs = (axis, flatten, bool(exclusive), bool(reverse))
@@ -72,7 +75,8 @@ class _Logcumsumexp(PyLayer):
         # on the graph, through this same PyLayer.
         axis, flatten, exclusive, reverse = ctx.attrs
         out = logcumsumexp(x, axis=None if flatten else axis, exclusive=exclusive, reverse=reverse)
-        return _differentiable_grad(x, out, out_grad, *ctx.attrs)
+        grad = _differentiable_grad_complex if x.dtype in COMPLEX_DTYPES else _differentiable_grad
+        return grad(x, out, out_grad, *ctx.attrs)
 
 
 def _differentiable_grad(x, out, out_grad, axis, flatten, exclusive, reverse):
@@ -92,4 +96,23 @@ def _differentiable_grad(x, out, out_grad, axis, flatten, exclusive, reverse):
     safe_x = paddle.where(finite_x, x, paddle.zeros_like(x))
     grad = (safe_x + side(out_grad > 0)).exp() - (safe_x + side(out_grad < 0)).exp()
     grad = paddle.where(finite_x, grad, paddle.zeros_like(grad))
+    return grad.reshape(shape) if flatten else grad
+
+
+def _differentiable_grad_complex(x, out, out_grad, axis, flatten, exclusive, reverse):
+    """dx = exp(conj(x) + L), L = the opposite-direction scan of log(g) - conj(out) (see the docs); terms
+    with g = 0 or a non-finite real part of out add nothing, and x with real part -inf gets 0."""
+    shape = x.shape
+    if flatten:
+        x, out_grad = x.reshape([-1]), out_grad.reshape([-1])
+    zero = paddle.zeros_like(out_grad)
+    live = ((out_grad.real() != 0) | (out_grad.imag() != 0)) & paddle.isfinite(out.real())
+    safe_g = paddle.where(live, out_grad, paddle.ones_like(out_grad))
+    safe_out = paddle.where(live, out, zero)
+    log_zero = paddle.complex(paddle.full_like(out.real(), float("-inf")), paddle.zeros_like(out.real()))
+    terms = paddle.where(live, safe_g.log() - safe_out.conj(), log_zero)
+    log_sum = logcumsumexp(terms, axis=axis, exclusive=exclusive, reverse=not reverse)
+    finite_x = x.real() > float("-inf")
+    safe_x = paddle.where(finite_x, x, paddle.zeros_like(x))
+    grad = paddle.where(finite_x, (safe_x.conj() + log_sum).exp(), paddle.zeros_like(x))
     return grad.reshape(shape) if flatten else grad

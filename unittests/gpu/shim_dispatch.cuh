@@ -29,7 +29,8 @@ int shim_run(Body&& body) {
   return (int)(pe_sync_after_launch ? cudaDeviceSynchronize() : cudaGetLastError());
 }
 
-// Codes shared with gpu_runtime.py: 0 float32, 1 float64, 2 float16, 3 bfloat16, 4 int32, 5 int64.
+// Codes shared with gpu_runtime.py: 0 float32, 1 float64, 2 float16, 3 bfloat16, 4 int32, 5 int64 (6 complex64,
+// 7 complex128: shim_logcumsumexp.cu).
 template <typename Fn>
 int shim_dispatch_floating(int dtype, Fn&& fn) {
   switch (dtype) {

@@ -5,6 +5,7 @@ import ctypes
 import numpy as np
 import pytest
 
+import fuzz_cases_complex as fcc
 import refs
 from gpu_runtime import DTYPE_CODES, DeviceBuffer, check, host_array, library, to_float64
 
@@ -392,3 +393,68 @@ def test_float32_column_tiles_within_1e6(exclusive, reverse):
     ref = refs.logcumsumexp(x.astype(np.float64), 1, exclusive, reverse)
     assert np.array_equal(np.isneginf(got), np.isneginf(ref))
     assert _max_rel_err(got, ref) <= 1e-6
+
+
+# ---------------------------------------------------------------------------------------------- complex
+# complex64/complex128 (gpu/logcumsumexp/complex.cu): one warp per contiguous row (shuffle scan), one thread
+# per strided line; both accumulate in complex128. Compared as the fuzz suite compares them (imaginary parts
+# modulo 2 pi, the error scaled by the sum's condition number).
+COMPLEX_SHAPES = [((1, 1, 1), 1), ((3, 31, 1), 1), ((5, 33, 1), 1), ((2, 1000, 1), 1), ((300, 64, 1), 1),
+                  ((4, 37, 65), 1), ((1, 300, 1024), 1), ((0, 5, 1), 1), ((3, 0, 4), 1)]
+
+
+def _complex_input(shape3, seed, phase=np.pi):
+    rng = np.random.default_rng(seed)
+    return rng.normal(0, 3, size=shape3) + 1j * rng.uniform(-phase, phase, size=shape3)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("shape3,axis", COMPLEX_SHAPES)
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_complex_forward_matches_reference(dtype, shape3, axis, exclusive, reverse):
+    x = _complex_input(shape3, seed=20, phase=50.0).astype(dtype).astype(np.complex128)
+    got = _run_complex("pe_logcumsumexp_forward", dtype, [x], shape3, exclusive, reverse)
+    ref = refs.logcumsumexp(x, axis, exclusive, reverse)
+    fcc.assert_complex_matches(got, ref, fcc.forward_bound(x, ref, axis, exclusive, reverse, dtype), "forward")
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_complex_forward_specials(dtype, exclusive, reverse):
+    x = _complex_input((6, 100), seed=21, phase=1e4)
+    x.real[0, :40] = -np.inf  # a -inf prefix longer than a warp step: -inf + 0i
+    x[1, 50] = complex(np.nan, 0.0)
+    x.real[2, 70] = np.inf
+    x.real[3] += 1e4
+    x.real[4] = np.where(np.arange(100) % 2, 700.0, -700.0)
+    x.real[5] = -1e4
+    x = x.astype(dtype).astype(np.complex128).reshape(6, 100, 1)
+    got = _run_complex("pe_logcumsumexp_forward", dtype, [x], (6, 100, 1), exclusive, reverse)
+    ref = refs.logcumsumexp(x, 1, exclusive, reverse)
+    fcc.assert_complex_matches(got, ref, fcc.forward_bound(x, ref, 1, exclusive, reverse, dtype), "forward")
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+@pytest.mark.parametrize("shape3,axis", [((3, 70, 1), 1), ((2, 9, 5), 1)])
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+def test_complex_backward_matches_reference(dtype, shape3, axis, exclusive, reverse):
+    x = _complex_input(shape3, seed=22).astype(dtype).astype(np.complex128)
+    x[0, 0, 0] = complex(-np.inf, 1.0)
+    g = _complex_input(shape3, seed=23).astype(dtype).astype(np.complex128)
+    out = refs.logcumsumexp(x, axis, exclusive, reverse).astype(dtype).astype(np.complex128)
+    got = _run_complex("pe_logcumsumexp_backward", dtype, [x, out, g], shape3, exclusive, reverse)
+    ref = refs.logcumsumexp_grad(x, g, axis, exclusive, reverse)
+    assert got[0, 0, 0] == 0
+    bound = fcc.grad_bound(x, g, refs.logcumsumexp(x, axis, exclusive, reverse), ref, axis, exclusive, reverse, dtype)
+    fcc.assert_complex_matches(got, ref, bound, "backward", phase=False)
+
+
+def _run_complex(name, dtype, arrays, shape3, exclusive, reverse):
+    lib = library()
+    bufs = [DeviceBuffer(np.ascontiguousarray(np.asarray(a).astype(dtype))) for a in arrays]
+    out = DeviceBuffer(np.zeros(shape3, dtype=dtype))
+    outer, n, inner = shape3
+    check(getattr(lib, name)(DTYPE_CODES[dtype], *[ctypes.c_void_p(b.ptr) for b in bufs], ctypes.c_void_p(out.ptr),
+                             ctypes.c_int64(outer), ctypes.c_int64(n), ctypes.c_int64(inner), int(exclusive),
+                             int(reverse)))
+    return out.get().astype(np.complex128)

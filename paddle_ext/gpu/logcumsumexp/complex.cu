@@ -1,0 +1,87 @@
+// CUDA logcumsumexp on complex64/complex128, forward and backward (one kernel pair, two IO functors from
+// include/paddle_ext/logcumsumexp_complex.h), everything in complex<double>:
+//   inner == 1 (contiguous rows): one warp per row, 32 positions a step, scanned with shuffles of the
+//     complex log-add-exp (associative; the first operand is always the earlier), the carry in registers;
+//   inner  > 1 (strided axis): one thread per (outer, column) line walking the axis (scan_complex_line, as
+//     on the CPU); neighbouring threads read neighbouring columns, so every step is coalesced.
+#include "paddle_ext/gpu/cuda_utils.cuh"
+#include "paddle_ext/logcumsumexp_complex.h"
+
+namespace paddle_ext::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+
+template <typename IO>
+__global__ void __launch_bounds__(kThreads) complex_columns_kernel(IO io, index_t outer, index_t n, index_t inner,
+                                                                   bool exclusive, bool reverse) {
+  const index_t lines = outer * inner;
+  for (index_t line = blockIdx.x * (index_t)blockDim.x + threadIdx.x; line < lines;
+       line += (index_t)gridDim.x * blockDim.x) {
+    const index_t o = line / inner, column = line % inner;
+    scan_complex_line(io, o * n * inner + column, n, inner, exclusive, reverse);
+  }
+}
+
+__device__ inline complex_acc shuffle_up(complex_acc v, int delta) {
+  return {__shfl_up_sync(0xffffffffu, v.real, delta), __shfl_up_sync(0xffffffffu, v.imag, delta)};
+}
+
+template <typename IO>
+__global__ void __launch_bounds__(kThreads) complex_rows_kernel(IO io, index_t rows, index_t n, bool exclusive,
+                                                                bool reverse) {
+  const int lane = threadIdx.x % 32;
+  const index_t warps = (index_t)gridDim.x * kWarpsPerBlock;
+  for (index_t row = blockIdx.x * (index_t)kWarpsPerBlock + threadIdx.x / 32; row < rows; row += warps) {
+    complex_acc carry = complex_log_zero<double>();
+    for (index_t k0 = 0; k0 < n; k0 += 32) {
+      const index_t k = k0 + lane;
+      const index_t p = row * n + (reverse ? n - 1 - k : k);
+      const complex_acc term = k < n ? io.term(p) : complex_log_zero<double>();
+      complex_acc prefix = term;  // inclusive prefix of this step's 32 terms
+#pragma unroll
+      for (int delta = 1; delta < 32; delta *= 2) {
+        const complex_acc earlier = shuffle_up(prefix, delta);
+        if (lane >= delta) prefix = complex_log_add_exp(earlier, prefix);
+      }
+      complex_acc before = shuffle_up(prefix, 1);
+      if (lane == 0) before = complex_log_zero<double>();
+      if (k < n) io.finish(p, complex_log_add_exp(carry, exclusive ? before : prefix));
+      const complex_acc total = {__shfl_sync(0xffffffffu, prefix.real, 31), __shfl_sync(0xffffffffu, prefix.imag, 31)};
+      carry = complex_log_add_exp(carry, total);
+    }
+  }
+}
+
+template <typename IO>
+void launch(const IO& io, index_t outer, index_t n, index_t inner, bool exclusive, bool reverse, cudaStream_t stream) {
+  if (outer == 0 || n == 0 || inner == 0) return;
+  if (inner == 1) {
+    complex_rows_kernel<<<grid_size(outer, kWarpsPerBlock), kThreads, 0, stream>>>(io, outer, n, exclusive, reverse);
+  } else {
+    complex_columns_kernel<<<grid_size(outer * inner, kThreads), kThreads, 0, stream>>>(io, outer, n, inner, exclusive,
+                                                                                       reverse);
+  }
+  check_launch("logcumsumexp (complex)");
+}
+
+}  // namespace
+
+// The grad of x[j] gathers the outputs that j fed: the same scan in the opposite direction.
+#define PE_DEFINE_COMPLEX_LAUNCHERS(T)                                                                           \
+  template <>                                                                                                   \
+  void logcumsumexp_forward<T>(const T* x, T* out, index_t outer, index_t n, index_t inner, bool exclusive,      \
+                               bool reverse, cudaStream_t stream) {                                             \
+    launch(ComplexForwardIO<T>{x, out}, outer, n, inner, exclusive, reverse, stream);                           \
+  }                                                                                                             \
+  template <>                                                                                                   \
+  void logcumsumexp_backward<T>(const T* x, const T* out, const T* out_grad, T* x_grad, index_t outer, index_t n, \
+                                index_t inner, bool exclusive, bool reverse, cudaStream_t stream) {             \
+    launch(ComplexBackwardIO<T>{x, out, out_grad, x_grad}, outer, n, inner, exclusive, !reverse, stream);      \
+  }
+PE_DEFINE_COMPLEX_LAUNCHERS(complex<float>)
+PE_DEFINE_COMPLEX_LAUNCHERS(complex<double>)
+#undef PE_DEFINE_COMPLEX_LAUNCHERS
+
+}  // namespace paddle_ext::gpu
