@@ -371,6 +371,28 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
     return output
 
 
+def _kept_log_prob(input, label, keep, head_weight, tail_weights, cutoffs, head_bias):
+    """[N] log p(label | input), 0 on the rows that ``keep`` masks out (None: every row counts). The rows
+    that count are gathered once and only they run through the head and the tails, then are scattered
+    back (index_add): an ignored row costs no GEMM row and its input is never read. In dygraph a batch of
+    only ignored rows runs every row cut by a where instead: no matmul sees an empty batch, and the head
+    weight gets exact zero grads (which DataParallel needs)."""
+    if keep is None:
+        return _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias)
+    rows = paddle.nonzero(keep).reshape([-1])
+    if paddle.in_dynamic_mode() and rows.shape[0] == 0:
+        output = _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias)
+        return paddle.where(keep, output, paddle.zeros_like(output))  # where: no NaN * 0 reaches the output
+    x, y = paddle.gather(input, rows), paddle.gather(label, rows)
+    if paddle.in_dynamic_mode():
+        kept = _target_log_prob(x, y, head_weight, tail_weights, cutoffs, head_bias)
+    else:  # a zero row of class 0 after the kept ones: an exported model's head never sees an empty batch
+        x = paddle.concat([x, paddle.zeros_like(input[:1])])  # (paddle.inference fails on the all-ignored one)
+        y = paddle.concat([y, paddle.zeros_like(label[:1])])
+        kept = _target_log_prob(x, y, head_weight, tail_weights, cutoffs, head_bias)[:-1]
+    return _index_add(paddle.zeros_like(keep, dtype=kept.dtype), rows, kept)
+
+
 def _index_add(output, index, values):
     """``paddle.index_add`` along axis 0 (scatter_nd_add has no second-order grad). A static graph's index
     may be empty at run time, which index_add rejects in Paddle 3.0.0 and 3.1.0 ("The length of Input(Index)
@@ -461,9 +483,7 @@ def adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weigh
     if not batched:
         x, label = x.unsqueeze(0), label.unsqueeze(0)
         keep = None if keep is None else keep.unsqueeze(0)
-    output = _target_log_prob(x, label, head_weight, tail_weights, cutoffs, head_bias)
-    if keep is not None:  # where, not a product: an ignored row's value never reaches the outputs
-        output = paddle.where(keep, output, paddle.zeros_like(output))
+    output = _kept_log_prob(x, label, keep, head_weight, tail_weights, cutoffs, head_bias)
     loss = _reduce(output, keep, reduction)
     if not batched:
         output = output.squeeze(0)

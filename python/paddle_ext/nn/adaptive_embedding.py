@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import paddle
 
+from .. import _library
 from .. import adaptive_log_softmax as _als
 from .._checks import check_int
 from .adaptive_log_softmax import AdaptiveLogSoftmaxWithLoss, _TailPair
@@ -94,17 +95,27 @@ class AdaptiveEmbedding(paddle.nn.Layer):
                     out = _als._ZeroGrads.apply(out, *trained)
                 continue
             rows_of = paddle.gather(w2.t(), paddle.gather(flat, rows) - low)  # [k, hsz]
-            emb = paddle.matmul(rows_of, w1, transpose_y=True)  # [k, embedding_dim]
+            emb = _matmul_transposed(rows_of, w1)  # [k, embedding_dim]
             out = paddle.index_add(out, rows, 0, _als._cast(emb, dtype))
-        dims = [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
-        if dims.count(-1) > 1:  # several dynamic dims (to_static): the shape as a tensor
-            dims = paddle.concat([paddle.shape(ids).astype("int64"), paddle.full([1], self.embedding_dim, "int64")])
-            return out.reshape(dims)
-        return out.reshape([*dims, self.embedding_dim])
+        return out.reshape(_out_shape(ids, shape, self.embedding_dim))
 
     def extra_repr(self):
         return (f"n_classes={self.n_classes}, embedding_dim={self.embedding_dim}, cutoffs={self.cutoffs[:-1]}, "
                 f"div_value={self.div_value}, tied={self.tied}")
+
+
+def _matmul_transposed(a, b):
+    """a @ b.T; legacy-IR programs have no paddle.matmul in Paddle 3.3.1 (linear is matmul_v2 there)."""
+    return paddle.nn.functional.linear(a, b.t()) if _library.in_legacy_program() else paddle.matmul(a, b, transpose_y=True)
+
+
+@paddle.jit.not_to_static  # plain Python on the static shape: to_static would turn the list into a tensor
+def _out_shape(ids, shape, embedding_dim):
+    """[*ids.shape, embedding_dim], with -1 for one dynamic dim, or as a tensor when several are dynamic."""
+    dims = [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
+    if dims.count(-1) > 1:
+        return paddle.concat([paddle.shape(ids).astype("int64"), paddle.full([1], embedding_dim, "int64")])
+    return [*dims, embedding_dim]
 
 
 def _check_tie(softmax, n_classes, embedding_dim, cutoffs, div_value):
