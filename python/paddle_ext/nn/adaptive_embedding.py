@@ -94,9 +94,9 @@ class AdaptiveEmbedding(paddle.nn.Layer):
                 if trained:
                     out = _als._ZeroGrads.apply(out, *trained)
                 continue
-            rows_of = paddle.gather(w2.t(), paddle.gather(flat, rows) - low)  # [k, hsz]
+            rows_of, _ = _als._with_zero_row(paddle.gather(w2.t(), paddle.gather(flat, rows) - low))  # [k, hsz]
             emb = _matmul_transposed(rows_of, w1)  # [k, embedding_dim]
-            out = paddle.index_add(out, rows, 0, _als._cast(emb, dtype))
+            out = _als._index_add(out, rows, _als._cast(emb, dtype), padded=True)
         return out.reshape(_out_shape(ids, shape, self.embedding_dim))
 
     def extra_repr(self):
