@@ -7,7 +7,7 @@ import pytest
 
 from paddle_ext.demo import language_model
 
-TOKENS = 30_000
+TOKENS, STEPS = 30_000, 150
 
 
 def test_corpus_is_real_and_sorted_by_frequency():
@@ -30,11 +30,11 @@ def test_tied_model_counts_the_shared_parameters_once():
 
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
-    """Both variants trained for 40 steps on the first ~30k tokens of the corpus."""
+    """Both variants trained for STEPS steps on the first ~30k tokens of the corpus."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(language_model, "stdlib_docstrings", lambda limit=TOKENS, f=language_model.stdlib_docstrings: f(TOKENS))
         logs = []
-        results = language_model.run(steps=40, seed=0, out_dir=tmp_path_factory.mktemp("lm"), log=logs.append)
+        results = language_model.run(steps=STEPS, seed=0, out_dir=tmp_path_factory.mktemp("lm"), log=logs.append)
     return results, logs
 
 
@@ -42,7 +42,7 @@ def test_both_variants_learn_well_below_the_unigram_baseline(short_run):
     results, logs = short_run
     assert [(r.task, r.variant) for r in results] == [("language_model", "tied"), ("language_model", "untied")]
     for r in results:
-        assert len(r.losses) == 40 and np.mean(r.losses[-5:]) < np.mean(r.losses[:5]) - 1.0, r.variant
+        assert len(r.losses) == STEPS and np.mean(r.losses[-5:]) < np.mean(r.losses[:5]) - 1.0, r.variant
         assert r.after < r.before
         assert r.after < 0.8 * r.extra["unigram_perplexity"] < r.extra["vocabulary"], r.variant
     assert any("perplexity" in line for line in logs)
