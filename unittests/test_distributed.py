@@ -78,12 +78,13 @@ class AdaptiveSoftmaxNet(paddle.nn.Layer):
 
 
 class AdaptiveInputNet(paddle.nn.Layer):
-    """Adaptive input tied to the adaptive softmax: each shared Parameter gets grads from both layers."""
+    """Adaptive input tied to the adaptive softmax (each shared Parameter gets grads from both layers), or
+    untied (its tables' grads come from row gathers of transposed tables alone)."""
 
-    def __init__(self):
+    def __init__(self, tied=True):
         super().__init__()
         self.head = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(16, 20, [4, 10], div_value=2.0)
-        self.embed = paddle_ext.nn.AdaptiveEmbedding(20, 16, [4, 10], div_value=2.0, tied_to=self.head)
+        self.embed = paddle_ext.nn.AdaptiveEmbedding(20, 16, [4, 10], div_value=2.0, tied_to=self.head if tied else None)
         self.mix = paddle.nn.Linear(16, 16)
 
     def forward(self, ids, label):
@@ -109,13 +110,14 @@ def _batches(family, rng, step):
         t_len, s_len = rng.integers(3, 7, size=4), rng.integers(1, 4, size=4)
         boundary = np.stack([np.zeros(4, int), np.zeros(4, int), s_len, t_len], axis=1)
         return [rng.normal(size=(4, 6, 4)), rng.integers(1, 5, size=(4, 3)), boundary]
-    if family == "adaptive_input":
+    if family.startswith("adaptive_input"):
         return [np.array(ADAPTIVE_IDS[step]), np.array(ALS_LABELS[step])]
     return [rng.normal(size=(4, 6)), np.array(ALS_LABELS[step])]
 
 
 FAMILIES = {"logcumsumexp": LogcumsumexpNet, "put_along_axis": PutAlongAxisNet, "rnnt": TransducerNet,
-            "adaptive_softmax": AdaptiveSoftmaxNet, "adaptive_input": AdaptiveInputNet}
+            "adaptive_softmax": AdaptiveSoftmaxNet, "adaptive_input": AdaptiveInputNet,
+            "adaptive_input_untied": lambda: AdaptiveInputNet(tied=False)}
 
 
 def train_families(ranks: Ranks, steps: int = STEPS):

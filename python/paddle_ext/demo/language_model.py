@@ -153,9 +153,9 @@ def _time_steps(model, data, steps) -> float:
     return (time.perf_counter() - start) / steps
 
 
-def _train(model, data, steps, ranks, log) -> tuple[list[float], float]:
+def _train(model, data, steps, ranks, log) -> tuple[list[float], float, paddle.nn.Layer]:
     """Adam on this rank's shard of each batch (the model under DataParallel's default settings over several
-    ranks); the losses averaged over the ranks, and the training time."""
+    ranks); the losses averaged over the ranks, the training time, and the trained (wrapped) layer."""
     opt = paddle.optimizer.Adam(learning_rate=3e-3, parameters=model.parameters())
     trained = ranks.wrap(model)
     losses, start = [], time.perf_counter()
@@ -168,7 +168,7 @@ def _train(model, data, steps, ranks, log) -> tuple[list[float], float]:
         losses.append(ranks.mean(float(loss)))
         if step % max(1, steps // 5) == 0 or step == steps - 1:
             log(f"   step {step:4d}  loss {losses[-1]:.4f}  ({(time.perf_counter() - start) / (step + 1) * 1e3:.0f} ms/step)")
-    return losses, time.perf_counter() - start
+    return losses, time.perf_counter() - start, trained
 
 
 VARIANTS = {"tied": True, "untied": False}  # AdaptiveEmbedding tied_to the softmax, or with its own weights
@@ -190,14 +190,17 @@ def run(steps: int, seed: int, out_dir, log=print, ranks: Ranks = Ranks()) -> li
     test_tokens, test_targets = next(batches(test_ids, eval_rng, size=4 * BATCH))  # 4096 held-out tokens
     unigram = unigram_perplexity(train_ids, test_targets.numpy().reshape(-1), len(vocab))
     log(f"   held-out perplexity of the unigram model {unigram:.1f} (uniform would be {len(vocab)})")
-    results, models = [], {}
+    # the DataParallel wrappers are kept while their models are used: a freed one's reducer hooks stay on the
+    # parameters, and the next backward (rank 0's timing steps) crashed in them
+    results, models, wrappers = [], {}, []
     for variant, tied in VARIANTS.items():
         paddle.seed(seed)
         model = models[variant] = AdaptiveLM(len(vocab), cutoffs, tied=tied)
         before = perplexity(model, test_tokens, test_targets)
         log(f"   {variant} adaptive input: {n_parameters(model):,} parameters, held-out perplexity before "
             f"training {before:.1f}")
-        losses, seconds = _train(model, batches(train_ids, np.random.default_rng(seed)), steps, ranks, log)
+        losses, seconds, trained = _train(model, batches(train_ids, np.random.default_rng(seed)), steps, ranks, log)
+        wrappers.append(trained)
         after = perplexity(model, test_tokens, test_targets)
         log(f"   {variant}: held-out perplexity {before:.1f} -> {after:.1f}")
         extra = {"vocabulary": len(vocab), "tokens": int(len(ids)), "cutoffs": cutoffs, "parameters": n_parameters(model),
