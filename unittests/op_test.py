@@ -438,38 +438,48 @@ def skip_inference_unless_served(prefix: str):
                     "ops alike); jit.load was checked")
 
 
-def check_export(fn_or_layer, inputs: dict, attrs: dict | None = None, rtol=1e-6, atol=1e-6, directory=None):
-    """to_static → jit.save → (jit.load, paddle.inference) reproduce the dygraph outputs."""
+def check_export(fn_or_layer, inputs, attrs: dict | None = None, rtol=1e-6, atol=1e-6, directory=None):
+    """to_static → jit.save → (jit.load, paddle.inference) reproduce the dygraph outputs. ``inputs`` is one
+    dict of named arrays, or a list of such dicts (batches of different shapes): the model is then exported
+    once, with every dimension that differs between them dynamic (None), and each batch is checked through
+    the same loaded model and predictor. Returns the dygraph outputs of the first."""
     import paddle.inference as paddle_infer  # noqa: PLC0415
 
     import paddle_ext  # noqa: PLC0415  (loads the op library into this process)
 
-    layer = fn_or_layer if isinstance(fn_or_layer, paddle.nn.Layer) else _WRAPPERS[len(inputs)](fn_or_layer, attrs or {})
+    feeds = [[np.asarray(a) for a in batch.values()] for batch in (inputs if isinstance(inputs, list) else [inputs])]
+    names = list((inputs[0] if isinstance(inputs, list) else inputs).keys())
+    layer = fn_or_layer if isinstance(fn_or_layer, paddle.nn.Layer) else _WRAPPERS[len(names)](fn_or_layer, attrs or {})
     layer.eval()
-    arrays = [np.asarray(a) for a in inputs.values()]
-    tensors = [paddle.to_tensor(a) for a in arrays]
-    expected = [o.numpy() for o in _as_tuple(layer(*tensors))]
-    specs = [paddle.static.InputSpec(shape=list(a.shape), dtype=str(a.dtype), name=n) for n, a in zip(inputs, arrays)]
+    expected = [[o.numpy() for o in _as_tuple(layer(*(paddle.to_tensor(a) for a in arrays)))] for arrays in feeds]
+    specs = [paddle.static.InputSpec(shape=[d if all(f[i].shape[k] == d for f in feeds) else None
+                                            for k, d in enumerate(a.shape)], dtype=str(a.dtype), name=n)
+             for i, (n, a) in enumerate(zip(names, feeds[0]))]
     with tempfile.TemporaryDirectory(dir=directory) as tmp:
         prefix = os.path.join(tmp, "model")
         static_layer = paddle.jit.to_static(layer, input_spec=specs, full_graph=True)
         paddle.jit.save(static_layer, prefix)
         loaded = paddle.jit.load(prefix)
-        got = [o.numpy() for o in _as_tuple(loaded(*tensors))]
-        for i, (g, e) in enumerate(zip(got, expected)):
-            np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"jit.load output {i}")
+        for b, (arrays, want) in enumerate(zip(feeds, expected)):
+            got = [o.numpy() for o in _as_tuple(loaded(*(paddle.to_tensor(a) for a in arrays)))]
+            assert len(got) == len(want), f"jit.load gave {len(got)} outputs, expected {len(want)}"
+            for i, (g, e) in enumerate(zip(got, want)):
+                np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"batch {b}: jit.load output {i}")
         skip_inference_unless_served(prefix)
         model_file = prefix + ".json" if os.path.exists(prefix + ".json") else prefix + ".pdmodel"
         config = paddle_infer.Config(model_file, prefix + ".pdiparams")
         config.disable_gpu()
         config.disable_glog_info()
         predictor = paddle_infer.create_predictor(config)
-        for name, array in zip(predictor.get_input_names(), arrays):
-            predictor.get_input_handle(name).copy_from_cpu(array)
-        predictor.run()
-        inferred = [predictor.get_output_handle(n).copy_to_cpu() for n in predictor.get_output_names()]
-        assert len(inferred) == len(expected), f"inference gave {len(inferred)} outputs, expected {len(expected)}"
-        for i, (g, e) in enumerate(zip(inferred, expected)):
-            np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"paddle.inference output {i}")
+        for b, (arrays, want) in enumerate(zip(feeds, expected)):
+            for name, array in zip(predictor.get_input_names(), arrays):
+                handle = predictor.get_input_handle(name)
+                handle.reshape(list(array.shape))
+                handle.copy_from_cpu(array)
+            predictor.run()
+            inferred = [predictor.get_output_handle(n).copy_to_cpu() for n in predictor.get_output_names()]
+            assert len(inferred) == len(want), f"inference gave {len(inferred)} outputs, expected {len(want)}"
+            for i, (g, e) in enumerate(zip(inferred, want)):
+                np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"batch {b}: paddle.inference output {i}")
     assert paddle_ext.library_path()
-    return expected
+    return expected[0]

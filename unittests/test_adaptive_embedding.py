@@ -7,7 +7,7 @@ import paddle
 import pytest
 
 import refs
-from op_test import check_export
+from op_test import check_export, static_mode
 from paddle_ext.nn import AdaptiveEmbedding, AdaptiveLogSoftmaxWithLoss
 
 N_CLASSES, DIM, CUTOFFS, DIV = 30, 16, [5, 12, 20], 2.0
@@ -123,7 +123,7 @@ def test_grads_of_every_weight_match_central_differences(ids):
         np.testing.assert_allclose(got, numeric, rtol=1e-6, atol=1e-8, err_msg=param.name)
 
 
-def test_static_program_and_export():
+def test_export_with_dynamic_batch_and_length():
     emb, _ = make(dtype="float32", tied=True)
     ids = np.array([[0, 29, 7, 13], [21, 2, 12, 4]])
     head, tails = weights_np(emb)
@@ -137,16 +137,22 @@ def test_static_program_and_export():
         def forward(self, ids):
             return self.emb(ids)
 
-    got = check_export(Model(), {"ids": ids}, rtol=1e-5, atol=1e-6)
+    # one export with a dynamic batch and length: every batch through the same jit.load model and predictor
+    batches = [{"ids": ids}, {"ids": np.array([[5, 25], [0, 19], [29, 12]])}, {"ids": np.array([[1, 2, 3]])}]
+    got = check_export(Model(), batches, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
-    paddle.enable_static()
-    try:
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["pir", "legacy-ir"])
+def test_static_program(legacy):
+    ids = np.array([[0, 29, 7, 13], [21, 2, 12, 4]])
+    with static_mode(legacy):
         main, startup = paddle.static.Program(), paddle.static.Program()
         with paddle.static.program_guard(main, startup):
             layer = AdaptiveEmbedding(N_CLASSES, DIM, CUTOFFS, div_value=DIV)
             ids_var = paddle.static.data("ids", [-1, -1], "int64")
             out = layer(ids_var)
-            grads = paddle.static.gradients([(out * out).sum()], [layer.head_weight, layer.tail_weights[2][1]])
+            grads = paddle.static.gradients([out * out], [layer.head_weight, layer.tail_weights[2][1]])  # of its sum
         exe = paddle.static.Executor(paddle.CPUPlace())
         exe.run(startup)
         scope = paddle.static.global_scope()
@@ -159,8 +165,6 @@ def test_static_program_and_export():
             assert all(np.isfinite(g).all() for g in res[1:])
         with pytest.raises(IndexError, match=r"AdaptiveEmbedding: ids.flatten\(\)\[2\] = 30 is out of range \[0, 30\)"):
             exe.run(main, feed={"ids": np.array([[1, 2, 30]])}, fetch_list=[out])
-    finally:
-        paddle.disable_static()
 
 
 def test_errors():

@@ -7,6 +7,7 @@ import paddle
 import pytest
 
 import refs
+from paddle_ext._library import sum_along
 from paddle_ext.nn import AdaptiveLogSoftmaxWithLoss
 from paddle_ext.nn.functional import adaptive_log_softmax_with_loss
 from op_test import MODES, check_double_grad, check_export, check_grad, check_output, static_mode
@@ -336,8 +337,9 @@ def _nll_of_log_prob(layer, x, y, ignore_index, reduction):
     rows = paddle.nn.functional.nll_loss(layer.log_prob(x), y, ignore_index=ignore_index, reduction="none")
     if reduction == "none":
         return rows
-    total = rows.sum()
-    return total if reduction == "sum" else total / paddle.clip((y != ignore_index).astype(rows.dtype).sum(), min=1.0)
+    total = sum_along(rows, 0)  # (Paddle 3.3.1's sum takes no legacy-IR Variable)
+    return total if reduction == "sum" else total / paddle.clip(sum_along((y != ignore_index).astype(rows.dtype), 0),
+                                                                min=1.0)
 
 
 def _grads_of(layer, loss_fn, x, g):
@@ -420,6 +422,21 @@ def test_ignored_rows_cost_nothing_in_the_tails():
     assert all(w.grad is None for pair in layer.tail_weights for w in pair)
 
 
+@pytest.mark.parametrize("mode", ["dygraph", "to_static"])
+def test_ignored_rows_never_reach_the_head(mode):
+    # only the rows that count are gathered for the head: NaN padding leaves every output and grad finite
+    layer = make_layer(head_bias=True)
+    x, y = data(6, labels=[0, -100, 7, 14, -100, 25])  # a label in every cluster: every weight gets a grad
+    x[y == -100] = np.nan
+    xt = paddle.to_tensor(x, stop_gradient=False)
+    run = paddle.jit.to_static(layer, full_graph=True) if mode == "to_static" else layer
+    out, loss = run(xt, paddle.to_tensor(y))
+    loss.backward()
+    assert np.isfinite(out.numpy()).all() and np.isfinite(float(loss))
+    assert all(np.isfinite(p.grad.numpy()).all() for p in layer.parameters())
+    assert np.isfinite(xt.grad.numpy()).all() and not xt.grad.numpy()[y == -100].any()
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_unbatched_ignored_label(reduction):
     layer = make_layer()
@@ -448,25 +465,30 @@ def test_second_order_grads_with_ignored_rows():
     check_double_grad(_functional, inputs, ["x", "hw", "w2c"], attrs={"reduction": "none"})
 
 
-def test_static_program_ignored_rows_and_out_of_range_labels():
+@pytest.mark.parametrize("legacy", [False, True], ids=["pir", "legacy-ir"])
+def test_static_program_ignored_rows_and_out_of_range_labels(legacy):
     x, _ = data(6, seed=6)
-    paddle.enable_static()
-    try:
+    with static_mode(legacy):
         main, startup = paddle.static.Program(), paddle.static.Program()
         with paddle.static.program_guard(main, startup):
             layer = AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, div_value=DIV, ignore_index=-1,
                                                reduction="sum")
             xs = paddle.static.data("x", [-1, IN], "float32")
+            xs.stop_gradient = False
             ys = paddle.static.data("y", [-1], "int64")
             out, loss = layer(xs, ys)
             want = _nll_of_log_prob(layer, xs, ys, -1, "sum")
+            wrt = [xs, layer.head_weight, layer.tail_weights[0][0], layer.tail_weights[2][1]]
+            grads = paddle.static.gradients([loss], wrt) + paddle.static.gradients([want], wrt)
         exe = paddle.static.Executor(paddle.CPUPlace())
         exe.run(startup)
         feed = {"x": x.astype(np.float32)}
-        for labels in ([3, -1, 14, -1, 25, 0], [-1] * 6):
-            res = exe.run(main, feed={**feed, "y": np.array(labels)}, fetch_list=[out, loss, want])
+        for labels in ([3, -1, 14, -1, 25, 0], [-1] * 6, [3, 1, 14, 7, 25, 0]):  # some, all and no rows ignored
+            res = exe.run(main, feed={**feed, "y": np.array(labels)}, fetch_list=[out, loss, want] + grads)
             np.testing.assert_allclose(res[1], res[2], rtol=1e-6, atol=1e-7)
             assert (res[0][np.array(labels) == -1] == 0).all()
+            for got, expected in zip(res[3:7], res[7:]):
+                np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
         checked, startup = paddle.static.Program(), paddle.static.Program()  # no nll_loss checking labels first
         with paddle.static.program_guard(checked, startup):
             layer = AdaptiveLogSoftmaxWithLoss(IN, N_CLASSES, CUTOFFS, div_value=DIV, ignore_index=-1)
@@ -476,8 +498,6 @@ def test_static_program_ignored_rows_and_out_of_range_labels():
                             ([3, -1, 30, -1, 25, 0], r"label\[2\] = 30")):
             with pytest.raises(IndexError, match=bad + r" is out of range \[0, 30\)"):
                 exe.run(checked, feed={**feed, "y": np.array(labels)}, fetch_list=[loss])
-    finally:
-        paddle.disable_static()
 
 
 def test_out_of_range_labels_still_raise_in_dygraph_and_to_static():
@@ -620,33 +640,15 @@ def test_functional_errors():
         adaptive_log_softmax_with_loss(paddle.ones([4, 3]), y, hw, tw, [5, 12, 20, 30])
 
 
-def test_export_with_dynamic_batch(tmp_path):
-    import paddle.inference as paddle_infer
-
+@pytest.mark.parametrize("ignore_index", [-100, 12], ids=["no-ignored-rows", "some-ignored-rows"])
+def test_export_with_dynamic_batch(ignore_index):
     model = _Model(head_bias=True)
-    model.eval()
-    specs = [paddle.static.InputSpec([None, IN], "float32", "x"), paddle.static.InputSpec([None], "int64", "y")]
-    prefix = str(tmp_path / "model")
-    paddle.jit.save(paddle.jit.to_static(model, input_spec=specs, full_graph=True), prefix)
-    loaded = paddle.jit.load(prefix)
-    config = paddle_infer.Config(prefix + ".json", prefix + ".pdiparams")
-    config.disable_gpu()
-    predictor = paddle_infer.create_predictor(config)
+    model.asm.ignore_index = ignore_index
+    batches = []
     for n, labels in ((3, None), (11, None), (5, [12, 13, 19, 12, 18])):
         x, y = data(n, seed=n, labels=labels)
-        x = x.astype(np.float32)
-        expected = [t.numpy() for t in model(paddle.to_tensor(x), paddle.to_tensor(y))]
-        got = [t.numpy() for t in loaded(paddle.to_tensor(x), paddle.to_tensor(y))]
-        for name, value in zip(predictor.get_input_names(), (x, y)):
-            handle = predictor.get_input_handle(name)
-            handle.reshape(list(value.shape))
-            handle.copy_from_cpu(value)
-        predictor.run()
-        served = [predictor.get_output_handle(o).copy_to_cpu() for o in predictor.get_output_names()]
-        assert len(got) == len(served) == len(expected) == 4
-        for g, s, e in zip(got, served, expected):
-            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
-            np.testing.assert_allclose(s, e, rtol=1e-5, atol=1e-6)
+        batches.append({"x": x.astype(np.float32), "y": y})
+    check_export(model, batches, rtol=1e-5, atol=1e-6)
 
 
 def test_ignore_index_and_reduction_errors():

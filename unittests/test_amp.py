@@ -24,7 +24,7 @@ import pytest
 
 import paddle_ext
 from op_test import RTOL, _to_numpy64, assert_close, round_to_dtype
-from paddle_ext.nn import AdaptiveLogSoftmaxWithLoss
+from paddle_ext.nn import AdaptiveEmbedding, AdaptiveLogSoftmaxWithLoss
 from paddle_ext.nn.functional import adaptive_log_softmax_with_loss
 
 HALF = ["float16", "bfloat16"]
@@ -237,6 +237,48 @@ def test_adaptive_layer_returns_float32_under_auto_cast(level):
     assert got == [paddle.float32] * 3
 
 
+@pytest.mark.parametrize("level", LEVELS)
+def test_adaptive_embedding_returns_what_paddle_embedding_does_under_auto_cast(level):
+    """Its tail projections' matmuls follow auto_cast; the vectors keep the weights' dtype, as
+    paddle.nn.Embedding's (lookup_table is black-listed)."""
+    def build(x, h):
+        ids = paddle.arange(12, dtype="int64").reshape([3, 4])  # the shortlist and both tail clusters
+        return AdaptiveEmbedding(12, 6, [4, 8], div_value=2.0)(ids).dtype, paddle.nn.Embedding(12, 6)(ids).dtype
+    assert _amp_program(level, build) == (paddle.float32, paddle.float32)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_tied_adaptive_input_under_auto_cast_is_close_to_float32(level):
+    """Adaptive input tied to the adaptive softmax, a matmul between (bfloat16 under AMP): the loss and the
+    grad of every shared parameter under auto_cast, against the same program's float32 computation."""
+    rng = np.random.default_rng(3)
+    feed = {"ids": rng.integers(0, 12, size=8), "labels": rng.integers(0, 12, size=8)}
+    paddle.enable_static()
+    try:
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            softmax = AdaptiveLogSoftmaxWithLoss(8, 12, [4, 8], div_value=2.0)
+            embedding = AdaptiveEmbedding(12, 8, [4, 8], div_value=2.0, tied_to=softmax)
+            mix = paddle.static.create_parameter([8, 8], "float32")
+            ids, labels = paddle.static.data("ids", [8], "int64"), paddle.static.data("labels", [8], "int64")
+            with paddle.amp.auto_cast(level=level, dtype="bfloat16"):
+                low = softmax(paddle.matmul(embedding(ids), mix), labels)[1]
+            ref = softmax(paddle.matmul(embedding(ids), mix), labels)[1]
+            params = [softmax.head_weight, *(w for pair in softmax.tail_weights for w in pair), mix]
+            grads = paddle.static.gradients([low], params) + paddle.static.gradients([ref], params)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        res = exe.run(main, feed=feed, fetch_list=[low, ref] + grads)
+    finally:
+        paddle.disable_static()
+    assert res[0].dtype == np.float32
+    np.testing.assert_allclose(res[0], res[1], rtol=3e-2)
+    n = len(params)
+    for name, got, want in zip(["head_weight", "w1 0", "w2 0", "w1 1", "w2 1", "mix"], res[2:2 + n], res[2 + n:]):
+        assert np.isfinite(got).all() and got.dtype == np.float32, name
+        np.testing.assert_allclose(got, want, rtol=5e-2, atol=3e-2 * np.abs(want).max(), err_msg=name)
+
+
 # ---------------------------------------------------------------------------------------------------
 # 3. Training a small model on each family under auto_cast O1 / O2 (bfloat16), dygraph and to_static
 
@@ -253,6 +295,8 @@ class _Model(paddle.nn.Layer):
         self.dec = paddle.nn.Linear(12, 16, bias_attr=False)
         self.joiner = paddle.nn.Linear(16, C, bias_attr=False)
         self.adaptive = AdaptiveLogSoftmaxWithLoss(16, 12, [4, 8], div_value=2.0)
+        self.adaptive_input = AdaptiveEmbedding(12, 16, [4, 8], div_value=2.0, tied_to=self.adaptive)
+        self.mix = paddle.nn.Linear(16, 16, bias_attr=False)
 
     def forward(self, tokens, symbols, boundary, labels):
         with paddle.amp.auto_cast(level=self.level, dtype="bfloat16"):
@@ -299,6 +343,10 @@ class _Model(paddle.nn.Layer):
         enc, _ = self._encode(tokens, symbols)
         return self.adaptive(enc.reshape([-1, 16]), labels)[1]
 
+    def _adaptive_input(self, tokens, symbols, boundary, labels):
+        """The adaptive input tied to the adaptive softmax: each shared weight gets grads from both ends."""
+        return self.adaptive(self.mix(self.adaptive_input(tokens)).reshape([-1, 16]), labels)[1]
+
     def _adaptive_functional(self, tokens, symbols, boundary, labels):
         enc, _ = self._encode(tokens, symbols)
         a = self.adaptive
@@ -307,7 +355,7 @@ class _Model(paddle.nn.Layer):
 
 
 FAMILIES = ["logcumsumexp", "put_along_axis", "mutual_information", "rnnt_loss", "rnnt_pruned", "adaptive_layer",
-            "adaptive_functional"]
+            "adaptive_functional", "adaptive_input"]
 
 
 @pytest.mark.parametrize("mode", ["dygraph", "to_static"])

@@ -77,10 +77,26 @@ class AdaptiveSoftmaxNet(paddle.nn.Layer):
         return self.head(paddle.tanh(self.encoder(x)), label)[1]
 
 
+class AdaptiveInputNet(paddle.nn.Layer):
+    """Adaptive input tied to the adaptive softmax (each shared Parameter gets grads from both layers), or
+    untied (its tables' grads come from row gathers of transposed tables alone)."""
+
+    def __init__(self, tied=True):
+        super().__init__()
+        self.head = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(16, 20, [4, 10], div_value=2.0)
+        self.embed = paddle_ext.nn.AdaptiveEmbedding(20, 16, [4, 10], div_value=2.0, tied_to=self.head if tied else None)
+        self.mix = paddle.nn.Linear(16, 16)
+
+    def forward(self, ids, label):
+        return self.head(paddle.tanh(self.mix(self.embed(ids))), label)[1]
+
+
 # The adaptive softmax's labels per step (rank 0 gets the first half): a tail cluster without a label on
 # one rank (steps 0 and 1, the two ranks in turn) and on both (step 2). Its parameters have no grad on
 # that rank; under DataParallel's default settings that deadlocked or left them out of the all-reduce.
 ALS_LABELS = [[0, 5, 1, 2], [1, 3, 12, 15], [0, 1, 2, 3]]
+# The adaptive input's ids, likewise: a tail cluster without ids on rank 1, on rank 0, then on both.
+ADAPTIVE_IDS = [[12, 4, 0, 1], [2, 1, 5, 17], [3, 0, 2, 1]]
 
 
 def _batches(family, rng, step):
@@ -94,16 +110,21 @@ def _batches(family, rng, step):
         t_len, s_len = rng.integers(3, 7, size=4), rng.integers(1, 4, size=4)
         boundary = np.stack([np.zeros(4, int), np.zeros(4, int), s_len, t_len], axis=1)
         return [rng.normal(size=(4, 6, 4)), rng.integers(1, 5, size=(4, 3)), boundary]
+    if family.startswith("adaptive_input"):
+        return [np.array(ADAPTIVE_IDS[step]), np.array(ALS_LABELS[step])]
     return [rng.normal(size=(4, 6)), np.array(ALS_LABELS[step])]
 
 
 FAMILIES = {"logcumsumexp": LogcumsumexpNet, "put_along_axis": PutAlongAxisNet, "rnnt": TransducerNet,
-            "adaptive_softmax": AdaptiveSoftmaxNet}
+            "adaptive_softmax": AdaptiveSoftmaxNet, "adaptive_input": AdaptiveInputNet,
+            "adaptive_input_untied": lambda: AdaptiveInputNet(tied=False)}
 
 
 def train_families(ranks: Ranks, steps: int = STEPS):
     """Trains each family's model (float64, SGD) on this rank's shards, DataParallel with its default
-    settings over several ranks; returns {family: {parameter: array}}."""
+    settings over several ranks; returns {family: {name: array}}: each parameter after training, and its
+    grad at each step as "<parameter> grad <step>" (zeros where it got none: DataParallel's all-reduced grad
+    on several ranks)."""
     default_dtype = paddle.get_default_dtype()
     paddle.set_default_dtype("float64")
     try:
@@ -113,23 +134,27 @@ def train_families(ranks: Ranks, steps: int = STEPS):
             model = make()
             trained = ranks.wrap(model)
             opt = paddle.optimizer.SGD(learning_rate=0.2, parameters=model.parameters())
-            rng = np.random.default_rng(i)
+            rng, grads = np.random.default_rng(i), {}
             for step in range(steps):
                 loss = trained(*(paddle.to_tensor(ranks.shard(a)) for a in _batches(family, rng, step)))
                 loss.backward()
+                for name, p in model.named_parameters():
+                    grads[f"{name} grad {step}"] = np.zeros(p.shape) if p.grad is None else p.grad.numpy()
                 opt.step()
                 opt.clear_grad()
-            params[family] = {name: p.numpy() for name, p in model.named_parameters()}
+            params[family] = {**{name: p.numpy() for name, p in model.named_parameters()}, **grads}
         return params
     finally:
         paddle.set_default_dtype(default_dtype)
 
 
 def _rank_work(ranks: Ranks, out_dir):
-    """What each of the 2 ranks runs: the families, then the demo's survival task data-parallel."""
+    """What each of the 2 ranks runs: the families, the parameters DataParallel holds for the tied adaptive
+    input, then the demo's survival task data-parallel."""
     params = train_families(ranks)
+    held = [p.name for p in ranks.wrap(AdaptiveInputNet()).parameters()]
     code = demo._run(ranks, ["survival"], 3, 0, out_dir)
-    return params, code
+    return params, code, held
 
 
 @pytest.fixture(scope="module")
@@ -141,13 +166,22 @@ def two_ranks(tmp_path_factory):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_ranks_agree_and_match_one_process_on_the_whole_batch(two_ranks, family):
-    (rank0, _), (rank1, _) = two_ranks[0]
+    (rank0, *_), (rank1, *_) = two_ranks[0]
     one_process = train_families(Ranks())[family]
     initial = train_families(Ranks(), steps=0)[family]
     for name, expected in one_process.items():
         np.testing.assert_array_equal(rank1[family][name], rank0[family][name], err_msg=f"{family} {name}")
         np.testing.assert_allclose(rank0[family][name], expected, rtol=1e-10, atol=1e-12, err_msg=f"{family} {name}")
     assert any(not np.array_equal(one_process[n], initial[n]) for n in initial)  # the test trains something
+
+
+def test_data_parallel_holds_each_tied_parameter_once(two_ranks):
+    model = AdaptiveInputNet()
+    shared = {id(p) for p in model.head.parameters()}
+    assert all(id(p) in shared for p in model.embed.parameters())
+    for _, _, held in two_ranks[0]:
+        # the softmax's 5 weights (also the embedding's) and the Linear's 2, each once
+        assert len(held) == len(set(held)) == len(model.parameters()) == 7
 
 
 def test_adaptive_softmax_tail_without_labels_gets_zero_grads_only_under_data_parallel():
@@ -161,7 +195,7 @@ def test_adaptive_softmax_tail_without_labels_gets_zero_grads_only_under_data_pa
 
 def test_demo_runs_data_parallel(two_ranks):
     results, out_dir = two_ranks
-    assert [code for _, code in results] == [0, 0]
+    assert [code for _, code, _ in results] == [0, 0]
     rows = json.loads((out_dir / "results.json").read_text())
     assert [r["task"] for r in rows] == ["survival"]
     assert rows[0]["extra"]["rank_param_max_abs_diff"] == 0.0 and rows[0]["export_match"]

@@ -364,22 +364,54 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
                 output = _ZeroGrads.apply(output, *trained)
             continue
         flat = rows.reshape([-1])
-        hidden = _matmul(paddle.gather(input, flat), tail_weights[i][0])
+        x, y = _with_zero_row(paddle.gather(input, flat), paddle.gather(label, flat) - low)
+        hidden = _matmul(x, tail_weights[i][0])
         logits = _cast(_matmul(hidden, tail_weights[i][1]), dtype)
-        local = _target(logits, paddle.gather(label, flat) - low)
-        output = _index_add(output, flat, local)
+        local = _target(logits, y)
+        output = _index_add(output, flat, local, padded=True)
     return output
 
 
-def _index_add(output, index, values):
+def _kept_log_prob(input, label, keep, head_weight, tail_weights, cutoffs, head_bias):
+    """[N] log p(label | input), 0 on the rows that ``keep`` masks out (None: every row counts). The rows
+    that count are gathered once and only they run through the head and the tails, then are scattered
+    back (index_add): an ignored row costs no GEMM row and its input is never read. In dygraph a batch of
+    only ignored rows runs every row cut by a where instead: no matmul sees an empty batch, and the head
+    weight gets exact zero grads (which DataParallel needs)."""
+    if keep is None:
+        return _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias)
+    rows = paddle.nonzero(keep).reshape([-1])
+    if paddle.in_dynamic_mode() and rows.shape[0] == 0:
+        output = _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias)
+        return paddle.where(keep, output, paddle.zeros_like(output))  # where: no NaN * 0 reaches the output
+    # (paddle.inference fails on an all-ignored batch when the head sees no row)
+    x, y = _with_zero_row(paddle.gather(input, rows), paddle.gather(label, rows))
+    kept = _target_log_prob(x, y, head_weight, tail_weights, cutoffs, head_bias)
+    return _index_add(paddle.zeros_like(keep, dtype=kept.dtype), rows, kept, padded=True)
+
+
+def _with_zero_row(x, label=None):
+    """In a static program, (x, label) with a zero row of class 0 appended, whose output goes to
+    _index_add's scratch slot (padded=True): a row selection there may be empty at run time, and a matmul
+    never sees an empty batch then (bfloat16 matmul grads of one came out NaN under AMP; paddle.inference
+    fails on some). Its grads are exact zeros. In dygraph, where empty selections are skipped, unchanged."""
+    if paddle.in_dynamic_mode():
+        return x, label
+    x = paddle.concat([x, paddle.zeros([1, x.shape[1]], x.dtype)])
+    return x, None if label is None else paddle.concat([label, paddle.zeros([1], label.dtype)])
+
+
+def _index_add(output, index, values, padded=False):
     """``paddle.index_add`` along axis 0 (scatter_nd_add has no second-order grad). A static graph's index
     may be empty at run time, which index_add rejects in Paddle 3.0.0 and 3.1.0 ("The length of Input(Index)
-    can't be 0"): there the add also writes a zero to a scratch slot past the end, so it never is."""
+    can't be 0"): there the add also writes to a scratch slot past the end, so it never is; ``padded``
+    values (from _with_zero_row) already end in the row for that slot, otherwise a zero is added there."""
     if paddle.in_dynamic_mode():
         return paddle.index_add(output, index, 0, values)
-    scratch = paddle.zeros([1], output.dtype)
+    scratch = paddle.zeros([1, *output.shape[1:]], output.dtype)  # (the trailing dims are static)
     index = paddle.concat([index, paddle.shape(output)[:1].astype(index.dtype)])
-    values = paddle.concat([values, scratch.astype(values.dtype)])
+    if not padded:
+        values = paddle.concat([values, scratch.astype(values.dtype)])
     return paddle.index_add(paddle.concat([output, scratch]), index, 0, values)[:-1]
 
 
@@ -461,9 +493,7 @@ def adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weigh
     if not batched:
         x, label = x.unsqueeze(0), label.unsqueeze(0)
         keep = None if keep is None else keep.unsqueeze(0)
-    output = _target_log_prob(x, label, head_weight, tail_weights, cutoffs, head_bias)
-    if keep is not None:  # where, not a product: an ignored row's value never reaches the outputs
-        output = paddle.where(keep, output, paddle.zeros_like(output))
+    output = _kept_log_prob(x, label, keep, head_weight, tail_weights, cutoffs, head_bias)
     loss = _reduce(output, keep, reduction)
     if not batched:
         output = output.squeeze(0)

@@ -27,10 +27,15 @@ class TaskResult:
     before: float
     after: float
     train_seconds: float
-    export_match: bool
-    max_abs_diff: float
+    export_match: bool | None  # None: this model is not exported
+    max_abs_diff: float | None
     losses: list[float]
     extra: dict = dataclasses.field(default_factory=dict)
+    variant: str = ""  # a task that trains several models returns one result per model
+
+    @property
+    def label(self) -> str:
+        return f"{self.task} ({self.variant})" if self.variant else self.task
 
 
 @dataclasses.dataclass
@@ -38,7 +43,7 @@ class DemoTask:
     name: str
     title: str
     default_steps: int
-    run: Callable[..., TaskResult]
+    run: Callable[..., TaskResult | list[TaskResult]]
 
 
 def train_steps(steps: int, compute_loss: Callable[[], object], optimizer, log, what: str,
@@ -77,10 +82,16 @@ def _plot(results: list[TaskResult], path: pathlib.Path) -> bool:
         import matplotlib.pyplot as plt  # noqa: PLC0415
     except ImportError:
         return False
-    fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3), squeeze=False)
-    for ax, r in zip(axes[0], results):
-        ax.plot(r.losses)
-        ax.set_title(r.task)
+    by_task = {}
+    for r in results:
+        by_task.setdefault(r.task, []).append(r)
+    fig, axes = plt.subplots(1, len(by_task), figsize=(4 * len(by_task), 3), squeeze=False)
+    for ax, (task, runs) in zip(axes[0], by_task.items()):
+        for r in runs:
+            ax.plot(r.losses, label=r.variant or None)
+        if len(runs) > 1:
+            ax.legend()
+        ax.set_title(task)
         ax.set_xlabel("step")
         ax.set_ylabel("loss")
     fig.tight_layout()
@@ -122,21 +133,25 @@ def _run(ranks: _parallel.Ranks, chosen, steps, seed, out_dir) -> int:
         t = available[name]
         log(f"== {t.name}: {t.title}")
         start = time.perf_counter()
-        results.append(t.run(steps=steps or t.default_steps, seed=seed, out_dir=out / t.name, log=log,
-                             ranks=ranks))
+        result = t.run(steps=steps or t.default_steps, seed=seed, out_dir=out / t.name, log=log, ranks=ranks)
+        results.extend(result if isinstance(result, list) else [result])
         ranks.barrier()  # the other ranks wait while rank 0 exports
         log(f"   done in {time.perf_counter() - start:.1f} s\n")
     if not ranks.main:
         return 0
-    header = f"{'task':<14} {'metric':<26} {'before':>9} {'after':>9} {'train s':>8} {'export':>7} {'max |diff|':>11}"
+    width = max(14, *(len(r.label) for r in results))
+    header = (f"{'task':<{width}} {'metric':<26} {'before':>9} {'after':>9} {'train s':>8} {'export':>7} "
+              f"{'max |diff|':>11}")
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{r.task:<14} {r.metric:<26} {r.before:9.4f} {r.after:9.4f} {r.train_seconds:8.1f} "
-              f"{'match' if r.export_match else 'DIFFER':>7} {r.max_abs_diff:11.2e}")
+        export = "-" if r.export_match is None else "match" if r.export_match else "DIFFER"
+        diff = "-" if r.export_match is None else f"{r.max_abs_diff:.2e}"
+        print(f"{r.label:<{width}} {r.metric:<26} {r.before:9.4f} {r.after:9.4f} {r.train_seconds:8.1f} "
+              f"{export:>7} {diff:>11}")
     ranks_agree = True
     if ranks.world > 1:
-        spread = {r.task: r.extra["rank_param_max_abs_diff"] for r in results}
+        spread = {r.label: r.extra["rank_param_max_abs_diff"] for r in results}
         ranks_agree = all(v == 0.0 for v in spread.values())
         if ranks_agree:
             print(f"\nparameters after training: identical on all {ranks.world} ranks for every task "
@@ -147,4 +162,4 @@ def _run(ranks: _parallel.Ranks, chosen, steps, seed, out_dir) -> int:
     (out / "results.json").write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1))
     plotted = _plot(results, out / "loss_curves.png")
     print(f"\nwrote {out / 'results.json'}" + (f" and {out / 'loss_curves.png'}" if plotted else ""))
-    return 0 if ranks_agree and all(r.export_match for r in results) else 1
+    return 0 if ranks_agree and all(r.export_match is not False for r in results) else 1

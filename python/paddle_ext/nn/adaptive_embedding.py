@@ -5,7 +5,9 @@ its weights (same cutoffs, same parameter layout)."""
 from __future__ import annotations
 
 import paddle
+from paddle.autograd import PyLayer
 
+from .. import _library
 from .. import adaptive_log_softmax as _als
 from .._checks import check_int
 from .adaptive_log_softmax import AdaptiveLogSoftmaxWithLoss, _TailPair
@@ -82,7 +84,7 @@ class AdaptiveEmbedding(paddle.nn.Layer):
         # Row gathers from transposed tables: a column gather (index_select on axis 1) and its grad ran
         # about 2x slower. The shortlist gathers every row (a tail row reads class 0, then is zeroed):
         # one gather instead of a row selection, and the output buffer the tails add into.
-        head = paddle.gather(self.head_weight[:, :shortlist].t(), paddle.where(in_head, flat, paddle.zeros_like(flat)))
+        head = paddle.gather(_transposed(self.head_weight[:, :shortlist]), paddle.where(in_head, flat, paddle.zeros_like(flat)))
         out = paddle.where(in_head.unsqueeze(1), head, paddle.zeros_like(head))
         for i, (w1, w2) in enumerate(self.tail_weights):
             low, high = self.cutoffs[i], self.cutoffs[i + 1]
@@ -93,18 +95,45 @@ class AdaptiveEmbedding(paddle.nn.Layer):
                 if trained:
                     out = _als._ZeroGrads.apply(out, *trained)
                 continue
-            rows_of = paddle.gather(w2.t(), paddle.gather(flat, rows) - low)  # [k, hsz]
-            emb = paddle.matmul(rows_of, w1, transpose_y=True)  # [k, embedding_dim]
-            out = paddle.index_add(out, rows, 0, _als._cast(emb, dtype))
-        dims = [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
-        if dims.count(-1) > 1:  # several dynamic dims (to_static): the shape as a tensor
-            dims = paddle.concat([paddle.shape(ids).astype("int64"), paddle.full([1], self.embedding_dim, "int64")])
-            return out.reshape(dims)
-        return out.reshape([*dims, self.embedding_dim])
+            rows_of, _ = _als._with_zero_row(paddle.gather(_transposed(w2), paddle.gather(flat, rows) - low))  # [k, hsz]
+            emb = _matmul_transposed(rows_of, w1)  # [k, embedding_dim]
+            out = _als._index_add(out, rows, _als._cast(emb, dtype), padded=True)
+        return out.reshape(_out_shape(ids, shape, self.embedding_dim))
 
     def extra_repr(self):
         return (f"n_classes={self.n_classes}, embedding_dim={self.embedding_dim}, cutoffs={self.cutoffs[:-1]}, "
                 f"div_value={self.div_value}, tied={self.tied}")
+
+
+class _Transposed(PyLayer):
+    """w.t() whose grad (the transpose of the table's grad) is made contiguous: a strided-view grad of a
+    parameter reached paddle.DataParallel's all-reduce scrambled (the untied tables' grads differed)."""
+
+    @staticmethod
+    def forward(ctx, w):
+        return w.t().contiguous()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.t().contiguous()
+
+
+def _transposed(w):
+    return _Transposed.apply(w) if paddle.in_dynamic_mode() and not w.stop_gradient else w.t()
+
+
+def _matmul_transposed(a, b):
+    """a @ b.T; legacy-IR programs have no paddle.matmul in Paddle 3.3.1 (linear is matmul_v2 there)."""
+    return paddle.nn.functional.linear(a, b.t()) if _library.in_legacy_program() else paddle.matmul(a, b, transpose_y=True)
+
+
+@paddle.jit.not_to_static  # plain Python on the static shape: to_static would turn the list into a tensor
+def _out_shape(ids, shape, embedding_dim):
+    """[*ids.shape, embedding_dim], with -1 for one dynamic dim, or as a tensor when several are dynamic."""
+    dims = [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
+    if dims.count(-1) > 1:
+        return paddle.concat([paddle.shape(ids).astype("int64"), paddle.full([1], embedding_dim, "int64")])
+    return [*dims, embedding_dim]
 
 
 def _check_tie(softmax, n_classes, embedding_dim, cutoffs, div_value):
