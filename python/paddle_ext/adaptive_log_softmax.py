@@ -26,7 +26,7 @@ import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
 from . import _amp, _library
-from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_int, check_tensor, dtype_name
+from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_int, check_tensor, dtype_name, known_dim
 
 _OP = "adaptive_log_softmax_with_loss"
 REDUCTIONS = ("mean", "sum", "none")
@@ -55,11 +55,6 @@ def _as_int64(label, arg, op):
     return label if label.dtype == paddle.int64 else paddle.cast(label, "int64")
 
 
-def _dims_known(*dims):
-    """Static sizes only: -1/None in a static program, a Tensor under to_static with a dynamic batch."""
-    return all(isinstance(d, int) and d >= 0 for d in dims)
-
-
 def adaptive_log_softmax_target(logits, target, name=None):
     """``logits[m, target[m]] - logsumexp(logits[m, :])`` for each row m of ``logits`` [M, K].
 
@@ -77,7 +72,7 @@ def adaptive_log_softmax_target(logits, target, name=None):
     if len(target.shape) != 1:
         raise ValueError(f"{op}: target must be 1-D [M], got shape {list(target.shape)}")
     m, k = logits.shape
-    if _dims_known(m, target.shape[0]) and m != target.shape[0]:
+    if known_dim(m, target.shape[0]) and m != target.shape[0]:
         raise ValueError(f"{op}: target has {target.shape[0]} rows but logits has {m}")
     if paddle.in_dynamic_mode() and target.shape[0] > 0:
         lo, hi = int(target.min()), int(target.max())
@@ -103,7 +98,7 @@ def adaptive_log_softmax_full(logits, offset=None, name=None):
         check_tensor(offset, "offset", op)
         if len(offset.shape) != 1:
             raise ValueError(f"{op}: offset must be 1-D [M], got shape {list(offset.shape)}")
-        if _dims_known(logits.shape[0], offset.shape[0]) and logits.shape[0] != offset.shape[0]:
+        if known_dim(logits.shape[0], offset.shape[0]) and logits.shape[0] != offset.shape[0]:
             raise ValueError(f"{op}: offset has {offset.shape[0]} rows but logits has {logits.shape[0]}")
         if offset.dtype != logits.dtype:
             offset = paddle.cast(offset, logits.dtype)
@@ -167,6 +162,21 @@ class _Full(PyLayer):
 # Argument checks shared by the layer and the functional form
 
 
+def check_layer_sizes(width, width_arg, n_classes, cutoffs, div_value, where):
+    """An adaptive layer's sizes -> (width, n_classes, cutoffs): positive ints, at least two classes,
+    increasing cutoffs inside (0, n_classes), a positive div_value."""
+    width = check_int(width, width_arg, where)
+    n_classes = check_int(n_classes, "n_classes", where)
+    if width <= 0:
+        raise ValueError(f"{where}: {width_arg} must be positive, got {width}")
+    if n_classes < 2:
+        raise ValueError(f"{where}: n_classes must be at least 2, got {n_classes}")
+    cutoffs = check_cutoffs(cutoffs, n_classes, where, functional=False)
+    if not float(div_value) > 0:
+        raise ValueError(f"{where}: div_value must be positive, got {div_value}")
+    return width, n_classes, cutoffs
+
+
 def check_cutoffs(cutoffs, n_classes, where: str, functional: bool) -> list[int]:
     """The layer takes cutoffs < n_classes (n_classes is appended, as in Paddle); the functional form
     takes the full list, ending in n_classes. A bad list raises Paddle's ValueError, in Paddle's words,
@@ -212,7 +222,7 @@ def _check_input_label(input, label, in_features, where):
     if len(input.shape) not in (1, 2):
         raise ValueError(f"{where}: input must be 1-D [in_features] or 2-D [N, in_features], got shape "
                          f"{list(input.shape)}")
-    if _dims_known(input.shape[-1]) and input.shape[-1] != in_features:
+    if known_dim(input.shape[-1]) and input.shape[-1] != in_features:
         raise ValueError(f"{where}: input has {input.shape[-1]} features (shape {list(input.shape)}), "
                          f"expected in_features={in_features}")
     if label is None:
@@ -222,7 +232,7 @@ def _check_input_label(input, label, in_features, where):
         raise ValueError(f"{where}: a 2-D input needs a 1-D label, got label shape {list(label.shape)}")
     if len(input.shape) == 1 and len(label.shape) != 0:
         raise ValueError(f"{where}: a 1-D (unbatched) input needs a 0-D label, got label shape {list(label.shape)}")
-    if len(input.shape) == 2 and _dims_known(input.shape[0], label.shape[0]) and input.shape[0] != label.shape[0]:
+    if len(input.shape) == 2 and known_dim(input.shape[0], label.shape[0]) and input.shape[0] != label.shape[0]:
         raise ValueError(f"{where}: input has batch size {input.shape[0]} but label has {label.shape[0]}")
     return label
 
@@ -511,7 +521,7 @@ def _reduce(output, keep, reduction):
         return total
     if keep is None:  # every row counts; an empty batch gives 0 as an all-ignored one
         n = output.shape[0]
-        return total / max(n, 1) if _dims_known(n) else (-output).mean()
+        return total / max(n, 1) if known_dim(n) else (-output).mean()
     return total / paddle.clip(_sum(keep.astype(output.dtype)), min=1.0)
 
 

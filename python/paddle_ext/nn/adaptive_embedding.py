@@ -9,7 +9,6 @@ from paddle.autograd import PyLayer
 
 from .. import _library
 from .. import adaptive_log_softmax as _als
-from .._checks import check_int
 from .adaptive_log_softmax import AdaptiveLogSoftmaxWithLoss, _TailPair
 
 _WHERE = "AdaptiveEmbedding"
@@ -44,15 +43,8 @@ class AdaptiveEmbedding(paddle.nn.Layer):
     def __init__(self, n_classes, embedding_dim, cutoffs, div_value=4.0, weight_attr=None, name=None, *,
                  tied_to=None):
         super().__init__()
-        n_classes = check_int(n_classes, "n_classes", _WHERE)
-        embedding_dim = check_int(embedding_dim, "embedding_dim", _WHERE)
-        if embedding_dim <= 0:
-            raise ValueError(f"{_WHERE}: embedding_dim must be positive, got {embedding_dim}")
-        if n_classes < 2:
-            raise ValueError(f"{_WHERE}: n_classes must be at least 2, got {n_classes}")
-        cutoffs = _als.check_cutoffs(cutoffs, n_classes, _WHERE, functional=False)
-        if not float(div_value) > 0:
-            raise ValueError(f"{_WHERE}: div_value must be positive, got {div_value}")
+        embedding_dim, n_classes, cutoffs = _als.check_layer_sizes(embedding_dim, "embedding_dim", n_classes,
+                                                                   cutoffs, div_value, _WHERE)
         self.n_classes, self.embedding_dim, self.div_value = n_classes, embedding_dim, div_value
         self.cutoffs = [*cutoffs, n_classes]
         self.tied = tied_to is not None

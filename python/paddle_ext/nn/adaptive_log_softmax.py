@@ -6,7 +6,6 @@ from __future__ import annotations
 import paddle
 
 from .. import adaptive_log_softmax as _als
-from .._checks import check_int
 
 
 class _TailPair(paddle.nn.Layer):
@@ -60,15 +59,8 @@ class AdaptiveLogSoftmaxWithLoss(paddle.nn.Layer):
         where = "AdaptiveLogSoftmaxWithLoss"
         self.ignore_index = _als.check_loss_args(ignore_index, reduction, where)
         self.reduction = reduction
-        in_features = check_int(in_features, "in_features", where)
-        n_classes = check_int(n_classes, "n_classes", where)
-        if in_features <= 0:
-            raise ValueError(f"{where}: in_features must be positive, got {in_features}")
-        if n_classes < 2:
-            raise ValueError(f"{where}: n_classes must be at least 2, got {n_classes}")
-        cutoffs = _als.check_cutoffs(cutoffs, n_classes, where, functional=False)
-        if not float(div_value) > 0:
-            raise ValueError(f"{where}: div_value must be positive, got {div_value}")
+        in_features, n_classes, cutoffs = _als.check_layer_sizes(in_features, "in_features", n_classes, cutoffs,
+                                                                 div_value, where)
         self._dtype = self._helper.get_default_dtype()
         self.in_features = in_features
         self.n_classes = n_classes
