@@ -353,6 +353,12 @@ class _ZeroGrads(PyLayer):
         return (grad, *(paddle.zeros(shape, dtype) for shape, dtype in ctx.weights))
 
 
+# Paddle 3.0.0's executor fails the static programs of the gathered rows and of the zero row ("Tensor holds
+# no memory"): before 3.2, static programs run every row through the head (ignored ones cut by a where) and
+# add no zero row.
+_OLD_STATIC = tuple(int(v) for v in paddle.__version__.split(".")[:2] if v.isdigit()) < (3, 2)
+
+
 def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias):
     """[N] log p(label | input) for a 2-D input, in the compute dtype."""
     shortlist = cutoffs[0]
@@ -391,7 +397,7 @@ def _kept_log_prob(input, label, keep, head_weight, tail_weights, cutoffs, head_
     if keep is None:
         return _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias)
     rows = paddle.nonzero(keep).reshape([-1])
-    if paddle.in_dynamic_mode() and rows.shape[0] == 0:
+    if (paddle.in_dynamic_mode() and rows.shape[0] == 0) or (not paddle.in_dynamic_mode() and _OLD_STATIC):
         output = _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias)
         return paddle.where(keep, output, paddle.zeros_like(output))  # where: no NaN * 0 reaches the output
     # (paddle.inference fails on an all-ignored batch when the head sees no row)
@@ -405,7 +411,7 @@ def _with_zero_row(x, label=None):
     _index_add's scratch slot (padded=True): a row selection there may be empty at run time, and a matmul
     never sees an empty batch then (bfloat16 matmul grads of one came out NaN under AMP; paddle.inference
     fails on some). Its grads are exact zeros. In dygraph, where empty selections are skipped, unchanged."""
-    if paddle.in_dynamic_mode():
+    if paddle.in_dynamic_mode() or _OLD_STATIC:
         return x, label
     x = paddle.concat([x, paddle.zeros([1, x.shape[1]], x.dtype)])
     return x, None if label is None else paddle.concat([label, paddle.zeros([1], label.dtype)])
@@ -414,15 +420,17 @@ def _with_zero_row(x, label=None):
 def _index_add(output, index, values, padded=False):
     """``paddle.index_add`` along axis 0 (scatter_nd_add has no second-order grad). A static graph's index
     may be empty at run time, which index_add rejects in Paddle 3.0.0 and 3.1.0 ("The length of Input(Index)
-    can't be 0"): there the add also writes to a scratch slot past the end, so it never is; ``padded``
-    values (from _with_zero_row) already end in the row for that slot, otherwise a zero is added there."""
+    can't be 0"): there the add also writes to a scratch slot in front, so it never is; ``padded``
+    values (from _with_zero_row) already end in the row for that slot, otherwise a zero is added there.
+    The slot is row 0, not one past the end: that would need paddle.shape, which Paddle 3.0.0's PIR cannot
+    run on bfloat16 tensors."""
     if paddle.in_dynamic_mode():
         return paddle.index_add(output, index, 0, values)
     scratch = paddle.zeros([1, *output.shape[1:]], output.dtype)  # (the trailing dims are static)
-    index = paddle.concat([index, paddle.shape(output)[:1].astype(index.dtype)])
-    if not padded:
+    index = paddle.concat([index + 1, paddle.zeros([1], index.dtype)])
+    if not padded or _OLD_STATIC:
         values = paddle.concat([values, scratch.astype(values.dtype)])
-    return paddle.index_add(paddle.concat([output, scratch]), index, 0, values)[:-1]
+    return paddle.index_add(paddle.concat([scratch, output]), index, 0, values)[1:]
 
 
 def _full_log_prob(input, head, tail_weights, cutoffs):
