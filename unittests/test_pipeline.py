@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -115,30 +116,40 @@ def test_a_process_that_only_imports_serves_an_exported_model(family, tmp_path):
     op_test.skip_inference_unless_served(prefix)
 
 
+def _with_native(tmp_path, write):
+    """A copy of the installed package whose _native folder `write` alters, importable from tmp_path."""
+    package = tmp_path / "paddle_ext"
+    shutil.copytree(pathlib.Path(_library.__file__).parent, package, symlinks=True)
+    write(package / "_native")
+    return {"PYTHONPATH": str(tmp_path)}
+
+
 def test_import_fails_clearly_when_the_op_library_cannot_load(tmp_path):
-    broken = tmp_path / "paddle_ext_lib"
-    broken.mkdir()
-    (broken / "__init__.py").write_text("raise OSError('undefined symbol: simulated ABI mismatch')\n")
-    done = _run("import paddle_ext", env_extra={"PYTHONPATH": str(tmp_path)})
+    def corrupt(native):
+        binding = native / f"paddle_{paddle.__version__}" / "paddle_ext_ops.so"
+        binding.unlink()
+        binding.write_bytes(b"not a shared library")
+
+    done = _run("import paddle_ext", env_extra=_with_native(tmp_path, corrupt))
     assert done.returncode != 0
-    assert "ImportError: paddle_ext: the op library paddle_ext_lib failed to load" in done.stderr
-    assert "simulated ABI mismatch" in done.stderr
+    assert "ImportError: paddle_ext: the op library" in done.stderr and "failed to load" in done.stderr, done.stderr
+    assert "pip install --no-build-isolation ." in done.stderr
 
 
-def test_import_fails_clearly_when_the_op_library_is_missing(tmp_path):
-    missing = tmp_path / "paddle_ext_lib"
-    missing.mkdir()
-    (missing / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'paddle_ext_lib'\")\n")
-    done = _run("import paddle_ext", env_extra={"PYTHONPATH": str(tmp_path)})
+def test_import_fails_clearly_when_the_kernel_library_is_missing(tmp_path):
+    done = _run("import paddle_ext", env_extra=_with_native(
+        tmp_path, lambda native: (native / "libpaddle_ext_kernels.so").unlink()))
     assert done.returncode != 0
-    assert "ImportError: paddle_ext: the op library paddle_ext_lib is not installed" in done.stderr
+    assert "ImportError: paddle_ext: the op library" in done.stderr and "libpaddle_ext_kernels.so" in done.stderr
 
 
-def test_import_refuses_a_paddle_other_than_the_one_it_was_built_against():
-    built = _library.build_info()["paddle"]
-    done = _run("import paddle; paddle.__version__ = '0.0.1'; import paddle_ext")
+def test_import_names_the_supported_releases_under_another_paddle():
+    releases = _library.supported_releases()
+    done = _run("import paddle; paddle.__version__ = '3.9.9'; import paddle_ext")
     assert done.returncode != 0
-    assert f"built against Paddle {built}, but Paddle 0.0.1 is installed" in done.stderr
+    assert "ImportError: paddle_ext: no op library for Paddle 3.9.9" in done.stderr, done.stderr
+    assert f"(it has: {', '.join(releases)})" in done.stderr
+    assert "pip install --no-build-isolation ." in done.stderr
 
 
 # ------------------------------------------------------------------------------------- op names
@@ -300,7 +311,7 @@ def test_our_parallel_regions_run_on_the_openmp_runtime_paddles_own_libraries_us
     """, env_extra={"LD_DEBUG": "bindings", "LD_BIND_NOW": "1"})  # every symbol bound at load
     assert done.returncode == 0, done.stderr[-3000:]
     providers = _gomp_parallel_providers(done.stderr)
-    ours = pathlib.Path(_library.library_path()).name
+    ours = _library.kernel_library_path().name
     assert ours in providers, sorted(providers)
     paddles = {user: lib for user, lib in providers.items() if user.startswith(("libpaddle", "libphi", "libdnnl"))}
     assert paddles, sorted(providers)
@@ -340,12 +351,16 @@ def test_isolated_wheel_build_installs_and_runs_in_a_fresh_venv(tmp_path):
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(ROOT)],
                            capture_output=True, text=True, env=pip_env, timeout=1800)
     assert built.returncode == 0, built.stderr[-4000:]
-    wheel, = wheel_dir.glob("paddle_ext_lib-*.whl")
+    wheel, = wheel_dir.glob("paddle_ext-*-py3-none-*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        top = {name.split("/")[0] for name in archive.namelist()}
-        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
-    assert top == {"paddle_ext", "paddle_ext_lib", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}, top
-    assert f"Requires-Dist: paddlepaddle=={_library.build_info()['paddle']}" in metadata
+        names = archive.namelist()
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert {name.split("/")[0] for name in names} == {"paddle_ext", "paddle_ext-0.1.0.dist-info"}, names
+    pinned = next(line.split("paddlepaddle==")[1].split('"')[0] for line in (ROOT / "pyproject.toml").read_text().splitlines()
+                  if "paddlepaddle==" in line)
+    assert f"paddle_ext/_native/paddle_{pinned}/paddle_ext_ops.so" in names
+    assert "paddle_ext/_native/libpaddle_ext_kernels.so" in names
+    assert f"Requires-Dist: paddlepaddle=={pinned}" in metadata
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"

@@ -1,11 +1,15 @@
-"""Finds and loads the compiled op library (`paddle_ext_lib`, built by setup.py)."""
+"""Finds and loads the op library: the binding of the running Paddle release (`_native/paddle_<release>/
+paddle_ext_ops.so`, which registers the ops) over the Paddle-free kernel library (`_native/
+libpaddle_ext_kernels.so`), both built by setup.py (tools/native_build.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import json
+import linecache
 import pathlib
+import types
 import warnings
 
 
@@ -21,24 +25,69 @@ def _without_ccache_warning():
 with _without_ccache_warning():
     import paddle
 
-LIBRARY = "paddle_ext_lib"
-BUILD_HINT = "build it with `make build` (or `pip install --no-build-isolation .` in the repository)"
+NATIVE = pathlib.Path(__file__).with_name("_native")
+KERNEL_LIBRARY = "libpaddle_ext_kernels.so"
+BINDING_LIBRARY = "paddle_ext_ops.so"
+BUILD_HINT = ("or build paddle_ext from source against this Paddle: `pip install --no-build-isolation .` in a clone "
+              "of its repository (needs g++)")
+
+
+def _binding_folder(release: str, cuda: bool) -> str:
+    return f"paddle_{release}" + ("_cuda" if cuda else "")
+
+
+def supported_releases() -> list[str]:
+    """The Paddle releases this installation carries a binding for (CPU ones; `<release>_cuda` for CUDA)."""
+    found = [p.parent.name[len("paddle_"):] for p in NATIVE.glob(f"paddle_*/{BINDING_LIBRARY}")]
+    return sorted(found, key=lambda r: [int(x) if x.isdigit() else x for x in r.replace("_", ".").split(".")])
+
+
+def binding_path() -> pathlib.Path:
+    """The binding of the running Paddle; an ImportError naming the supported releases when there is none."""
+    cuda = paddle.is_compiled_with_cuda()
+    path = NATIVE / _binding_folder(paddle.__version__, cuda) / BINDING_LIBRARY
+    if not path.is_file():
+        kind = "CUDA " if cuda else ""
+        raise ImportError(f"paddle_ext: no op library for {kind}Paddle {paddle.__version__} in this installation "
+                          f"(it has: {', '.join(supported_releases()) or 'none'}); install a supported Paddle "
+                          f"release, {BUILD_HINT}")
+    return path
+
+
+def kernel_library_path() -> pathlib.Path:
+    return NATIVE / KERNEL_LIBRARY
 
 
 @functools.lru_cache(maxsize=None)
 def ops():
-    """The generated op module: one function per YAML op, every input and attr positional."""
+    """The op functions, one per forward op of ops/*.yaml, every input and attr positional: written by the
+    running Paddle's own custom-op code generator, as its build would write them into a stub module."""
+    path = binding_path()
     try:
         with _without_ccache_warning():
-            import paddle_ext_lib  # noqa: PLC0415  (the generated stub registers the ops on import)
-    except ImportError as err:
-        raise ImportError(f"paddle_ext: the op library paddle_ext_lib is not installed; {BUILD_HINT}") from err
-    except Exception as err:  # a stale library built against another Paddle fails to load
-        raise ImportError(f"paddle_ext: the op library paddle_ext_lib failed to load ({err}); rebuild: {BUILD_HINT}") from err
-    missing = [op["name"] for op in manifest() if not op["forward"] and not hasattr(paddle_ext_lib, op["name"])]
+            from paddle.utils.cpp_extension import extension_utils  # noqa: PLC0415
+
+            extension_utils.load_op_meta_info_and_register_op(str(path))
+    except Exception as err:  # noqa: BLE001  (a library that does not fit this Paddle fails to load)
+        raise ImportError(f"paddle_ext: the op library {path} failed to load ({err}); reinstall paddle_ext, {BUILD_HINT}") from err
+    names = [op["name"] for op in manifest() if not op["forward"]]
+    registered = set(paddle.base.core.get_all_op_names())
+    missing = [name for name in names if name not in registered]
     if missing:
-        raise ImportError(f"paddle_ext: the op library is stale, it lacks {missing}; {BUILD_HINT}")
-    return _OpModule(paddle_ext_lib)
+        raise ImportError(f"paddle_ext: the op library {path} is stale, it lacks {missing}; reinstall paddle_ext, {BUILD_HINT}")
+    return _OpModule(_api_module(path, names, extension_utils))
+
+
+def _api_module(path: pathlib.Path, names: list[str], extension_utils) -> types.ModuleType:
+    """A module of Paddle's generated op functions; their source is kept in linecache, so that to_static
+    (which reads a function's source) sees them as it sees those of a stub file."""
+    source = "\n\n".join(extension_utils._custom_api_content(name) for name in names)
+    filename = f"<paddle_ext ops for Paddle {paddle.__version__}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    module = types.ModuleType("paddle_ext._ops")
+    module.__file__ = str(path)
+    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102  (Paddle's own generated code)
+    return module
 
 
 class _OpModule:
@@ -80,25 +129,14 @@ def _respecting_no_grad(op):
 
 
 def load():
-    """Registers every op with Paddle (called by ``import paddle_ext``), after checking that the
-    running Paddle is the one the library was compiled against (its C++ ABI)."""
-    built = build_info().get("paddle", "unknown")
-    if built != "unknown" and built != paddle.__version__:
-        raise ImportError(f"paddle_ext: the op library was built against Paddle {built}, but Paddle "
-                          f"{paddle.__version__} is installed; install paddlepaddle=={built} or rebuild "
-                          f"paddle_ext against this Paddle ({BUILD_HINT})")
+    """Registers every op with Paddle (called by ``import paddle_ext``), through the binding built for the
+    running Paddle release (its C++ ABI)."""
     return ops()
 
 
 def library_path() -> str:
-    """Path of the compiled shared library (for paddle.inference configs and diagnostics)."""
-    module = ops()
-    stub_path = getattr(module._module, "so_path", None)  # set by Paddle's generated stub
-    if stub_path and pathlib.Path(stub_path).is_file():
-        return str(stub_path)
-    for candidate in sorted(pathlib.Path(module.__file__).parent.glob(f"{LIBRARY}*.so")):
-        return str(candidate)
-    raise ImportError(f"paddle_ext: no shared library next to {module.__file__}; {BUILD_HINT}")
+    """Path of the op library that registers the ops (the running Paddle's binding)."""
+    return str(binding_path())
 
 
 def num_threads() -> int:
@@ -107,7 +145,7 @@ def num_threads() -> int:
     else one per CPU the process may run on. Paddle's own math-library count (1 by default) is separate."""
     import ctypes  # noqa: PLC0415
 
-    return int(ctypes.CDLL(library_path()).paddle_ext_num_threads())
+    return int(ctypes.CDLL(str(kernel_library_path())).paddle_ext_num_threads())
 
 
 def output_cache_bytes() -> int:
@@ -115,15 +153,15 @@ def output_cache_bytes() -> int:
     memory.h; at most PADDLE_EXT_OUTPUT_CACHE_MB, default 2048, 0 turns it off)."""
     import ctypes  # noqa: PLC0415
 
-    fn = ctypes.CDLL(library_path()).paddle_ext_output_cache_bytes
+    fn = ctypes.CDLL(str(kernel_library_path())).paddle_ext_output_cache_bytes
     fn.restype = ctypes.c_size_t
     return int(fn())
 
 
 def build_info() -> dict:
-    """What setup.py recorded: whether CUDA kernels were compiled in, and against which Paddle."""
+    """What setup.py recorded: whether CUDA kernels were compiled in, and the Paddle releases bound."""
     path = pathlib.Path(__file__).with_name("build_info.json")
-    return json.loads(path.read_text()) if path.exists() else {"with_cuda": False, "paddle": "unknown"}
+    return json.loads(path.read_text()) if path.exists() else {"with_cuda": False, "releases": []}
 
 
 def built_with_cuda() -> bool:
@@ -141,7 +179,7 @@ def manifest() -> list[dict]:
         from .codegen import opgen  # noqa: PLC0415
 
         return [op.to_json() for op in opgen.load_ops(source_ops)]
-    raise ImportError(f"paddle_ext: ops_manifest.json is missing; {BUILD_HINT}")
+    raise ImportError(f"paddle_ext: ops_manifest.json is missing; reinstall paddle_ext, {BUILD_HINT}")
 
 
 def in_legacy_program() -> bool:
