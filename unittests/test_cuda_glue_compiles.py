@@ -3,8 +3,8 @@
 PyPI's Paddle is the CPU build, so `make build` never compiles that branch. Its headers are the same
 source headers as the CUDA build's, though, so each generated registration unit is compiled here with
 g++ -fsyntax-only and PADDLE_WITH_CUDA defined, against the CUDA toolkit's headers (types, not a
-driver). One header is stubbed: paddle/utils/pybind.h, which under PADDLE_WITH_CUDA pulls in the ATen
-compatibility headers that only the CUDA wheel ships; the glue uses nothing from it.
+driver), with PADDLE_NO_PYTHON as the build defines it (paddle/utils/pybind.h, which under PADDLE_WITH_CUDA
+pulls in ATen compatibility headers that only the CUDA wheel ships, stays out).
 """
 
 import concurrent.futures
@@ -12,7 +12,6 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sysconfig
 
 import paddle
 import pytest
@@ -23,7 +22,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CUDA_HOME = next((p for p in (os.environ.get("CUDA_HOME"), "/usr/local/cuda", "/usr/local/cuda-13.0")
                   if p and os.path.exists(os.path.join(p, "include", "cuda_runtime.h"))), None)
 CXX = shutil.which(os.environ.get("CXX", "g++"))
-PYBIND_STUB = '#pragma once\n#include "paddle/phi/api/include/tensor.h"\n#include "paddle/utils/optional.h"\n'
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +31,11 @@ def compiled(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cuda_glue")
     generated = tmp / "generated"
     opgen.generate(ROOT / "ops", generated)
-    stub = tmp / "stub" / "paddle" / "utils"
-    stub.mkdir(parents=True)
-    (stub / "pybind.h").write_text(PYBIND_STUB)
     paddle_include = pathlib.Path(paddle.__file__).parent / "include"
-    includes = [tmp / "stub", pathlib.Path(CUDA_HOME) / "include", pathlib.Path(CUDA_HOME) / "include" / "cccl",
-                paddle_include, paddle_include / "third_party", sysconfig.get_paths()["include"],
+    includes = [pathlib.Path(CUDA_HOME) / "include", pathlib.Path(CUDA_HOME) / "include" / "cccl",
+                paddle_include, paddle_include / "third_party",
                 ROOT / "paddle_ext" / "include", ROOT, generated]
-    flags = ["-std=c++17", "-fsyntax-only", "-DPADDLE_WITH_CUDA", "-DPADDLE_EXT_WITH_CUDA",
+    flags = ["-std=c++17", "-fsyntax-only", "-DPADDLE_NO_PYTHON", "-DPADDLE_WITH_CUDA", "-DPADDLE_EXT_WITH_CUDA",
              *[f"-I{p}" for p in includes], "-idirafter", str(ROOT / "paddle_ext" / "include" / "paddle_ext" / "compat")]
 
     def run(unit):

@@ -1,0 +1,77 @@
+"""The build driver (tools/native_build.py): what it recompiles, and the libraries it leaves."""
+
+import importlib.util
+import os
+import pathlib
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("native_build", ROOT / "tools" / "native_build.py")
+native_build = importlib.util.module_from_spec(spec)
+sys.modules["native_build"] = native_build
+spec.loader.exec_module(native_build)
+
+
+def _unit(tmp_path, command=("g++", "-c")):
+    source, header, obj = tmp_path / "a.cc", tmp_path / "a.h", tmp_path / "a.o"
+    source.write_text('#include "a.h"\n')
+    header.write_text("\n")
+    unit = native_build.Unit(source, obj, list(command))
+    obj.write_text("object")
+    obj.with_suffix(".d").write_text(f"{obj}: {source} \\\n {header}\n")
+    obj.with_suffix(".cmd").write_text(" ".join(command))
+    past = time.time() - 100
+    for path in (source, header):
+        os.utime(path, (past, past))
+    return unit, source, header
+
+
+def test_an_object_newer_than_its_source_and_headers_with_the_same_command_is_kept(tmp_path):
+    unit, _, _ = _unit(tmp_path)
+    assert not unit.stale()
+
+
+@pytest.mark.parametrize("change", ["source", "header", "command", "object gone", "header gone"])
+def test_an_object_is_rebuilt_when_what_made_it_changed(tmp_path, change):
+    unit, source, header = _unit(tmp_path)
+    if change == "source":
+        source.touch()
+    elif change == "header":
+        header.touch()
+    elif change == "command":
+        unit.command = [*unit.command, "-O3"]
+    elif change == "object gone":
+        unit.obj.unlink()
+    else:
+        header.unlink()
+    assert unit.stale()
+
+
+def test_kernels_include_no_paddle_header():
+    """What lets one kernel library serve every Paddle release."""
+    sources = [p for d in ("cpu", "gpu", "include") for p in (ROOT / "paddle_ext" / d).rglob("*")
+               if p.suffix in (".h", ".cc", ".cu", ".cuh")]
+    assert sources
+    offenders = [str(p.relative_to(ROOT)) for p in sources
+                 if any(line.startswith("#include") and ('"paddle/' in line or "<paddle/" in line)
+                        for line in p.read_text().splitlines())]
+    assert offenders == []
+
+
+def test_the_binding_needs_no_cpython_symbol():
+    """The wheel is tagged py3-none: a CPython symbol in a binding would tie it to one Python."""
+    import shutil  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    from paddle_ext import _library  # noqa: PLC0415
+
+    if shutil.which("nm") is None:
+        pytest.skip("no nm")
+    for library in [_library.kernel_library_path(), *_library.NATIVE.glob("paddle_*/paddle_ext_ops.so")]:
+        undefined = subprocess.run(["nm", "-D", "--undefined-only", str(library)], capture_output=True, text=True,
+                                   check=True).stdout.split()
+        assert [s for s in undefined if s.startswith("Py") or s.startswith("_Py")] == [], library
+
