@@ -134,8 +134,13 @@ def _compile_all(part: str, units: list[Unit]) -> bool:
                 f"({time.monotonic() - began:.0f} s, {time.monotonic() - start:.0f} s elapsed)")
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        for future in [pool.submit(run, u) for u in todo]:
-            future.result()
+        futures = [pool.submit(run, u) for u in todo]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # the first failure stops the build
+            raise
     return True
 
 
@@ -170,7 +175,12 @@ def kernels(cuda: bool = False) -> pathlib.Path:
     """Builds (when stale) and returns build/kernels/<cpu|cuda>/libpaddle_ext_kernels.so."""
     out = BUILD / "kernels" / ("cuda" if cuda else "cpu")
     includes = [f"-I{ROOT / 'paddle_ext' / 'include'}", f"-I{ROOT}"]
-    defines = ["-DPADDLE_EXT_WITH_CUDA"] if cuda else []
+    defines = []
+    home = cuda_home() if cuda else None
+    if cuda:
+        if home is None:
+            raise SystemExit("paddle_ext build: a CUDA build needs nvcc (set CUDA_HOME)")
+        defines = ["-DPADDLE_EXT_WITH_CUDA", f"-I{home / 'include'}"]  # the family headers declare launchers
     units = []
     for source in sorted((ROOT / "paddle_ext" / "cpu").rglob("*.cc")):
         obj = out / source.relative_to(ROOT / "paddle_ext").with_suffix(".o")
@@ -178,9 +188,6 @@ def kernels(cuda: bool = False) -> pathlib.Path:
                                         "-MMD", "-MF", str(obj.with_suffix(".d")), "-c", str(source), "-o", str(obj)]))
     link_args = []
     if cuda:
-        home = cuda_home()
-        if home is None:
-            raise SystemExit("paddle_ext build: a CUDA build needs nvcc (set CUDA_HOME)")
         arch = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in CUDA_ARCHS]
         for source in sorted((ROOT / "paddle_ext" / "gpu").rglob("*.cu")):
             obj = out / source.relative_to(ROOT / "paddle_ext").with_suffix(".o")
@@ -188,7 +195,8 @@ def kernels(cuda: bool = False) -> pathlib.Path:
                                             "--expt-relaxed-constexpr", "-DPADDLE_EXT_WITH_CUDA", "-DNDEBUG",
                                             "-Xcompiler", "-fPIC", *arch, *includes, "-MD", "-MF",
                                             str(obj.with_suffix(".d")), "-c", str(source), "-o", str(obj)]))
-        link_args += [f"-L{home / 'lib64'}", "-lcudart"]
+        # the CUDA runtime a CUDA wheel of Paddle brings (nvidia-cuda-runtime), else the toolkit's
+        link_args += [f"-L{home / 'lib64'}", "-lcudart", "-Wl,-rpath,$ORIGIN/../../nvidia/cuda_runtime/lib"]
     omp = _omp_runtime_dir()
     # Paddle's own OpenMP runtime: found by soname once Paddle is loaded, else next to Paddle's libraries.
     link_args += ([f"-L{omp}", "-l:libiomp5.so", "-Wl,-rpath,$ORIGIN/../../paddle/libs"] if omp else ["-fopenmp"])
