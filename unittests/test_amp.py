@@ -23,6 +23,7 @@ import paddle
 import pytest
 
 import paddle_ext
+import op_test
 from op_test import RTOL, _to_numpy64, assert_close, round_to_dtype
 from paddle_ext.nn import AdaptiveEmbedding, AdaptiveLogSoftmaxWithLoss
 from paddle_ext.nn.functional import adaptive_log_softmax_with_loss
@@ -251,6 +252,7 @@ def test_adaptive_embedding_returns_what_paddle_embedding_does_under_auto_cast(l
 def test_tied_adaptive_input_under_auto_cast_is_close_to_float32(level):
     """Adaptive input tied to the adaptive softmax, a matmul between (bfloat16 under AMP): the loss and the
     grad of every shared parameter under auto_cast, against the same program's float32 computation."""
+    op_test.skip_unless_bfloat16_static_matmul_works()
     rng = np.random.default_rng(3)
     feed = {"ids": rng.integers(0, 12, size=8), "labels": rng.integers(0, 12, size=8)}
     paddle.enable_static()
@@ -362,6 +364,8 @@ FAMILIES = ["logcumsumexp", "put_along_axis", "mutual_information", "rnnt_loss",
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_small_model_trains_under_auto_cast(family, level, mode):
+    if mode == "to_static":
+        op_test.skip_unless_bfloat16_static_matmul_works()
     model = _Model(family)
     opt = paddle.optimizer.Adam(learning_rate=0.02, parameters=model.parameters())
     if level == "O2":  # (on CPU decorate leaves the parameters float32, as it does the auto_cast)
