@@ -8,7 +8,6 @@ import os
 import pathlib
 import platform
 import sys
-import warnings
 
 
 def _info(_args) -> int:
@@ -83,7 +82,6 @@ def _demo(args) -> int:
 def main(argv=None) -> int:
     from paddle_ext import benchmarks, demo  # noqa: PLC0415  (the choices of --op and --task)
 
-    warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface")  # from Paddle's to_static
     parser = argparse.ArgumentParser(prog="paddle-ext", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="versions, CUDA kernels, registered ops")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import paddle
 from paddle.autograd import PyLayer
 
-from . import _amp, _library
+from . import _amp, _fill, _library
 from ._checks import FLOATING_DTYPES, check_tensor, dtype_name, known_dim
 
 
@@ -156,8 +156,9 @@ def _joint(px, py, boundary):
 
     def inner(terms, occ):  # [N, B]: each term's sum over the cells the lattice occupies
         terms = paddle.stack(list(terms)).flatten(2)
-        occ = occ.flatten(1).unsqueeze(0)
-        terms = paddle.where(occ != 0, terms, paddle.zeros_like(terms))  # 0 * -inf would be NaN
+        # occ in terms' shape: a static where whose condition broadcasts calls zeros_like, which warns
+        occ = occ.flatten(1).unsqueeze(0).expand([terms.shape[0], -1, -1])
+        terms = paddle.where(occ != 0, terms, _fill.zeros_like(terms))  # 0 * -inf would be NaN
         return _library.sum_along(terms * occ, 2)
 
     prods = inner(px, x_occ) + inner(py, y_occ)

@@ -24,7 +24,7 @@ import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
-from . import _amp, _library
+from . import _amp, _fill, _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
 from ._checks import known_dim as _known
 from .mutual_information import _FirstOrderOnly, _recursion, check_boundary
@@ -110,7 +110,7 @@ def fix_for_boundary(px, boundary=None):
     B, S, T1 = _dims(px)
     t = paddle.arange(T1, dtype="int64").reshape([1, 1, -1])
     mask = (t == boundary[:, 3].reshape([-1, 1, 1])).expand([B, S, T1])
-    return paddle.where(mask, paddle.full_like(px, float("-inf")), px)
+    return paddle.where(mask, _fill.full_like(px, float("-inf")), px)
 
 
 def _finish_px(px, py, boundary, rnnt_type):
@@ -146,7 +146,7 @@ def _logsumexp_last(x):
     """logsumexp over the last axis; Paddle's CPU paddle.logsumexp is ~2x slower than these ops on
     [B, T, S+1, C] joiner output with small C. Rows that are all -inf give -inf (not NaN)."""
     m = _max_const(x, -1)
-    m = paddle.where(paddle.isinf(m), paddle.zeros_like(m), m)
+    m = paddle.where(paddle.isinf(m), _fill.zeros_like(m), m)
     return paddle.log(paddle.sum(paddle.exp(x - m), axis=-1)) + m.squeeze(-1)
 
 
@@ -591,7 +591,7 @@ def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_sca
     # the LM-only model: lm[s, symbols[s]] and lm[s, term] minus logsumexp(lm[s]), one gather for both (slices
     # of lm itself would cost a zero-filled lm-sized grad each)
     with_term = paddle.concat([symbols, paddle.full([B, 1], termination_symbol, dtype="int64")], axis=1)
-    idx = paddle.stack([with_term, paddle.full_like(with_term, termination_symbol)], axis=-1)  # [B, S+1, 2]
+    idx = paddle.stack([with_term, _fill.full_like(with_term, termination_symbol)], axis=-1)  # [B, S+1, 2]
     lmonly = paddle.take_along_axis(lm, idx, axis=2) - (paddle.log(lm_sum) + lm_max)  # [B, S+1, 2]
     # the combined and the AM-only model are both additive joiners: the AM-only one is the fused op with one
     # lm row, log(unigram), shared by every s (a [B, T] normaliser), exact like the combined one
