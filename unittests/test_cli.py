@@ -41,6 +41,27 @@ def test_bench_case_filter_runs_only_matching_rows(tmp_path):
 def test_every_benchmark_module_defines_cases():
     for name, module in benchmarks.modules():
         assert callable(module.cases), name
+    assert [name for name, _ in benchmarks.modules()] == benchmarks.families()
+
+
+@pytest.mark.parametrize("command,option,valid", [("bench", "--op", benchmarks.families()),
+                                                   ("demo", "--task", list(demo.tasks()))])
+def test_unknown_families_and_tasks_are_rejected_with_the_list(command, option, valid, capsys):
+    assert len(valid) >= 4
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, option, valid[0], option, "nope"])
+    assert exit_.value.code == 2  # argparse's usage error, before anything runs
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nope'" in err and all(repr(v) in err for v in valid)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, "--help"])
+    assert exit_.value.code == 0
+    assert ", ".join(valid) in " ".join(capsys.readouterr().out.split())  # (argparse wraps the lines)
+
+
+def test_bench_run_rejects_unknown_families():
+    with pytest.raises(ValueError, match="unknown op family nope; choose from adaptive_log_softmax, "):
+        benchmarks.run(selected=["logcumsumexp", "nope"])
 
 
 def test_demo_task_registry():
@@ -48,6 +69,20 @@ def test_demo_task_registry():
     assert "survival" in tasks
     with pytest.raises(SystemExit, match="unknown task"):
         demo.main(task=["no-such-task"])
+
+
+@pytest.mark.parametrize("matplotlib", [False, True])
+def test_demo_plots_the_losses_or_says_how_to_get_the_plot(matplotlib, tmp_path, monkeypatch, capsys):
+    if matplotlib:
+        pytest.importorskip("matplotlib")
+    else:
+        monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    assert demo.main(task=["survival"], steps=3, out_dir=tmp_path) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "results.json").exists()
+    assert (tmp_path / "loss_curves.png").exists() == matplotlib
+    assert ("and " + str(tmp_path / "loss_curves.png") in out) == matplotlib
+    assert ("no loss_curves.png: matplotlib is not installed (`pip install matplotlib`" in out) != matplotlib
 
 
 def test_survival_demo_learns_and_exports(tmp_path):

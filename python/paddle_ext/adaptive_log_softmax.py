@@ -25,7 +25,7 @@ import paddle
 import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
-from . import _amp, _library
+from . import _amp, _fill, _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_int, check_tensor, dtype_name, known_dim
 
 _OP = "adaptive_log_softmax_with_loss"
@@ -92,7 +92,7 @@ def adaptive_log_softmax_full(logits, offset=None, name=None):
     _check_logits(logits, op)
     logits = _amp.float32_at_o1(logits)  # log_softmax-like: a float32 op at O1, as in Paddle's AMP lists
     if offset is None:
-        offset = paddle.zeros_like(logits[:, 0])
+        offset = _fill.zeros_like(logits[:, 0])
         offset.stop_gradient = True
     else:
         check_tensor(offset, "offset", op)
@@ -265,7 +265,7 @@ def _mask_ignored(label, ignore_index):
     if paddle.in_dynamic_mode() and not (label.numpy() == ignore_index).any():
         return label, None
     keep = label != ignore_index
-    return paddle.where(keep, label, paddle.zeros_like(label)), keep
+    return paddle.where(keep, label, _fill.zeros_like(label)), keep
 
 
 def _check_weights(head_weight, tail_weights, head_bias, cutoffs, in_features, where):
@@ -324,9 +324,9 @@ def _argmax_rows(x):
     if not _library.in_legacy_program():
         return paddle.argmax(x, axis=1)
     k = x.shape[1]
-    position = paddle.zeros_like(x, dtype="int64") + paddle.arange(k, dtype="int64").reshape([1, k])
+    position = _fill.zeros_like(x, "int64") + paddle.arange(k, dtype="int64").reshape([1, k])
     wins = (x == paddle.max(x, axis=1, keepdim=True)) | (x != x)
-    return paddle.min(paddle.where(wins, position, paddle.full_like(position, k)), axis=1)
+    return paddle.min(paddle.where(wins, position, _fill.full_like(position, k)), axis=1)
 
 
 def _grads_must_sync():
@@ -365,7 +365,7 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
     dtype = _compute_dtype(input.dtype)
     head = _cast(F.linear(input, head_weight, head_bias), dtype)
     # The head column of each row: its label in the shortlist, else shortlist + (cluster index - 1).
-    cluster = paddle.zeros_like(label)
+    cluster = _fill.zeros_like(label)
     for c in cutoffs[:-1]:
         cluster = cluster + (label >= c).astype("int64")
     head_target = paddle.where(cluster == 0, label, cluster + (shortlist - 1))
@@ -399,11 +399,11 @@ def _kept_log_prob(input, label, keep, head_weight, tail_weights, cutoffs, head_
     rows = paddle.nonzero(keep).reshape([-1])
     if (paddle.in_dynamic_mode() and rows.shape[0] == 0) or (not paddle.in_dynamic_mode() and _OLD_STATIC):
         output = _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias)
-        return paddle.where(keep, output, paddle.zeros_like(output))  # where: no NaN * 0 reaches the output
+        return paddle.where(keep, output, _fill.zeros_like(output))  # where: no NaN * 0 reaches the output
     # (paddle.inference fails on an all-ignored batch when the head sees no row)
     x, y = _with_zero_row(paddle.gather(input, rows), paddle.gather(label, rows))
     kept = _target_log_prob(x, y, head_weight, tail_weights, cutoffs, head_bias)
-    return _index_add(paddle.zeros_like(keep, dtype=kept.dtype), rows, kept, padded=True)
+    return _index_add(_fill.zeros_like(keep, kept.dtype), rows, kept, padded=True)
 
 
 def _with_zero_row(x, label=None):
@@ -438,7 +438,7 @@ def _full_log_prob(input, head, tail_weights, cutoffs):
     shortlist = cutoffs[0]
     dtype = _compute_dtype(input.dtype)
     head = _cast(head, dtype)
-    zeros = paddle.zeros_like(head[:, 0])
+    zeros = _fill.zeros_like(head[:, 0])
     zeros.stop_gradient = True
     head_lp = _full(head, zeros)
     pieces = [head_lp[:, :shortlist]]

@@ -8,7 +8,6 @@ import os
 import pathlib
 import platform
 import sys
-import warnings
 
 
 def _info(_args) -> int:
@@ -82,13 +81,16 @@ def _demo(args) -> int:
 
 
 def main(argv=None) -> int:
-    warnings.filterwarnings("ignore", message="Tensor do not have 'place' interface")  # from Paddle's to_static
+    from paddle_ext import benchmarks, demo  # noqa: PLC0415  (the choices of --op and --task)
+
     parser = argparse.ArgumentParser(prog="paddle-ext", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("info", help="versions, CUDA kernels, registered ops")
     p.set_defaults(func=_info)
     p = sub.add_parser("bench", help="benchmark the ops against Paddle, NumPy (and PyTorch)")
-    p.add_argument("--op", action="append", help="only this op family (repeatable)")
+    families = benchmarks.families()
+    p.add_argument("--op", action="append", choices=families, metavar="FAMILY",
+                   help=f"only this op family (repeatable): {', '.join(families)}")
     p.add_argument("--quick", action="store_true", help="small shapes, for a smoke run")
     p.add_argument("--case", action="append", metavar="TEXT",
                    help="only the cases whose name contains TEXT (repeatable), e.g. --case independent")
@@ -96,7 +98,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.set_defaults(func=_bench)
     p = sub.add_parser("demo", help="train small models with the ops, export and serve them")
-    p.add_argument("--task", action="append", help="run only this task (repeatable)")
+    tasks = list(demo.tasks())
+    p.add_argument("--task", action="append", choices=tasks, metavar="TASK",
+                   help=f"run only this task (repeatable): {', '.join(tasks)}")
     p.add_argument("--steps", type=int, default=None, help="training steps per task (default: each task's own)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="demo-out", help="directory for results.json, models and plots")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import paddle
 from paddle.autograd import PyLayer
 
-from . import _amp, _library
+from . import _amp, _fill, _library
 from ._checks import FLOATING_DTYPES, check_tensor, dtype_name, known_dim
 
 
 @paddle.jit.not_to_static
-def check_boundary(boundary, B, S, T, op="mutual_information_recursion", arg="boundary"):
-    """Type/shape checks always; value checks where the values are known (dygraph)."""
+def check_boundary(boundary, B, S, T, op, arg="boundary"):
+    """Type/shape checks always; value checks where the values are known (dygraph). ``op``: the public
+    function the user called, which every error names."""
     if boundary is None:
         return None
     check_tensor(boundary, arg, op)
@@ -33,7 +34,7 @@ def check_boundary(boundary, B, S, T, op="mutual_information_recursion", arg="bo
 
 
 @paddle.jit.not_to_static
-def check_px_py(px, py, op="mutual_information_recursion"):
+def check_px_py(px, py, op):
     """Returns (B, S, T, modified) after checking shapes and dtypes; modified is None where px's and
     py's last dims are not known (a dynamic T in a static graph)."""
     check_tensor(px, "px", op)
@@ -89,9 +90,9 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, *, na
 
 
 def _recursion(px, py, boundary, return_grad, op):
-    """mutual_information_recursion for ``op`` (named in the higher-order-grad error)."""
-    _B, S, T, _modified = check_px_py(px, py)
-    boundary = check_boundary(boundary, px.shape[0], S, T)
+    """mutual_information_recursion for ``op``, the public function the user called (named in every error)."""
+    _B, S, T, _modified = check_px_py(px, py, op)
+    boundary = check_boundary(boundary, px.shape[0], S, T, op)
     dtype = px.dtype
     if dtype in (paddle.float16, paddle.bfloat16):
         px, py = px.astype("float32"), py.astype("float32")
@@ -156,8 +157,9 @@ def _joint(px, py, boundary):
 
     def inner(terms, occ):  # [N, B]: each term's sum over the cells the lattice occupies
         terms = paddle.stack(list(terms)).flatten(2)
-        occ = occ.flatten(1).unsqueeze(0)
-        terms = paddle.where(occ != 0, terms, paddle.zeros_like(terms))  # 0 * -inf would be NaN
+        # occ in terms' shape: a static where whose condition broadcasts calls zeros_like, which warns
+        occ = occ.flatten(1).unsqueeze(0).expand([terms.shape[0], -1, -1])
+        terms = paddle.where(occ != 0, terms, _fill.zeros_like(terms))  # 0 * -inf would be NaN
         return _library.sum_along(terms * occ, 2)
 
     prods = inner(px, x_occ) + inner(py, y_occ)

@@ -12,7 +12,8 @@ kernels check the rest). Checks that need the values of ``boundary`` (and the s_
 
 Each public function only sends its arguments through ``_amp.float32_op`` (float16/bfloat16 inputs and
 any call under auto_cast computed in float32; docs/rnnt_loss.md, "Mixed precision") to its ``_name``
-twin, which does the work.
+twin, which does the work. The twins and the checks take ``op``, the name of the public function the user
+called: every error names it (a loss calls the twins of the get_rnnt_logprobs* it is built on with its own name).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
-from . import _amp, _library
+from . import _amp, _fill, _library
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
 from ._checks import known_dim as _known
 from .mutual_information import _FirstOrderOnly, _recursion, check_boundary
@@ -110,7 +111,7 @@ def fix_for_boundary(px, boundary=None):
     B, S, T1 = _dims(px)
     t = paddle.arange(T1, dtype="int64").reshape([1, 1, -1])
     mask = (t == boundary[:, 3].reshape([-1, 1, 1])).expand([B, S, T1])
-    return paddle.where(mask, paddle.full_like(px, float("-inf")), px)
+    return paddle.where(mask, _fill.full_like(px, float("-inf")), px)
 
 
 def _finish_px(px, py, boundary, rnnt_type):
@@ -146,7 +147,7 @@ def _logsumexp_last(x):
     """logsumexp over the last axis; Paddle's CPU paddle.logsumexp is ~2x slower than these ops on
     [B, T, S+1, C] joiner output with small C. Rows that are all -inf give -inf (not NaN)."""
     m = _max_const(x, -1)
-    m = paddle.where(paddle.isinf(m), paddle.zeros_like(m), m)
+    m = paddle.where(paddle.isinf(m), _fill.zeros_like(m), m)
     return paddle.log(paddle.sum(paddle.exp(x - m), axis=-1)) + m.squeeze(-1)
 
 
@@ -184,11 +185,11 @@ def get_rnnt_logprobs(lm, am, symbols, termination_symbol, rnnt_type="regular", 
     Returns: px ``[B, S, T+1]`` (regular) or ``[B, S, T]``, py ``[B, S+1, T]``. Note k2's argument order:
     ``rnnt_type`` comes before ``boundary`` here (and after it in every other function).
     """
-    return _amp.float32_op(_get_rnnt_logprobs, 2, lm, am, symbols, termination_symbol, boundary, rnnt_type)
+    return _amp.float32_op(_get_rnnt_logprobs, 2, lm, am, symbols, termination_symbol, boundary, rnnt_type,
+                           "get_rnnt_logprobs")
 
 
-def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type):
-    op = "get_rnnt_logprobs"
+def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type, op):
     B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
     px, py = _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type)
@@ -237,7 +238,7 @@ def _rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary, rnnt_type, 
                       return_grad, fastemit_lambda):
     op = "rnnt_loss_simple"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = get_rnnt_logprobs(lm, am, symbols, termination_symbol, rnnt_type, boundary)
+    px, py = _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type, op)
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
@@ -303,11 +304,11 @@ def _joint_logprobs(logits, symbols, ranges, termination_symbol, op):
 def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) from joiner logits ``[B, T, S+1, C]``: their log-softmax over C at the symbol and termination
     columns (one fused op; the normalised [B, T, S+1, C] tensor is never written)."""
-    return _amp.float32_op(_get_rnnt_logprobs_joint, 1, logits, symbols, termination_symbol, boundary, rnnt_type)
+    return _amp.float32_op(_get_rnnt_logprobs_joint, 1, logits, symbols, termination_symbol, boundary, rnnt_type,
+                           "get_rnnt_logprobs_joint")
 
 
-def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
-    op = "rnnt_loss"
+def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op):
     B, T, S1, C = _check_float(logits, "logits", op, 4)
     _check_common(op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
     B, S = _dims(symbols)
@@ -334,7 +335,7 @@ def _rnnt_loss(logits, symbols, termination_symbol, boundary, rnnt_type, delay_p
                fastemit_lambda):
     op = "rnnt_loss"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type)
+    px, py = _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op)
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
@@ -448,8 +449,7 @@ def _get_rnnt_prune_ranges(px_grad, py_grad, boundary, s_range):
 
 
 @paddle.jit.not_to_static
-def _check_pruning(am, lm, ranges):
-    op = "do_rnnt_pruning"
+def _check_pruning(op, am, lm, ranges):
     _check_float(am, "am", op, 3)
     _check_float(lm, "lm", op, 3)
     check_tensor(ranges, "ranges", op)
@@ -474,7 +474,7 @@ def do_rnnt_pruning(am, lm, ranges):
 
 
 def _do_rnnt_pruning(am, lm, ranges):
-    _check_pruning(am, lm, ranges)
+    _check_pruning("do_rnnt_pruning", am, lm, ranges)
     B, T, R = _dims(ranges)
     ops = _library.ops()
     frames = paddle.arange(T, dtype="int64").reshape([1, -1, 1]).expand([B, T, R])
@@ -512,8 +512,7 @@ def _check_ranges(op, ranges, S):
 
 
 @paddle.jit.not_to_static
-def _check_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type):
-    op = "rnnt_loss_pruned"
+def _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type):
     B, T, R, C = _check_float(logits, "logits", op, 4)
     check_tensor(symbols, "symbols", op)
     S = symbols.shape[1] if len(symbols.shape) == 2 else -1
@@ -529,13 +528,13 @@ def _check_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_ty
 def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) from pruned joiner logits ``[B, T, s_range, C]``: entries outside each frame's range are -inf."""
     return _amp.float32_op(_get_rnnt_logprobs_pruned, 1, logits, symbols, ranges, termination_symbol, boundary,
-                           rnnt_type)
+                           rnnt_type, "get_rnnt_logprobs_pruned")
 
 
-def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
-    _check_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
+def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op):
+    _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
     B, S = _dims(symbols)
-    px, py = _joint_logprobs(logits, _symbols64(symbols), _symbols64(ranges), termination_symbol, "rnnt_loss_pruned")
+    px, py = _joint_logprobs(logits, _symbols64(symbols), _symbols64(ranges), termination_symbol, op)
     if rnnt_type == "regular":
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
     return _finish_px(px, py, boundary, rnnt_type), py
@@ -555,7 +554,7 @@ def _rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary, rnn
                       return_grad, fastemit_lambda):
     op = "rnnt_loss_pruned"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
+    px, py = _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op)
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
@@ -568,12 +567,11 @@ def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scal
     """(px, py) of the simple loss interpolated with an LM-only and an AM-only (unigram-LM) model:
     ``lm_only_scale * lm + am_only_scale * am + (1 - both) * combined``, in log space."""
     return _amp.float32_op(_get_rnnt_logprobs_smoothed, 2, lm, am, symbols, termination_symbol, lm_only_scale,
-                           am_only_scale, boundary, rnnt_type)
+                           am_only_scale, boundary, rnnt_type, "get_rnnt_logprobs_smoothed")
 
 
-def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1,
-                                boundary=None, rnnt_type="regular"):
-    op = "rnnt_loss_smoothed"
+def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale, boundary,
+                                rnnt_type, op):
     B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
     for arg, v in (("lm_only_scale", lm_only_scale), ("am_only_scale", am_only_scale)):
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0.0 <= v <= 1.0:
@@ -591,7 +589,7 @@ def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_sca
     # the LM-only model: lm[s, symbols[s]] and lm[s, term] minus logsumexp(lm[s]), one gather for both (slices
     # of lm itself would cost a zero-filled lm-sized grad each)
     with_term = paddle.concat([symbols, paddle.full([B, 1], termination_symbol, dtype="int64")], axis=1)
-    idx = paddle.stack([with_term, paddle.full_like(with_term, termination_symbol)], axis=-1)  # [B, S+1, 2]
+    idx = paddle.stack([with_term, _fill.full_like(with_term, termination_symbol)], axis=-1)  # [B, S+1, 2]
     lmonly = paddle.take_along_axis(lm, idx, axis=2) - (paddle.log(lm_sum) + lm_max)  # [B, S+1, 2]
     # the combined and the AM-only model are both additive joiners: the AM-only one is the fused op with one
     # lm row, log(unigram), shared by every s (a [B, T] normaliser), exact like the combined one
@@ -626,8 +624,8 @@ def _rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_o
                         delay_penalty, reduction, return_grad, fastemit_lambda):
     op = "rnnt_loss_smoothed"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale, boundary,
-                                        rnnt_type)
+    px, py = _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale, boundary,
+                                         rnnt_type, op)
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 

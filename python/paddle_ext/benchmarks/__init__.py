@@ -38,12 +38,14 @@ class Result:
         return dataclasses.asdict(self)
 
 
-def modules():
-    import paddle_ext.benchmarks as pkg  # noqa: PLC0415
+def families() -> list[str]:
+    """The op families `paddle-ext bench --op` takes: one module here each (named without importing them)."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if not info.name.startswith("_"):
-            yield info.name, importlib.import_module(f"{pkg.__name__}.{info.name}")
+
+def modules():
+    for name in families():
+        yield name, importlib.import_module(f"{__name__}.{name}")
 
 
 def time_median(fn: Callable[[], object], repeats: int, min_seconds: float = 0.0) -> float:
@@ -68,7 +70,12 @@ def warm_up(fn: Callable[[], object], calls: int = 3, seconds: float = 0.2) -> N
 
 
 def run(selected=None, quick=False, repeats=7, log=print, matching=None) -> list[Result]:
-    """`matching`: substrings; when given, only the cases whose name contains one of them run."""
+    """`selected`: op families (all when empty); `matching`: substrings; when given, only the cases whose
+    name contains one of them run."""
+    unknown = sorted(set(selected or ()) - set(families()))
+    if unknown:
+        raise ValueError(f"benchmarks.run: unknown op family {', '.join(unknown)}; "
+                         f"choose from {', '.join(families())}")
     results = []
     for name, module in modules():
         if selected and name not in selected:

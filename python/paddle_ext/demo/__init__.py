@@ -162,4 +162,7 @@ def _run(ranks: _parallel.Ranks, chosen, steps, seed, out_dir) -> int:
     (out / "results.json").write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1))
     plotted = _plot(results, out / "loss_curves.png")
     print(f"\nwrote {out / 'results.json'}" + (f" and {out / 'loss_curves.png'}" if plotted else ""))
+    if not plotted:
+        print("no loss_curves.png: matplotlib is not installed (`pip install matplotlib` into this environment, "
+              "then run the demo again for the plot)")
     return 0 if ranks_agree and all(r.export_match is not False for r in results) else 1

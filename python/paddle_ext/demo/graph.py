@@ -15,6 +15,7 @@ import numpy as np
 import paddle
 
 import paddle_ext
+from paddle_ext import _fill
 
 from . import DemoTask, TaskResult, train_steps
 from ._parallel import Ranks
@@ -49,7 +50,7 @@ class SageLayer(paddle.nn.Layer):
 
     def forward(self, h, src, dst):
         messages = paddle.gather(h, src)  # [edges, d]: the sender's features on every edge
-        table = paddle.zeros_like(h)
+        table = _fill.zeros_like(h)  # paddle.zeros_like(h), without its warning when the model is exported
         index = dst.unsqueeze(-1)  # [edges, 1], broadcast over the features by put_along_axis
         mean = paddle_ext.put_along_axis(table, index, messages, 0, reduce="mean", include_self=False)
         peak = paddle_ext.put_along_axis(table, index, messages, 0, reduce="amax", include_self=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import paddle
 from paddle.autograd import PyLayer
 
-from .. import _library
+from .. import _fill, _library
 from .. import adaptive_log_softmax as _als
 from .adaptive_log_softmax import AdaptiveLogSoftmaxWithLoss, _TailPair
 
@@ -76,8 +76,9 @@ class AdaptiveEmbedding(paddle.nn.Layer):
         # Row gathers from transposed tables: a column gather (index_select on axis 1) and its grad ran
         # about 2x slower. The shortlist gathers every row (a tail row reads class 0, then is zeroed):
         # one gather instead of a row selection, and the output buffer the tails add into.
-        head = paddle.gather(_transposed(self.head_weight[:, :shortlist]), paddle.where(in_head, flat, paddle.zeros_like(flat)))
-        out = paddle.where(in_head.unsqueeze(1), head, paddle.zeros_like(head))
+        head = paddle.gather(_transposed(self.head_weight[:, :shortlist]), paddle.where(in_head, flat, _fill.zeros_like(flat)))
+        # (the condition in head's shape: a static where whose condition broadcasts calls zeros_like, which warns)
+        out = paddle.where(in_head.unsqueeze(1).expand([-1, head.shape[1]]), head, _fill.zeros_like(head))
         for i, (w1, w2) in enumerate(self.tail_weights):
             low, high = self.cutoffs[i], self.cutoffs[i + 1]
             rows = paddle.nonzero((flat >= low) & (flat < high)).reshape([-1])
