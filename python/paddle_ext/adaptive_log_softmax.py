@@ -326,15 +326,15 @@ def _matmul(a, b):
 def _gemm_fits(a, b, bias=None):
     """Whether a @ b goes to pe_adaptive_matmul: float32 CPU tensors outside auto_cast (where matmul would
     run in 16 bits), and oneDNN's sgemm found in this process. A static program's place is its executor's:
-    CPU unless this Paddle has CUDA."""
+    taken as the CPU unless this Paddle has CUDA."""
     if a.dtype != paddle.float32 or b.dtype != paddle.float32 or (bias is not None and bias.dtype != paddle.float32):
         return False
     if _amp.amp_level() != "O0":
         return False
-    if paddle.in_dynamic_mode():
-        if not a.place.is_cpu_place():
-            return False
-    elif paddle.is_compiled_with_cuda():
+    place = a.place if paddle.in_dynamic_mode() else None  # (None also while to_static's SOT traces)
+    if place is not None and not place.is_cpu_place():
+        return False
+    if place is None and paddle.is_compiled_with_cuda():
         return False
     return _library.gemm_backend() == "onednn"
 
