@@ -200,6 +200,7 @@ def kernels(cuda: bool = False) -> pathlib.Path:
     omp = _omp_runtime_dir()
     # Paddle's own OpenMP runtime: found by soname once Paddle is loaded, else next to Paddle's libraries.
     link_args += ([f"-L{omp}", "-l:libiomp5.so", "-Wl,-rpath,$ORIGIN/../../paddle/libs"] if omp else ["-fopenmp"])
+    link_args += ["-ldl"]  # gemm.cc finds the oneDNN Paddle loaded (dlopen/dlsym; in libc itself from glibc 2.34)
     compiled = _compile_all("kernel library", units)
     library = out / KERNEL_LIBRARY
     _link("kernel library", library, [u.obj for u in units], [*link_args, f"-Wl,-soname,{KERNEL_LIBRARY}"], compiled)

@@ -3,6 +3,7 @@
 #include "paddle_ext/adaptive_log_softmax.h"
 
 #include "paddle_ext/binding/common.h"
+#include "paddle_ext/gemm.h"
 
 namespace paddle_ext {
 namespace {
@@ -165,6 +166,68 @@ std::vector<paddle::Tensor> AlsFullGradKernel(const paddle::Tensor& logits_in, c
     }
   });
   return {logits_grad, offset_grad};
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The projections: out = op(x) @ op(y) for float32 CPU tensors, on cpu::sgemm (oneDNN's sgemm from the
+// user's Paddle, gemm.h). op(x) is x, or x^T when transpose_x; likewise y. The Python API calls it only
+// where that holds and oneDNN was found; anything else stays on Paddle's matmul.
+
+namespace {
+
+struct Gemm {
+  int64_t m, k, n;
+};
+
+Gemm gemm_dims(const std::vector<int64_t>& x, const std::vector<int64_t>& y, bool tx, bool ty, const char* op) {
+  PE_CHECK(x.size() == 2 && y.size() == 2, op, ": x and y must be 2-D, got ranks ", x.size(), " and ", y.size());
+  const int64_t m = tx ? x[1] : x[0], k = tx ? x[0] : x[1];
+  const int64_t ky = ty ? y[1] : y[0], n = ty ? y[0] : y[1];
+  PE_CHECK(k < 0 || ky < 0 || k == ky, op, ": the inner dimensions differ (", k, " and ", ky, ")");
+  return {m, k, n};
+}
+
+// op(a) @ op(b) as a new [m, n] float32 CPU tensor.
+paddle::Tensor sgemm_of(const paddle::Tensor& a, bool ta, const paddle::Tensor& b, bool tb, const char* op) {
+  PE_CHECK(a.dtype() == paddle::DataType::FLOAT32 && b.dtype() == paddle::DataType::FLOAT32, op,
+           ": float32 only (the Python API uses Paddle's matmul for the other dtypes)");
+  PE_CHECK(a.is_cpu() && b.is_cpu(), op, ": CPU tensors only (the Python API uses Paddle's matmul elsewhere)");
+  const Gemm g = gemm_dims(a.shape(), b.shape(), ta, tb, op);
+  paddle::Tensor out = new_output({g.m, g.n}, paddle::DataType::FLOAT32, a.place());
+  cpu::sgemm(ta, tb, g.m, g.n, g.k, ptr<float>(a), a.shape()[1], ptr<float>(b), b.shape()[1], 0.f,
+             mutable_ptr<float>(out), g.n);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> AlsMatmulInferShape(const std::vector<int64_t>& x_shape,
+                                                      const std::vector<int64_t>& y_shape, bool transpose_x,
+                                                      bool transpose_y) {
+  const Gemm g = gemm_dims(x_shape, y_shape, transpose_x, transpose_y, "adaptive_matmul");
+  return {{g.m, g.n}};
+}
+
+std::vector<paddle::Tensor> AlsMatmulKernel(const paddle::Tensor& x_in, const paddle::Tensor& y_in, bool transpose_x,
+                                            bool transpose_y) {
+  const paddle::Tensor x = dense(x_in), y = dense(y_in);
+  return {sgemm_of(x, transpose_x, y, transpose_y, "adaptive_matmul")};
+}
+
+// x_grad and y_grad of out = op(x) @ op(y), each one GEMM (matmul's grad formulas).
+std::vector<paddle::Tensor> AlsMatmulGradKernel(const paddle::Tensor& x_in, const paddle::Tensor& y_in,
+                                                const paddle::Tensor& out_grad_in, bool transpose_x, bool transpose_y) {
+  const char* op = "adaptive_matmul_grad";
+  const paddle::Tensor x = dense(x_in), y = dense(y_in), g = dense(out_grad_in);
+  paddle::Tensor x_grad, y_grad;
+  if (!transpose_x) {
+    x_grad = sgemm_of(g, false, y, !transpose_y, op);                                     // g op(y)^T
+    y_grad = transpose_y ? sgemm_of(g, true, x, false, op) : sgemm_of(x, true, g, false, op);  // (x^T g)^T or x^T g
+  } else {
+    x_grad = transpose_y ? sgemm_of(y, true, g, true, op) : sgemm_of(y, false, g, true, op);   // (g op(y)^T)^T
+    y_grad = transpose_y ? sgemm_of(g, true, x, true, op) : sgemm_of(x, false, g, false, op);  // (x g)^T or x g
+  }
+  return {x_grad, y_grad};
 }
 
 }  // namespace paddle_ext

@@ -148,6 +148,19 @@ def num_threads() -> int:
     return int(ctypes.CDLL(str(kernel_library_path())).paddle_ext_num_threads())
 
 
+@functools.lru_cache(maxsize=None)
+def gemm_backend() -> str:
+    """What computes the adaptive softmax's float32 CPU projections: "onednn" when the kernel library found
+    ``dnnl_sgemm`` in the oneDNN that Paddle loaded (libdnnl.so.3 of its CPU wheels), else "reference" (a
+    plain loop, which the Python API never picks: it keeps Paddle's matmul then). Setting
+    PADDLE_EXT_DISABLE_ONEDNN_GEMM=1 before the first call turns oneDNN off."""
+    import ctypes  # noqa: PLC0415
+
+    fn = ctypes.CDLL(str(kernel_library_path())).paddle_ext_gemm_backend
+    fn.restype = ctypes.c_char_p
+    return fn().decode()
+
+
 def output_cache_bytes() -> int:
     """Bytes of freed big CPU outputs the op library keeps mapped for its next outputs (BlockCache in
     memory.h; at most PADDLE_EXT_OUTPUT_CACHE_MB, default 2048, 0 turns it off)."""

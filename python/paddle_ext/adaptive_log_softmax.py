@@ -9,7 +9,10 @@ The public layer is ``paddle_ext.nn.AdaptiveLogSoftmaxWithLoss`` and the functio
 * ``adaptive_log_softmax_full(logits, offset)``: ``logits - logsumexp(row) + offset[:, None]``
   (the full log-probabilities of one cluster, for ``log_prob`` and ``predict``).
 
-Every matmul stays on Paddle's ``matmul``/``linear``. Paddle's own CPU ``log_softmax`` is O(K^2) per row
+The projections (head, tail clusters) of float32 CPU tensors outside auto_cast run on a third op,
+``pe_adaptive_matmul``: oneDNN's sgemm, from the libdnnl that the user's Paddle loaded, on paddle_ext's
+thread count (Paddle's bundled MKL takes a slow generic path on AMD CPUs). Every other matmul (float64,
+16-bit, auto_cast, GPU, a Paddle without oneDNN) stays on Paddle's ``matmul``/``linear``. Paddle's own CPU ``log_softmax`` is O(K^2) per row
 on wide rows (docs/architecture.md, "Paddle's custom-op API"), so nothing here uses it. Each cluster is
 computed only for the rows whose label falls in it (``nonzero`` + ``gather``/``scatter_nd``), which works
 with empty clusters in dygraph, in static programs and in exported models alike.
@@ -26,6 +29,8 @@ import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
 from . import _amp, _fill, _library
+from .put_along_axis import _apply as _pair_apply
+from .put_along_axis import _grads, _ordered
 from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_int, check_tensor, dtype_name, known_dim
 
 _OP = "adaptive_log_softmax_with_loss"
@@ -318,6 +323,71 @@ def _matmul(a, b):
     return F.linear(a, b) if _library.in_legacy_program() else paddle.matmul(a, b)  # linear: matmul_v2 there
 
 
+def _gemm_fits(a, b, bias=None):
+    """Whether a @ b goes to pe_adaptive_matmul: float32 CPU tensors outside auto_cast (where matmul would
+    run in 16 bits), and oneDNN's sgemm found in this process. A static program's place is its executor's:
+    taken as the CPU unless this Paddle has CUDA."""
+    if a.dtype != paddle.float32 or b.dtype != paddle.float32 or (bias is not None and bias.dtype != paddle.float32):
+        return False
+    if _amp.amp_level() != "O0":
+        return False
+    place = a.place if paddle.in_dynamic_mode() else None  # (None also while to_static's SOT traces)
+    if place is not None and not place.is_cpu_place():
+        return False
+    if place is None and paddle.is_compiled_with_cuda():
+        return False
+    return _library.gemm_backend() == "onednn"
+
+
+def _gemm(a, b, transpose_y=False):
+    """a @ b (a @ b.T when transpose_y), a and b 2-D: on oneDNN where _gemm_fits, else Paddle's matmul."""
+    if not _gemm_fits(a, b):
+        if not transpose_y:
+            return _matmul(a, b)
+        return F.linear(a, b.t()) if _library.in_legacy_program() else paddle.matmul(a, b, transpose_y=True)
+    if paddle.in_dynamic_mode():
+        if a.stop_gradient and b.stop_gradient:
+            return _library.ops().pe_adaptive_matmul(a, b, False, transpose_y)
+        return _pair_apply(_Gemm, a, b, {"transpose_y": transpose_y})
+    return _library.ops().pe_adaptive_matmul(*_library.legacy_grad_inputs(a, b), False, transpose_y)  # grad op
+
+
+def _linear(x, weight, bias=None):
+    """F.linear(x, weight, bias) with the product on _gemm where it fits."""
+    if not _gemm_fits(x, weight, bias):
+        return F.linear(x, weight, bias)
+    out = _gemm(x, weight)
+    return out if bias is None else out + bias
+
+
+class _Gemm(PyLayer):
+    """Dygraph autograd of pe_adaptive_matmul: each grad that is needed is one GEMM (matmul's formulas, the
+    same op with transposes); when the backward is recorded (create_graph=True), Paddle's differentiable
+    matmul computes them instead, so higher-order grads are right. a and b come as one list input
+    (_pair_apply: paddle.grad on a subset of the inputs would reject a grad for a pruned slot)."""
+
+    @staticmethod
+    def forward(ctx, pair, spec):
+        ctx.swap = spec["swap"]
+        a, b = _ordered(ctx, pair)
+        ctx.save_for_backward(a, b)
+        ctx.transpose_y = spec["transpose_y"]
+        return _library.ops().pe_adaptive_matmul(a, b, False, ctx.transpose_y)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensor()
+        ty = ctx.transpose_y
+        if paddle.is_grad_enabled():
+            def mm(x, y, tx, ty_):
+                return paddle.matmul(x, y, transpose_x=tx, transpose_y=ty_)
+        else:
+            mm = _library.ops().pe_adaptive_matmul
+        a_grad = mm(grad, b, False, not ty) if ctx.wanted[0] else None
+        b_grad = (mm(grad, a, True, False) if ty else mm(a, grad, True, False)) if ctx.wanted[1] else None
+        return _grads(ctx, a_grad, b_grad)
+
+
 def _argmax_rows(x):
     """paddle.argmax(x, axis=1); in a legacy-IR program the first position of the row's maximum (or of its
     first NaN), from max, where and min."""
@@ -363,7 +433,7 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
     """[N] log p(label | input) for a 2-D input, in the compute dtype."""
     shortlist = cutoffs[0]
     dtype = _compute_dtype(input.dtype)
-    head = _cast(F.linear(input, head_weight, head_bias), dtype)
+    head = _cast(_linear(input, head_weight, head_bias), dtype)
     # The head column of each row: its label in the shortlist, else shortlist + (cluster index - 1).
     cluster = _fill.zeros_like(label)
     for c in cutoffs[:-1]:
@@ -381,8 +451,8 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
             continue
         flat = rows.reshape([-1])
         x, y = _with_zero_row(paddle.gather(input, flat), paddle.gather(label, flat) - low)
-        hidden = _matmul(x, tail_weights[i][0])
-        logits = _cast(_matmul(hidden, tail_weights[i][1]), dtype)
+        hidden = _gemm(x, tail_weights[i][0])
+        logits = _cast(_gemm(hidden, tail_weights[i][1]), dtype)
         local = _target(logits, y)
         output = _index_add(output, flat, local, padded=True)
     return output
@@ -443,7 +513,7 @@ def _full_log_prob(input, head, tail_weights, cutoffs):
     head_lp = _full(head, zeros)
     pieces = [head_lp[:, :shortlist]]
     for i in range(len(cutoffs) - 1):
-        logits = _cast(_matmul(_matmul(input, tail_weights[i][0]), tail_weights[i][1]), dtype)
+        logits = _cast(_gemm(_gemm(input, tail_weights[i][0]), tail_weights[i][1]), dtype)
         lp = _full(logits, head_lp[:, shortlist + i])
         pieces.append(lp)
     return paddle.concat(pieces, axis=1) if len(pieces) > 1 else pieces[0]
@@ -545,7 +615,7 @@ def adaptive_log_prob(input, head_weight, tail_weights, cutoffs, head_bias=None)
     x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
     if not batched:
         x = x.unsqueeze(0)
-    out = _full_log_prob(x, F.linear(x, head_weight, head_bias), tail_weights, cutoffs)
+    out = _full_log_prob(x, _linear(x, head_weight, head_bias), tail_weights, cutoffs)
     if not batched:
         out = out.squeeze(0)
     return _cast(out, out_dtype)
@@ -560,7 +630,7 @@ def adaptive_predict(input, head_weight, tail_weights, cutoffs, head_bias=None):
     x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
     if not batched:
         x = x.unsqueeze(0)
-    head = F.linear(x, head_weight, head_bias)
+    head = _linear(x, head_weight, head_bias)
     if not paddle.in_dynamic_mode():
         pred = _argmax_rows(_full_log_prob(x, head, tail_weights, cutoffs))
     else:

@@ -37,6 +37,8 @@ def _info(_args) -> int:
     print(f"CPU threads    {_library.num_threads()} (PADDLE_EXT_NUM_THREADS, else OMP_NUM_THREADS, else one per core)")
     print(f"output cache   {_library.output_cache_bytes() >> 20} MiB held (big CPU buffers kept mapped between calls; "
           "PADDLE_EXT_OUTPUT_CACHE_MB, default 2048, 0 off)")
+    print(f"adaptive GEMM  {_library.gemm_backend()} (float32 CPU projections of the adaptive softmax: oneDNN's sgemm "
+          "from Paddle's libdnnl, else Paddle's matmul)")
     print("ops (from ops/*.yaml):")
     for op in _library.manifest():
         if op["forward"]:

@@ -1,6 +1,9 @@
 """AdaptiveLogSoftmaxWithLoss forward+backward: paddle_ext's layer vs Paddle 3.3.1's own layer with its
 O(K^2) CPU log_softmax patched out (``x - logsumexp(x)``), PyTorch's layer (when installed), and a full
-softmax head (Linear + cross_entropy). Paddle's unpatched layer is not run: at the WikiText-103
+softmax head (Linear + cross_entropy); at the large configuration also paddle_ext's layer with its
+projections on Paddle's matmul instead of oneDNN's sgemm (``paddle_ext_paddle_matmul``). The large case's
+label names the environment that decides Paddle's GEMM speed (MKL_DEBUG_CPU_TYPE, OMP_NUM_THREADS): run the
+bench once as the user's environment comes, once with ``MKL_DEBUG_CPU_TYPE=5 OMP_NUM_THREADS=2``. Paddle's unpatched layer is not run: at the WikiText-103
 configuration it takes ~1050 s per step on this machine type. The note of each case gives the peak RSS
 growth of each candidate during its first (warm-up) call, sampled every 2 ms.
 
@@ -94,6 +97,30 @@ def with_paddle_threads(fn, threads):
     return run
 
 
+def _environment_label() -> str:
+    """The settings that decide Paddle's GEMM speed here: "default env" when neither is set."""
+    from paddle_ext import _environment  # noqa: PLC0415
+
+    set_ = [f"{k}={_environment.setting(k)}" for k in ("MKL_DEBUG_CPU_TYPE", "OMP_NUM_THREADS")
+            if _environment.setting(k) is not None]
+    return " ".join(set_) if set_ else "default env"
+
+
+def _on_paddle_matmul(fn):
+    """fn with paddle_ext's adaptive projections on Paddle's matmul, as before they ran on oneDNN's sgemm."""
+    from paddle_ext import adaptive_log_softmax as als  # noqa: PLC0415
+
+    def run():
+        fits = als._gemm_fits
+        als._gemm_fits = lambda *args: False
+        try:
+            return fn()
+        finally:
+            als._gemm_fits = fits
+
+    return run
+
+
 def zipf_labels(n_classes: int, size: int, seed=0) -> np.ndarray:
     """Labels drawn with p(rank r) ∝ 1/r (Zipf, s = 1), as word frequencies in a corpus."""
     p = 1.0 / np.arange(1, n_classes + 1)
@@ -140,8 +167,10 @@ def _layer_case(in_features, n_classes, cutoffs, batch, quick):
         return loss
 
     threads = math_threads()
-    candidates = {"paddle_ext": with_paddle_threads(paddle_step(ours), threads),
-                  "paddle_patched": with_paddle_threads(patched_step, threads)}
+    candidates = {"paddle_ext": with_paddle_threads(paddle_step(ours), threads)}
+    if batch >= 2048:  # the large case: the same layer with its projections on Paddle's matmul (before oneDNN)
+        candidates["paddle_ext_paddle_matmul"] = with_paddle_threads(_on_paddle_matmul(paddle_step(ours)), threads)
+    candidates["paddle_patched"] = with_paddle_threads(patched_step, threads)
     torch = torch_or_none()
     if torch is not None:
         tl = torch.nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, div_value=4.0)
@@ -159,6 +188,8 @@ def _layer_case(in_features, n_classes, cutoffs, batch, quick):
     candidates["paddle_full_softmax"] = with_paddle_threads(full_step, threads)
 
     label = f"fwd+bwd in={in_features} classes={n_classes} cutoffs={cutoffs} N={batch} f32"
+    if batch >= 2048:  # the large case is run in both environments (docs): the row says which
+        label += f" [{_environment_label()}]"
     # the large case: 3 timed runs (the full softmax alone is ~30 s a step on 2 cores)
     case = Case("adaptive_log_softmax", label, {}, repeats=3 if batch >= 2048 else 5)
     peaks = {}

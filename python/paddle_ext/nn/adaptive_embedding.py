@@ -7,7 +7,7 @@ from __future__ import annotations
 import paddle
 from paddle.autograd import PyLayer
 
-from .. import _fill, _library
+from .. import _fill
 from .. import adaptive_log_softmax as _als
 from .adaptive_log_softmax import AdaptiveLogSoftmaxWithLoss, _TailPair
 
@@ -89,7 +89,7 @@ class AdaptiveEmbedding(paddle.nn.Layer):
                     out = _als._ZeroGrads.apply(out, *trained)
                 continue
             rows_of, _ = _als._with_zero_row(paddle.gather(_transposed(w2), paddle.gather(flat, rows) - low))  # [k, hsz]
-            emb = _matmul_transposed(rows_of, w1)  # [k, embedding_dim]
+            emb = _als._gemm(rows_of, w1, transpose_y=True)  # [k, embedding_dim]
             out = _als._index_add(out, rows, _als._cast(emb, dtype), padded=True)
         return out.reshape(_out_shape(ids, shape, self.embedding_dim))
 
@@ -113,11 +113,6 @@ class _Transposed(PyLayer):
 
 def _transposed(w):
     return _Transposed.apply(w) if paddle.in_dynamic_mode() and not w.stop_gradient else w.t()
-
-
-def _matmul_transposed(a, b):
-    """a @ b.T; legacy-IR programs have no paddle.matmul in Paddle 3.3.1 (linear is matmul_v2 there)."""
-    return paddle.nn.functional.linear(a, b.t()) if _library.in_legacy_program() else paddle.matmul(a, b, transpose_y=True)
 
 
 @paddle.jit.not_to_static  # plain Python on the static shape: to_static would turn the list into a tensor

@@ -1,0 +1,224 @@
+"""The adaptive softmax's float32 CPU projections on oneDNN's sgemm (pe_adaptive_matmul): the op against
+NumPy in every transposition, its grads in dygraph and in static programs, the layers on it against the
+same layers on Paddle's matmul, and the fallback where oneDNN is off."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_ext
+from paddle_ext import _library
+from paddle_ext import adaptive_log_softmax as als
+from op_test import static_mode
+
+ONEDNN = _library.gemm_backend() == "onednn"
+needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this Paddle has no oneDNN loaded")
+
+
+def rand(shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+def bound(a, b):
+    """The float32 GEMM bound of the docs: |C - C_exact| <= k * 2^-24 * (|A| @ |B|) (plus underflow)."""
+    k = a.shape[1]
+    return k * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))) + 1e-30
+
+
+def op(a, b, tx, ty):
+    return _library.ops().pe_adaptive_matmul(paddle.to_tensor(a), paddle.to_tensor(b), tx, ty).numpy()
+
+
+def test_backend_is_onednn_on_paddle_cpu_wheels():
+    assert _library.gemm_backend() in ("onednn", "reference")
+    if not paddle.is_compiled_with_cuda():  # every Paddle CPU wheel ships and loads libdnnl.so.3
+        assert ONEDNN
+
+
+@pytest.mark.parametrize("tx", [False, True])
+@pytest.mark.parametrize("ty", [False, True])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 5, 7), (64, 130, 257), (0, 4, 3), (5, 0, 3)])
+def test_op_matches_numpy_in_every_layout(m, k, n, tx, ty):
+    a, b = rand((m, k), 1), rand((k, n), 2)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    got = op(a.T.copy() if tx else a, b.T.copy() if ty else b, tx, ty)
+    assert got.shape == (m, n) and got.dtype == np.float32
+    assert np.all(np.abs(got - want) <= bound(a, b))
+
+
+@needs_onednn
+@pytest.mark.parametrize("ty", [False, True])
+@pytest.mark.parametrize("needs", [(True, True), (True, False), (False, True)])
+def test_dygraph_grads(ty, needs):
+    a_np, b_np, g_np = rand((6, 9), 3), rand((9, 4), 4), rand((6, 4), 5)
+    a = paddle.to_tensor(a_np, stop_gradient=not needs[0])
+    b = paddle.to_tensor(b_np.T.copy() if ty else b_np, stop_gradient=not needs[1])
+    out = als._gemm(a, b, transpose_y=ty)
+    out.backward(paddle.to_tensor(g_np))
+    a64, b64, g64 = (x.astype(np.float64) for x in (a_np, b_np, g_np))
+    if needs[0]:
+        np.testing.assert_allclose(a.grad.numpy(), g64 @ b64.T, rtol=1e-5, atol=1e-5)
+    else:
+        assert a.grad is None
+    if needs[1]:
+        want = g64.T @ a64 if ty else a64.T @ g64
+        np.testing.assert_allclose(b.grad.numpy(), want, rtol=1e-5, atol=1e-5)
+    else:
+        assert b.grad is None
+
+
+@needs_onednn
+@pytest.mark.parametrize("legacy", [False, True])
+@pytest.mark.parametrize("ty", [False, True])
+def test_static_program_grads(legacy, ty):
+    a_np, b_np = rand((5, 8), 6), rand((8, 3), 7)
+    b_fed = b_np.T.copy() if ty else b_np
+    with static_mode(legacy):
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, startup):
+            a = paddle.static.data("a", [-1, 8], "float32")
+            b = paddle.static.data("b", list(b_fed.shape), "float32")
+            a.stop_gradient = b.stop_gradient = False
+            out = als._gemm(a, b, transpose_y=ty)
+            loss = _library.sum_along(_library.sum_along(out * out, 1), 0)
+            grads = paddle.static.gradients([loss], [a, b])
+        names = [o.type if isinstance(getattr(o, "type", None), str) else o.name() for o in main.global_block().ops]
+        assert any("pe_adaptive_matmul" in name for name in names), names
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        out_v, ga, gb = exe.run(main, feed={"a": a_np, "b": b_fed}, fetch_list=[out, *grads])
+    a64, b64 = a_np.astype(np.float64), b_np.astype(np.float64)
+    want = a64 @ b64
+    np.testing.assert_allclose(out_v, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ga, 2 * want @ b64.T, rtol=1e-4, atol=1e-4)
+    gb_want = a64.T @ (2 * want)
+    np.testing.assert_allclose(gb, gb_want.T if ty else gb_want, rtol=1e-4, atol=1e-4)
+
+
+def _layer_step(layer, x_np, y_np, use_gemm, monkeypatch):
+    calls = []
+    original = _library.ops().pe_adaptive_matmul
+
+    def counted(*args):
+        calls.append(args[2:])
+        return original(*args)
+
+    with monkeypatch.context() as patch:
+        if not use_gemm:
+            patch.setattr(als, "_gemm_fits", lambda *args: False)
+        patch.setattr(_library.ops(), "pe_adaptive_matmul", counted)
+        x = paddle.to_tensor(x_np, stop_gradient=False)
+        out, loss = layer(x, paddle.to_tensor(y_np))
+        loss.backward()
+        lp = layer.log_prob(x).numpy()
+        pred = layer.predict(x).numpy()
+    grads = [x.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()]
+    layer.clear_gradients()
+    return [out.numpy(), loss.numpy(), lp, pred, grads], calls
+
+
+@needs_onednn
+@pytest.mark.parametrize("head_bias", [False, True])
+def test_layer_float32_same_as_on_paddle_matmul(head_bias, monkeypatch):
+    paddle.seed(3)
+    layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(32, 100, [10, 40], div_value=2.0, head_bias=head_bias)
+    rng = np.random.default_rng(0)
+    x_np = rng.normal(size=(50, 32)).astype(np.float32)
+    y_np = rng.integers(0, 100, size=50)
+    ours, calls = _layer_step(layer, x_np, y_np, True, monkeypatch)
+    theirs, none = _layer_step(layer, x_np, y_np, False, monkeypatch)
+    assert calls and not none  # head + 2 tails x 2 forward, the grads, log_prob and predict
+    for a, b in zip(ours[:3], theirs[:3]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(ours[3], theirs[3])
+    for a, b in zip(ours[4], theirs[4]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@needs_onednn
+def test_layer_second_order_grads_float32():
+    """create_graph=True: the backward runs on Paddle's differentiable matmul, so the grad of a grad is there
+    (and equals the fallback's)."""
+    paddle.seed(4)
+    layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(16, 40, [8, 20], div_value=2.0)
+    rng = np.random.default_rng(1)
+    x_np, y_np = rng.normal(size=(12, 16)).astype(np.float32), rng.integers(0, 40, size=12)
+
+    def second(fits):
+        als_fits = als._gemm_fits
+        als._gemm_fits = als_fits if fits else (lambda *args: False)
+        try:
+            x = paddle.to_tensor(x_np, stop_gradient=False)
+            (gx,) = paddle.grad(layer(x, paddle.to_tensor(y_np))[1], x, create_graph=True)
+            (ggx,) = paddle.grad((gx * gx).sum(), x)
+            return gx.numpy(), ggx.numpy()
+        finally:
+            als._gemm_fits = als_fits
+
+    for a, b in zip(second(True), second(False)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@needs_onednn
+def test_adaptive_embedding_uses_it(monkeypatch):
+    paddle.seed(5)
+    emb = paddle_ext.nn.AdaptiveEmbedding(100, 16, [10, 40], div_value=2.0)
+    ids = paddle.to_tensor(np.random.default_rng(2).integers(0, 100, size=(4, 9)))
+    calls = []
+    original = _library.ops().pe_adaptive_matmul
+    monkeypatch.setattr(_library.ops(), "pe_adaptive_matmul", lambda *a: calls.append(a[2:]) or original(*a))
+    out = emb(ids)
+    out.sum().backward()
+    assert (False, True) in calls
+    w1, w2 = emb.tail_weights[0]
+    flat = ids.numpy().reshape(-1)
+    sel = (flat >= 10) & (flat < 40)
+    want = (w1.numpy().astype(np.float64) @ w2.numpy().astype(np.float64)[:, flat[sel] - 10]).T
+    np.testing.assert_allclose(out.numpy().reshape(-1, 16)[sel], want, rtol=1e-5, atol=1e-6)
+
+
+def test_float64_and_16_bit_stay_on_paddle_matmul():
+    a64 = paddle.to_tensor(rand((3, 4)).astype(np.float64))
+    assert not als._gemm_fits(a64, a64.t())
+    a16 = paddle.to_tensor(rand((3, 4))).astype("bfloat16")
+    assert not als._gemm_fits(a16, a16.t())
+
+
+def test_disabled_onednn_falls_back_to_paddle_matmul():
+    """PADDLE_EXT_DISABLE_ONEDNN_GEMM=1: the backend is the reference loop, the layer uses Paddle's matmul,
+    and the op itself (reached by a static program saved elsewhere) still computes the product."""
+    code = textwrap.dedent("""
+        import numpy as np, paddle, paddle_ext
+        from paddle_ext import _library
+        from paddle_ext import adaptive_log_softmax as als
+        assert _library.gemm_backend() == "reference", _library.gemm_backend()
+        a = paddle.to_tensor(np.random.default_rng(0).normal(size=(7, 300)).astype("float32"))
+        b = paddle.to_tensor(np.random.default_rng(1).normal(size=(9, 300)).astype("float32"))
+        assert not als._gemm_fits(a, b)
+        got = _library.ops().pe_adaptive_matmul(a, b, False, True).numpy()
+        np.testing.assert_allclose(got, a.numpy().astype("float64") @ b.numpy().astype("float64").T, rtol=1e-4, atol=1e-4)
+        layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(8, 30, [5, 10])
+        out, loss = layer(paddle.randn([6, 8]), paddle.to_tensor([0, 4, 5, 9, 10, 29]))
+        loss.backward()
+        print("ok")
+    """)
+    env = dict(os.environ, PADDLE_EXT_DISABLE_ONEDNN_GEMM="1")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
+@needs_onednn
+def test_paddle_grad_of_one_input():
+    """paddle.grad asking for one input's grad only (the other one's slot pruned), first and second order."""
+    a = paddle.to_tensor(rand((4, 6), 8), stop_gradient=False)
+    b = paddle.to_tensor(rand((6, 3), 9), stop_gradient=False)
+    for create_graph in (False, True):
+        (ga,) = paddle.grad(als._gemm(a, b).sum(), a, create_graph=create_graph)
+        np.testing.assert_allclose(ga.numpy(), np.ones((4, 3)) @ b.numpy().T, rtol=1e-5, atol=1e-6)
+        (gb,) = paddle.grad(als._gemm(a, b).sum(), b, create_graph=create_graph)
+        np.testing.assert_allclose(gb.numpy(), a.numpy().T @ np.ones((4, 3)), rtol=1e-5, atol=1e-6)
