@@ -62,6 +62,10 @@ def test_codegen_emits_registration_and_signature_check(tmp_path):
     assert "PD_BUILD_OP(pe_foo)" in text and "PD_BUILD_GRAD_OP(pe_foo)" in text
     assert 'paddle::Grad("out")' in text and 'paddle::Grad("x")' in text
     assert "static_assert(std::is_same<decltype(&paddle_ext::FooKernel), std::vector<paddle::Tensor> (*)(const paddle::Tensor&, int)>" in text
+    # every kernel is registered through the one error translation point, named without the prefix
+    assert 'pe_foo_op_name[] = "foo";' in text and 'pe_foo_grad_op_name[] = "foo_grad";' in text
+    assert "paddle_ext::Guarded<&paddle_ext::FooKernel, pe_foo_op_name>" in text
+    assert ".SetKernelFn(PD_KERNEL(pe_foo_guarded::run))" in text and "PD_KERNEL(paddle_ext::" not in text
 
 
 @pytest.mark.parametrize("bad,message", [

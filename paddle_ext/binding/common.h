@@ -3,7 +3,12 @@
 // a tensor around one axis as [outer, n, inner].
 #pragma once
 
+#include <cstdio>
+#include <exception>
+#include <new>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "paddle/common/enforce.h"
@@ -36,6 +41,60 @@ namespace paddle_ext {
   do {                                               \
     if (PD_UNLIKELY(!(COND))) PE_THROW(__VA_ARGS__); \
   } while (0)
+
+// "1.5 GiB (1610612736 bytes)"
+inline std::string format_bytes(size_t bytes) {
+  static const char* const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit == 0) return std::to_string(bytes) + " bytes";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f %s (%zu bytes)", value, units[unit], bytes);
+  return text;
+}
+
+// The one place where the kernels' failures become Paddle's typed errors: every registered kernel runs as
+// Guarded<&Kernel, name>::run (the generated registration wraps each one; opgen.py). Paddle carries only its
+// own error types to Python: another exception (a std::bad_alloc, a runtime_error) ends the process in
+// dygraph (std::terminate in its error translation), and static executors lose its type. So:
+// - OutOfMemory (memory.h: kernel scratch, checked allocation; the CUDA launchers' workspace), any other
+//   std::bad_alloc, and Paddle's own ResourceExhausted (an output or a Paddle op inside the kernel) become
+//   ResourceExhausted naming the op: a Python MemoryError that says memory ran out, which op, and the bytes;
+// - a std::runtime_error (a CUDA error in a launcher) becomes External (a Python OSError) naming the op;
+// - Paddle's other errors (PE_CHECK & co., its GPU allocator's BadAlloc) pass unchanged.
+template <auto Kernel, const char* Op>
+struct Guarded;
+template <typename R, typename... Args, R (*Kernel)(Args...), const char* Op>
+struct Guarded<Kernel, Op> {
+  static R run(Args... args) {
+    try {
+      return Kernel(std::forward<Args>(args)...);
+    } catch (const OutOfMemory& e) {
+      PE_THROW_CODE(::common::ErrorCode::RESOURCE_EXHAUSTED, Op, ": out of memory: ", format_bytes(e.bytes()),
+                    " of scratch could not be allocated");
+    } catch (const std::bad_alloc& e) {
+      PE_THROW_CODE(::common::ErrorCode::RESOURCE_EXHAUSTED, Op, ": out of memory (", e.what(), ")");
+    } catch (const ::common::enforce::EnforceNotMet& e) {
+      if (e.code() != ::common::ErrorCode::RESOURCE_EXHAUSTED) throw;
+      PE_THROW_CODE(::common::ErrorCode::RESOURCE_EXHAUSTED, Op, ": out of memory: ",
+                    first_line(e.simple_error_str()));
+    } catch (const std::runtime_error& e) {
+      PE_THROW_CODE(::common::ErrorCode::EXTERNAL, Op, ": ", e.what());
+    }
+  }
+
+ private:
+  // "(ResourceExhausted) Fail to alloc memory of 33554432 size, ...\n  [Hint: ...]" -> "Fail to alloc memory of ..."
+  static std::string first_line(const std::string& text) {
+    const std::string kind = "(ResourceExhausted) ";
+    const size_t from = text.compare(0, kind.size(), kind) == 0 ? kind.size() : 0;
+    return text.substr(from, text.find('\n') - from);
+  }
+};
 
 template <typename T>
 struct TypeTag {

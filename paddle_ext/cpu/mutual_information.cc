@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
-#include <vector>
 
+#include "paddle_ext/memory.h"
 #include "paddle_ext/parallel.h"
 
 namespace paddle_ext {
@@ -169,13 +169,14 @@ void backward_item(const Item<T>& it, index_t S, P ans_grad, P* rows) {
 
 // One item on all threads: rows split into one band per thread, each band sweeping column chunks;
 // band k starts chunk c once band k-1 (the rows it depends on) has finished it: a pipelined wavefront.
-// fn(r, a, b) runs row r (in dependency order) on columns [a, b) (in sweep order).
+// fn(r, a, b) runs row r (in dependency order) on columns [a, b) (in sweep order); it allocates nothing and
+// must not throw (the next band would wait for it forever).
 template <typename Fn>
 void banded_wavefront(index_t nrows, index_t ncols, const Fn& fn) {
   constexpr index_t kChunk = 128;
   const index_t nchunks = (ncols + kChunk - 1) / kChunk;
 #ifdef _OPENMP
-  std::vector<std::atomic<index_t>> done(max_threads());
+  ScratchVector<std::atomic<index_t>> done(max_threads());
   for (auto& d : done) d.store(0);
   const ShortSpin spin;
 #pragma omp parallel num_threads(max_threads())
@@ -269,7 +270,7 @@ void mutual_information_backward(const T* px, const T* py, const int64_t* bounda
   };
   auto grad_of = [&](index_t b) { return ans_grad == nullptr ? P(1) : static_cast<P>(load(ans_grad[b])); };
   if (B > 0 && use_bands(B, item(0).box)) {
-    std::vector<P> g((S + 2) * (T_ + 1));  // p's grad on every row: bands hand rows to each other
+    ScratchVector<P> g((S + 2) * (T_ + 1));  // p's grad on every row: bands hand rows to each other
     for (index_t b = 0; b < B; ++b) {
       const Item<T> it = item(b);
       const MIBox& x = it.box;
@@ -288,7 +289,7 @@ void mutual_information_backward(const T* px, const T* py, const int64_t* bounda
     return;
   }
   parallel_for(0, B, item_grain(S, T_), [&](index_t b0, index_t b1) {
-    std::vector<P> rows(2 * (T_ + 1));
+    ScratchVector<P> rows(2 * (T_ + 1));
     for (index_t b = b0; b < b1; ++b) backward_item(item(b), S, grad_of(b), rows.data());
   });
 }

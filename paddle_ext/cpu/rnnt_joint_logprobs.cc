@@ -5,10 +5,10 @@
 #include "paddle_ext/rnnt_joint_logprobs.h"
 
 #include <algorithm>
-#include <vector>
 #include <cstring>
 
 #include "paddle_ext/cpu_rows.h"
+#include "paddle_ext/memory.h"
 #include "paddle_ext/parallel.h"
 
 namespace paddle_ext {
@@ -155,7 +155,7 @@ void rnnt_prune_gather_backward(const int64_t* index, const T* out_grad, T* x_gr
   const index_t width = (D + blocks - 1) / blocks;
   const index_t grain = std::max<index_t>(1, (index_t(1) << 20) / std::max<index_t>(M * width, 1));
   parallel_for_dynamic(0, B * blocks, grain, [&](index_t i0, index_t i1) {
-    std::vector<A> wide(kWide ? N * width : 0);  // [N, width]: this work item's columns of x_grad[b]
+    ScratchVector<A> wide(kWide ? N * width : 0);  // [N, width]: this work item's columns of x_grad[b]
     for (index_t i = i0; i < i1; ++i) {
       const index_t b = i / blocks, c0 = (i % blocks) * width, c1 = std::min(D, c0 + width), w = c1 - c0;
       if constexpr (kWide) {

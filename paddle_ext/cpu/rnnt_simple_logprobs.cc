@@ -12,9 +12,9 @@
 #include <limits>
 #include <memory>
 #include <type_traits>
-#include <vector>
 
 #include "paddle_ext/cpu_rows.h"
+#include "paddle_ext/memory.h"
 #include "paddle_ext/parallel.h"
 #include "paddle_ext/vec_math.h"
 
@@ -152,14 +152,14 @@ constexpr index_t kTC = 16;  // frames per chunk of the elementwise passes: thei
 // Scratch arrays every element of which is written before it is read: no zero fill (std::vector would
 // clear tens of MB per call).
 template <typename T>
-std::unique_ptr<T[]> scratch(index_t n) {
-  return std::unique_ptr<T[]>(new T[std::max<index_t>(n, 1)]);
+ScratchArray<T> scratch(index_t n) {
+  return scratch_array<T>(n, false);
 }
 
 template <typename T>
 struct PackBuffers {
-  std::vector<T> a = std::vector<T>(kMC * kKC), b = std::vector<T>(kKC * kNC);
-  std::vector<T> gathered;  // the forward's am[t, symbols[s]] for a chunk of frames, [S, kTC]
+  ScratchVector<T> a = ScratchVector<T>(kMC * kKC), b = ScratchVector<T>(kKC * kNC);
+  ScratchVector<T> gathered;  // the forward's am[t, symbols[s]] for a chunk of frames, [S, kTC]
 };
 
 // out[r, c] = exp(x[r, c] - max_c x[r, :]) and row_max[r], for `rows` rows of C. Rows with a NaN or a
@@ -398,7 +398,7 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
           for (index_t t = 0; t < T_; ++t) col[t * C] += gx[t];
         }
         if (termination_symbol >= c0 && termination_symbol < c1) {
-          std::vector<double> sy(T_, 0.0);
+          ScratchVector<double> sy(T_, 0.0);
           for (index_t s = 0; s < S1; ++s) {
             const T* gy = py_grad + (b * S1 + s) * T_;
             for (index_t t = 0; t < T_; ++t) sy[t] += gy[t];

@@ -131,7 +131,23 @@ def _respecting_no_grad(op):
 def load():
     """Registers every op with Paddle (called by ``import paddle_ext``), through the binding built for the
     running Paddle release (its C++ ABI)."""
-    return ops()
+    module = ops()
+    _start_threads_if_capped()
+    return module
+
+
+def _start_threads_if_capped():
+    """Under an address-space cap (RLIMIT_AS, `ulimit -v`) the kernels' OpenMP threads start now: the OpenMP
+    runtime aborts the process when it cannot start one, and their first parallel region could come when the
+    cap is nearly reached (docs/architecture.md, Memory)."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        import resource  # noqa: PLC0415
+    except ImportError:  # not a Unix
+        return
+    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        ctypes.CDLL(str(kernel_library_path())).paddle_ext_start_threads_if_capped()
 
 
 def library_path() -> str:

@@ -114,12 +114,12 @@ template <typename T, typename Idx>
 struct FixUp {
   std::unique_ptr<Counter> counter;
   index_t rows;
-  std::unique_ptr<uint8_t[]> flags;
+  ScratchArray<uint8_t> flags;
   std::atomic<bool> any{false};
   explicit FixUp(const Backward<T, Idx>& b)
       : counter(count_written(b, !b.include_self)),
         rows(b.plan.nblocks * b.geo.outer * b.geo.n),
-        flags(new uint8_t[std::max<index_t>(rows, 1)]()) {}
+        flags(scratch_array<uint8_t>(rows, true)) {}
 };
 #define PE_FIX_UP_LOCALS(b)                     \
   FixUp<T, Idx> fix(b);                         \

@@ -11,7 +11,6 @@
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
-#include <vector>
 
 #include "paddle_ext/memory.h"
 #include "plan.h"
@@ -81,8 +80,8 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
   constexpr uint16_t kNoBlock = 0xffff;
   HugeScratch block_of_mem(Gather ? std::min(total_rows, round_rows) * len * sizeof(uint16_t) : 1, /*zeroed=*/false);
   uint16_t* const block_of = block_of_mem.as<uint16_t>();
-  std::vector<std::vector<uint32_t>> chunks(blocks);  // chunk numbers in the pool, per block
-  std::vector<Entry<T>*> cur(blocks), end(blocks);
+  ScratchVector<ScratchVector<uint32_t>> chunks(blocks);  // chunk numbers in the pool, per block
+  ScratchVector<Entry<T>*> cur(blocks), end(blocks);
   const index_t lmask = (index_t(1) << lshift) - 1;
   const index_t vstep = values.stride[2];  // (a local: the entry stores below could alias `values`)
   bool bad = false;
@@ -142,7 +141,7 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
       if (!Gather && rr == rounds - 1) hooks.end(base, block_rows, len, rbase);
     }
     if constexpr (Gather) {  // un-partition: the positions in order, each block's list read by a cursor
-      std::vector<index_t> taken(blocks, 0);
+      ScratchVector<index_t> taken(blocks, 0);
       for (index_t b = 0; b < blocks; ++b) cur[b] = end[b] = nullptr;
       for (index_t q = q0; q < q1; ++q) {
         const index_t o = o0 + q / m, j = q % m;

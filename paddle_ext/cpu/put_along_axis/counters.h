@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "paddle_ext/memory.h"
 #include "plan.h"
@@ -17,15 +18,15 @@ namespace put {
 // Contributions per slot: per stat row for index rows that agree, per slot (lazily touched) for the
 // rest. count(s) = row[stat_row(s)] + slot[s].
 struct Counter {
-  std::unique_ptr<int32_t[]> row;
-  std::unique_ptr<HugeScratch> slot_mem;  // zero pages, faulted in where touched
+  ScratchArray<int32_t> row;
+  std::optional<HugeScratch> slot_mem;  // zero pages, faulted in where touched
   int32_t* slot = nullptr;
   std::atomic<bool> slot_used{false};
   // Without `rows` only the slot counts exist (mean's forward keeps its row counts in RowBytes).
   Counter(const Geometry& g, const Plan& plan, bool rows = true)
-      : row(rows ? new int32_t[plan.nblocks * g.outer * g.n]() : nullptr) {
+      : row(rows ? scratch_array<int32_t>(plan.nblocks * g.outer * g.n, true) : nullptr) {
     if (g.inner > 1 && g.slots() > 0) {
-      slot_mem.reset(new HugeScratch(g.slots() * sizeof(int32_t)));
+      slot_mem.emplace(g.slots() * sizeof(int32_t));
       slot = slot_mem->as<int32_t>();
     }
   }
@@ -54,12 +55,12 @@ struct Counter {
 // touched only where some row reaches 256 contributions. count(r) = low[r] + 256 * high[r]. A stat row
 // belongs to one thread, as with Counter.
 struct RowBytes {
-  std::unique_ptr<uint8_t[]> low;
+  ScratchArray<uint8_t> low;
   HugeScratch high_mem;  // zero pages, faulted in where touched
   int32_t* high;
   std::atomic<bool> carried{false};
   explicit RowBytes(index_t rows)
-      : low(new uint8_t[std::max<index_t>(rows, 1)]()), high_mem(rows * sizeof(int32_t)), high(high_mem.as<int32_t>()) {}
+      : low(scratch_array<uint8_t>(rows, true)), high_mem(rows * sizeof(int32_t)), high(high_mem.as<int32_t>()) {}
   // Counting is `if (++low[r] == 0) carry(r)` at the call site, `low` captured by value (see ByteCounts).
   void carry(index_t r) {
     ++high[r];
@@ -92,11 +93,11 @@ struct ByteCounts {
   HugeScratch low_mem, high_mem;  // high: zero pages, faulted in where touched
   uint8_t* low;
   int32_t* high;
-  std::unique_ptr<uint8_t[]> wrapped;
+  ScratchArray<uint8_t> wrapped;
   index_t inner;
   ByteCounts(const Geometry& g, const Plan& plan)
       : low_mem(g.slots(), /*zeroed=*/false), high_mem(g.slots() * sizeof(int32_t)), low(low_mem.as<uint8_t>()),
-        high(high_mem.as<int32_t>()), wrapped(new uint8_t[plan.nblocks * g.outer * g.n]()), inner(g.inner) {}
+        high(high_mem.as<int32_t>()), wrapped(scratch_array<uint8_t>(plan.nblocks * g.outer * g.n, true)), inner(g.inner) {}
   ByteCounts(const ByteCounts&) = delete;
   ByteCounts& operator=(const ByteCounts&) = delete;
   void clear(index_t s0, index_t rows, index_t len) {
@@ -131,13 +132,13 @@ struct ByteCounts {
 template <typename T>
 struct SlotScratch {
   static constexpr index_t stride = sizeof(T) >= sizeof(int32_t) ? sizeof(T) / sizeof(int32_t) : 1;
-  std::unique_ptr<int32_t[]> own;
+  ScratchArray<int32_t> own;
   int32_t* ptr;
   SlotScratch(T* arr_grad, index_t slots) {
     if (arr_grad && sizeof(T) >= sizeof(int32_t) && alignof(T) >= alignof(int32_t)) {
       ptr = reinterpret_cast<int32_t*>(arr_grad);
     } else {
-      own.reset(new int32_t[std::max<index_t>(slots, 1) * stride]);
+      own = scratch_array<int32_t>(slots * stride, false);
       ptr = own.get();
     }
   }

@@ -27,7 +27,7 @@ inline bool flat_plan(const Geometry& g, const Plan& plan) { return g.inner == 1
 template <typename Fn>
 void for_outer_rows(const Geometry& g, const Plan& plan, size_t per_row, const Fn& fn) {
   auto run = [&](index_t o0, index_t o1) {
-    std::unique_ptr<char[]> scratch(new char[std::max<size_t>(per_row, 1)]);
+    const ScratchArray<char> scratch = scratch_array<char>(per_row, false);
     fn(o0, o1, scratch.get());
   };
   if (plan.kind == Plan::Single) return run(0, g.outer);

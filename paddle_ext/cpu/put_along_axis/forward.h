@@ -121,7 +121,7 @@ bool forward_of(const T* arr, T* out, const T* values_ptr, const Idx* idx, const
     return forward_impl<R, T, Idx>(reinterpret_cast<A*>(out), values, idx, g, plan, include_self, counts);
   }
   // half types (float32) and integer means (int64): accumulate wider, round once
-  std::unique_ptr<A[]> acc(new A[std::max<index_t>(g.slots(), 1)]);
+  const ScratchArray<A> acc = scratch_array<A>(g.slots(), false);
   convert(arr, acc.get(), g.slots());
   const bool ok = forward_impl<R, T, Idx>(acc.get(), values, idx, g, plan, include_self, counts);
   convert(acc.get(), out, g.slots());

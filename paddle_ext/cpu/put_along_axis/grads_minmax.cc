@@ -22,10 +22,10 @@ void min_max_grads(const Backward<T, Idx>& b) {
   // Min / Max: a grad is split evenly among the contributors matching the result (`ties`, arr
   // included when it took part; same_value: the NaNs of a NaN result). One visit hands each matching value the whole grad, which is
   // exact unless its slot has ties; only rows with a tie are then visited again to divide.
-  std::unique_ptr<T[]> vg_own;
+  ScratchArray<T> vg_own;
   const bool want_vg = vg != nullptr;
   if (!want_vg) {  // not requested: written anyway, so that the loop below has no branch
-    vg_own.reset(new T[std::max<index_t>(geo.positions(), 1)]);
+    vg_own = scratch_array<T>(geo.positions(), false);
     vg = vg_own.get();
   }
   SlotScratch<T> ties(arr_grad, geo.slots());

@@ -26,9 +26,9 @@ void Grads<Reduce::Mul>::run(const Backward<T, Idx>& b) {
   // are redone exactly, with products only.
   Visited seen;
   const bool want_vg = vg != nullptr;
-  std::unique_ptr<T[]> vg_own;
+  ScratchArray<T> vg_own;
   if (!want_vg) {  // not requested: written anyway, so that the loop below has no branch
-    vg_own.reset(new T[std::max<index_t>(geo.positions(), 1)]);
+    vg_own = scratch_array<T>(geo.positions(), false);
     vg = vg_own.get();
   }
   if (std::is_same<A, T>::value) {
@@ -85,19 +85,17 @@ void Grads<Reduce::Mul>::run(const Backward<T, Idx>& b) {
   // Exact redo of the flagged rows (as flat_mul_row): a running product per slot, and per position
   // its prefix (in vg itself where it has the accumulation type), in buffers whose untouched pages
   // are never faulted in.
-  const index_t slots = std::max<index_t>(geo.slots(), 1);
-  std::unique_ptr<A, decltype(&std::free)> run_buf(static_cast<A*>(std::calloc(slots, sizeof(A))), &std::free);
-  std::unique_ptr<A, decltype(&std::free)> pre_buf(nullptr, &std::free);
+  const ScratchArray<A> run_buf = scratch_array<A>(geo.slots(), true);
+  ScratchArray<A> pre_buf;
   A* pre = nullptr;
   if (want_vg) {
     if (std::is_same<A, T>::value) {
       pre = reinterpret_cast<A*>(vg);
     } else {
-      pre_buf.reset(static_cast<A*>(std::calloc(std::max<index_t>(geo.positions(), 1), sizeof(A))));
+      pre_buf = scratch_array<A>(geo.positions(), true);
       pre = pre_buf.get();
     }
   }
-  if (!run_buf || (want_vg && !pre)) throw std::bad_alloc();
   A* run = run_buf.get();
   Hints only;
   only.only = flagged;

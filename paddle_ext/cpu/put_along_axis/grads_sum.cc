@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <type_traits>
 
 #include "backward.h"
@@ -24,10 +25,10 @@ void mean_grads_by_slot(const Backward<T, Idx>& b) {
   // on every written slot (the only ones gathered from), and serves as q. The counts are the forward's
   // (the dygraph API keeps them: one pass over the slots), else one partitioned byte-count pass whose end
   // hook writes each block's grads while it is in L2 (no division at each position).
-  std::unique_ptr<HugeScratch> q_mem;
+  std::optional<HugeScratch> q_mem;
   T* q = nullptr;
   if (vg && !(include_self && arr_grad)) {
-    q_mem.reset(new HugeScratch(geo.slots() * sizeof(T), /*zeroed=*/false));
+    q_mem.emplace(geo.slots() * sizeof(T), /*zeroed=*/false);
     q = q_mem->as<T>();
   }
   auto write_grads = [q, ag = arr_grad, g, include_self](index_t s, index_t len, auto count_of) {

@@ -4,7 +4,6 @@
 #include "paddle_ext/put_along_axis.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "backward.h"
 #include "flat_grads.h"
@@ -37,7 +36,7 @@ using namespace put;  // NOLINT: the kernels' own namespace
 template <typename Idx>
 BadIndex check_indices(const Idx* indices, index_t count, index_t n) {
   const int threads = count < 2 * tiles().grain ? 1 : max_threads();
-  std::vector<index_t> first(std::max(threads, 1), -1);
+  ScratchVector<index_t> first(std::max(threads, 1), -1);
   const index_t chunk = (count + threads - 1) / std::max(threads, 1);
   parallel_for(0, threads, 1, [&](index_t tb, index_t te) {
     for (index_t t = tb; t < te; ++t) {

@@ -1,5 +1,6 @@
 // Host-side parallel loop over [begin, end) in contiguous chunks, one per thread (OpenMP).
-// Chunks are disjoint, so kernels that write only inside their chunk never race.
+// Chunks are disjoint, so kernels that write only inside their chunk never race. An exception thrown in a
+// chunk (OutOfMemory: memory.h) is rethrown on the calling thread once the region is over (RegionError).
 #pragma once
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #ifdef __linux__
@@ -122,6 +124,29 @@ class ShortSpin {
   int saved_ = -1;
 };
 
+// An exception must not leave an OpenMP region (the runtime would call std::terminate): run() catches each
+// thread's, the first is kept (the others' work is skipped where it can be: failed()), and rethrow() raises
+// it on the calling thread after the region.
+class RegionError {
+ public:
+  template <typename Fn>
+  void run(const Fn& fn) noexcept {
+    try {
+      fn();
+    } catch (...) {
+      if (!failed_.exchange(true)) error_ = std::current_exception();
+    }
+  }
+  bool failed() const noexcept { return failed_.load(std::memory_order_relaxed); }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
+};
+
 // Threads worth using for n items when `grain` is the smallest amount of work worth a thread.
 inline int64_t threads_for(int64_t n, int64_t grain) {
   return std::min<int64_t>(max_threads(), std::max<int64_t>(1, n / std::max<int64_t>(grain, 1)));
@@ -146,6 +171,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
   if (threads == 0) return;
 #ifdef _OPENMP
   const ShortSpin spin;
+  RegionError error;
 #pragma omp parallel num_threads((int)threads)
   {
     const int64_t t = omp_get_thread_num();
@@ -153,8 +179,9 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, const Fn& fn) {
     const int64_t chunk = (end - begin + nt - 1) / nt;
     const int64_t b = begin + t * chunk;
     const int64_t e = std::min(end, b + chunk);
-    if (b < e) fn(b, e);
+    if (b < e) error.run([&] { fn(b, e); });
   }
+  error.rethrow();
 #else
   fn(begin, end);
 #endif
@@ -171,8 +198,13 @@ void parallel_blocks(int64_t begin, int64_t end, int64_t block, int threads, con
   if (threads > 1 && end - begin > block) {
     std::atomic<int64_t> next{begin};
     const ShortSpin spin;
+    RegionError error;
 #pragma omp parallel num_threads(threads)
-    for (int64_t b = next.fetch_add(block); b < end; b = next.fetch_add(block)) fn(b, std::min(end, b + block));
+    error.run([&] {
+      for (int64_t b = next.fetch_add(block); b < end && !error.failed(); b = next.fetch_add(block))
+        fn(b, std::min(end, b + block));
+    });
+    error.rethrow();
     return;
   }
 #endif

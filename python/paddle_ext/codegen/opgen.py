@@ -21,7 +21,9 @@ Inputs may be optional (``Tensor? boundary``).
 For each ``ops/<family>.yaml`` the generator writes the translation unit ``<family>.ops.cc``: it
 includes ``paddle_ext/binding/<family>.cc`` (the kernels) and then registers them. Every kernel is
 checked with a ``static_assert`` against the signature the YAML implies, so a mismatch is a compile
-error that names the YAML file. (setup.py compiles these units, not binding/*.cc directly; Paddle's
+error that names the YAML file, and registered as ``paddle_ext::Guarded<&Kernel, name>::run``
+(binding/common.h), which turns what the kernel throws into Paddle's typed errors naming the op (an
+allocation failure: a MemoryError). (setup.py compiles these units, not binding/*.cc directly; Paddle's
 build also reads the op names for its Python stub from them.)
 
 This module imports nothing outside the standard library and PyYAML: setup.py runs it before Paddle
@@ -360,6 +362,11 @@ def emit_family(ops: list[Op], family: str) -> str:
             if infer_dtype is None:
                 lines.append(dtype_src)
                 infer_dtype = f"{ident}_DefaultInferDtype"
+        # The kernel runs as Guarded<&Kernel, name>::run (binding/common.h): its failures become Paddle's typed
+        # errors naming the op (name: the registered one without the pe_ prefix).
+        ident = re.sub(r"\W", "_", op.name)
+        lines.append(f'static constexpr char {ident}_op_name[] = "{op.name[len(OP_PREFIX):]}";')
+        lines.append(f"using {ident}_guarded = paddle_ext::Guarded<&{kernel}, {ident}_op_name>;")
         macro = f"PD_BUILD_GRAD_OP({op.forward})" if op.is_backward else f"PD_BUILD_OP({op.name})"
         lines.append(macro)
         lines.append(f"    .Inputs({{{', '.join(_input_decl(op, a) for a in op.inputs)}}})")
@@ -370,7 +377,7 @@ def emit_family(ops: list[Op], family: str) -> str:
         if op.inplace:
             pairs = ", ".join(f'{{"{k}", "{v}"}}' for k, v in op.inplace.items())
             lines.append(f"    .SetInplaceMap({{{pairs}}})")
-        lines.append(f"    .SetKernelFn(PD_KERNEL({kernel}))")
+        lines.append(f"    .SetKernelFn(PD_KERNEL({ident}_guarded::run))")
         lines.append(f"    .SetInferShapeFn(PD_INFER_SHAPE({infer_shape}))")
         lines.append(f"    .SetInferDtypeFn(PD_INFER_DTYPE({infer_dtype}));")
         lines.append("")
