@@ -207,7 +207,7 @@ def test_narrower_simd_paths(level):
     import sys
 
     tests = "test_rows_across_chunk_boundaries_float64 or test_strided_axes_float64 or specials or float32_relative " \
-            "or half_types or backward"
+            "or half_types or backward or complex"
     env = dict(os.environ, PADDLE_EXT_SIMD=level, PADDLE_EXT_SIMD_SUBPROCESS="1")
     result = subprocess.run([sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k", tests],
                             env=env, capture_output=True, text=True, cwd=os.path.dirname(__file__))
@@ -349,3 +349,41 @@ def test_backward_wide_range_sweep(kind, shape, axis, exclusive, reverse, dtype)
     if dtype == "float64" and shape[axis] <= 40:  # and the O(n) reference equals the brute-force sum
         np.testing.assert_allclose(ref, refs.logcumsumexp_grad(x, g, axis, exclusive, reverse), rtol=rtol,
                                    atol=np.abs(g).sum() * rtol)
+
+
+@pytest.mark.parametrize("exclusive,reverse", FLAGS)
+@pytest.mark.parametrize("dtype", ["complex128", "complex64"])
+def test_complex_lines_mixing_linear_and_sequential_chunks(exclusive, reverse, dtype):
+    # The complex CPU kernels scan eight lines side by side, 64 steps a chunk, in linear form; a line's chunk
+    # with NaN, +inf, a phase past the SIMD sincos's range or nearly cancelling terms runs the sequential scan
+    # from its carry while its neighbours stay linear. Rows and columns (and a ragged last block of lines)
+    # against the sequential reference, and against each other.
+    import fuzz_cases_complex as fcc
+
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(11, 200)) + 1j * rng.uniform(-np.pi, np.pi, size=(11, 200))
+    x[0, 70] = complex(np.nan, 0.5)
+    x[1, 130] = complex(np.inf, 1.0)
+    x[2, 10:80] = complex(-np.inf, 2.0)
+    x[3, 64] = complex(1.0, 3e6)
+    x[4, 90:96] = [0, 1j * np.pi, 0, 1j * np.pi, 0.5j * np.pi, -0.5j * np.pi]  # terms that nearly cancel
+    x[5, 100] = 800.0  # the running max jumps past exp's range
+    x[6] *= 700.0
+    x[7] += 1j * rng.uniform(-1e4, 1e4, size=200)
+    x[8, 150:] = -1e4
+    x = x.astype(dtype).astype(np.complex128)
+    g = (rng.normal(size=x.shape) + 1j * rng.normal(size=x.shape)).astype(dtype).astype(np.complex128)
+    results = []
+    for axis, xs, gs in ((1, x, g), (0, np.ascontiguousarray(x.T), np.ascontiguousarray(g.T))):
+        t = paddle.to_tensor(xs).astype(dtype)
+        t.stop_gradient = False
+        out = paddle_ext.logcumsumexp(t, axis=axis, exclusive=exclusive, reverse=reverse)
+        (gx,) = paddle.grad(out, t, grad_outputs=paddle.to_tensor(gs).astype(dtype))
+        ref = refs.logcumsumexp(xs, axis, exclusive, reverse)
+        fcc.assert_complex_matches(out.numpy(), ref, fcc.forward_bound(xs, ref, axis, exclusive, reverse, dtype), "out")
+        ref_g = refs.logcumsumexp_grad(xs, gs, axis, exclusive, reverse)
+        fcc.assert_complex_matches(gx.numpy(), ref_g, fcc.grad_bound(xs, gs, ref, ref_g, axis, exclusive, reverse, dtype),
+                                   "grad", phase=False)
+        results.append((out.numpy(), gx.numpy()) if axis == 1 else (out.numpy().T, gx.numpy().T))
+    for a, b in zip(*results):  # NaNs compare equal
+        np.testing.assert_allclose(a, b, rtol=1e-12 if dtype == "complex128" else 1e-6, atol=1e-300)

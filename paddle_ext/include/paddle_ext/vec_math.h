@@ -269,6 +269,66 @@ PE_VINLINE vd<W> vlog(vd<W> x) {
 }
 
 
+// |x| up to which vsincos is accurate: the reduction's multiples of pi/2 stay below 2^20, so q times each
+// 33-bit part of pi/2 is exact. Callers send larger, infinite or NaN arguments to libm.
+constexpr double kSinCosMaxArg = 1.0e6;
+
+// sin(x) and cos(x) for |x| <= kSinCosMaxArg, within ~1 ulp (plus ~1e-22 absolute from the reduction):
+// x = q pi/2 + r with pi/2 in three parts (fdlibm's), |r| <= pi/4, and fdlibm's sin/cos kernels on r.
+template <int W>
+PE_VINLINE void vsincos(vd<W> x, vd<W>& sin_out, vd<W>& cos_out) {
+  const double magic = 6755399441055744.0;  // 1.5 * 2^52: rounds to an integer in the low bits
+  const vd<W> t = x * 0.63661977236758134308 + magic;
+  const vd<W> q = t - magic;
+  const vl<W> qi = as_int<W>(t) - as_int<W>(splat<W>(magic));
+  const vd<W> r = ((x - q * 1.57079632673412561417e+00) - q * 6.07710050630396597660e-11) -
+                  q * 2.02226624879595063154e-21;
+  const vd<W> z = r * r;
+  const vd<W> s = r + z * r *
+                          (-1.66666666666666324348e-01 +
+                           z * (8.33333333332248946124e-03 +
+                                z * (-1.98412698298579493134e-04 +
+                                     z * (2.75573137070700676789e-06 +
+                                          z * (-2.50507602534068634195e-08 + z * 1.58969099521155010221e-10)))));
+  const vd<W> w = z * z;
+  const vd<W> cr = z * (4.16666666666666019037e-02 + z * (-1.38888888888741095749e-03 + z * 2.48015872894767294178e-05)) +
+                   w * w * (-2.75573143513906633035e-07 + z * (2.08757232129817482790e-09 + z * -1.13596475577881948265e-11));
+  const vd<W> hz = 0.5 * z;
+  const vd<W> one_minus = 1.0 - hz;
+  const vd<W> c = one_minus + (((1.0 - one_minus) - hz) + z * cr);
+  const vl<W> odd = (qi & 1) != 0;
+  const vd<W> sv = select<W>(odd, c, s), cv = select<W>(odd, s, c);
+  const vl<W> sin_neg = (qi & 2) << 62, cos_neg = ((qi + 1) & 2) << 62;  // the sign bit where negated
+  sin_out = as_double<W>(as_int<W>(sv) ^ sin_neg);
+  cos_out = as_double<W>(as_int<W>(cv) ^ cos_neg);
+}
+
+// atan2(y, x) for finite y and x, within ~2 ulp (Cephes' atan on [0, 1], folded into the quadrants;
+// atan2(+-0, +0) = +-0, atan2(+-0, -0) = +-pi).
+template <int W>
+PE_VINLINE vd<W> vatan2(vd<W> y, vd<W> x) {
+  const vl<W> sign_bit = vl<W>{} + std::numeric_limits<int64_t>::min();
+  const vd<W> ax = as_double<W>(as_int<W>(x) & ~sign_bit), ay = as_double<W>(as_int<W>(y) & ~sign_bit);
+  const vd<W> hi = vmax<W>(ax, ay), lo = vmin<W>(ax, ay);
+  // t = lo / hi in [0, 1]; past 0.66 atan t = pi/4 + atan((t - 1) / (t + 1)), lo - hi exact (Sterbenz).
+  const vl<W> upper = lo > 0.66 * hi;
+  const vd<W> num = select<W>(upper, lo - hi, lo);
+  const vd<W> den = select<W>(hi == 0.0, splat<W>(1.0), select<W>(upper, lo + hi, hi));
+  const vd<W> z = num / den;
+  const vd<W> zz = z * z;
+  const vd<W> p = (((-8.750608600031904122785e-01 * zz - 1.615753718733365076637e+01) * zz -
+                    7.500855792314704667340e+01) * zz - 1.228866684490136173410e+02) * zz - 6.485021904942025371773e+01;
+  const vd<W> qd = ((((zz + 2.485846490142306297962e+01) * zz + 1.650270098316988542046e+02) * zz +
+                     4.328810604912902668951e+02) * zz + 4.853903996359136964868e+02) * zz + 1.945506571482613964425e+02;
+  vd<W> a = z + z * (zz * p / qd);
+  a = select<W>(upper, 0.78539816339744830962 + (a + 3.061616997868382943065e-17), a);
+  // pi/2 and pi as a double plus its rounding error, for the folds.
+  a = select<W>(ay > ax, 1.57079632679489661923 - (a - 6.123233995736765886130e-17), a);
+  a = select<W>(as_int<W>(x) < 0, 3.14159265358979311600 - (a - 1.2246467991473531772e-16), a);
+  return as_double<W>(as_int<W>(a) | (as_int<W>(y) & sign_bit));
+}
+
+
 // 2: AVX-512, 1: AVX2 + FMA, 0: SSE2 (every x86-64). PADDLE_EXT_SIMD=sse2|avx2 caps it (tests run every
 // path on one machine this way).
 inline int simd_level() {
@@ -317,6 +377,19 @@ void dispatch(const K& k, Args... args) {
     case 1:
       Dispatch<K>::avx2(k, args...);
       return;
+  }
+#endif
+  Dispatch<K>::sse2(k, args...);
+}
+
+// dispatch() capped at AVX2 (W = 4 on AVX-512 CPUs too): for kernels whose AVX-512 instantiation is not
+// verified.
+template <typename K, typename... Args>
+void dispatch_avx2(const K& k, Args... args) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (simd_level() >= 1) {
+    Dispatch<K>::avx2(k, args...);
+    return;
   }
 #endif
   Dispatch<K>::sse2(k, args...);
