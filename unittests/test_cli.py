@@ -26,6 +26,23 @@ def test_bench_quick_reports_medians_and_ratios(tmp_path, capsys):
     assert "| case | paddle_ext ms |" in capsys.readouterr().out
 
 
+def test_bench_overhead_reports_microseconds_per_call_against_the_raw_ops(tmp_path, capsys):
+    """`--op overhead`: a fwd and a fwd+bwd row per op family on tiny tensors, each public function next to the
+    registered ops it runs (the baseline of the ratios) and Paddle's built-in where there is one."""
+    path = tmp_path / "bench.json"
+    assert cli.main(["bench", "--op", "overhead", "--quick", "--repeats", "1", "--json", str(path)]) == 0
+    rows = json.loads(path.read_text())
+    names = " ".join(r["name"] for r in rows)
+    for family in ("logcumsumexp", "put_along_axis", "put_along_axis_", "mutual_information_recursion",
+                   "joint_mutual_information_recursion", "rnnt_loss_simple", "rnnt_loss_pruned",
+                   "get_rnnt_logprobs_joint", "adaptive_log_softmax_target", "nn.AdaptiveLogSoftmaxWithLoss"):
+        assert f"{family} " in names, family
+    assert all(r["unit"] == "us" and r["medians_ms"]["paddle_ext"] > 0 for r in rows)
+    assert all(("raw op" in r["medians_ms"]) == ("paddle_ext" in r["ratios"]) for r in rows)
+    assert {r["name"].split()[0] for r in rows if "paddle" in r["medians_ms"]} >= {"logcumsumexp", "put_along_axis"}
+    assert "| case | paddle_ext µs | raw op µs | paddle µs |" in capsys.readouterr().out
+
+
 def test_bench_case_filter_runs_only_matching_rows(tmp_path):
     """`--case broadcast`: only the put_along_axis rows with indices [2N, 1] (values [2N, C] or [2N, 1]), each
     with its materialised twin."""

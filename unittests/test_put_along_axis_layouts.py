@@ -88,22 +88,31 @@ def _row_index_inputs(arr_shape, idx_shape, axis, seed=0):
             "values": rand(values_shape, seed + 2)}
 
 
-def _spy_on_indices(monkeypatch):
-    """Records the shape of the indices every put_along_axis op call receives."""
+def _spy_on_argument(monkeypatch, position):
+    """Records the shape of argument `position` of every put_along_axis op call, through the op module and
+    through the dispatcher that dygraph calls without grads take."""
     seen, real = [], paddle_ext._library.ops
+    names = ("pe_put_along_axis", "pe_put_along_axis_")
+
+    def spying(name, fn):
+        def call(*args):
+            if name in names:
+                seen.append(list(args[position].shape))
+            return fn(*args)
+        return call
 
     class Spy:
         def __getattr__(self, name):
-            fn = getattr(real(), name)
+            return spying(name, getattr(real(), name))
 
-            def call(*args):
-                if name.startswith("pe_put_along_axis"):
-                    seen.append(list(args[1].shape))
-                return fn(*args)
-            return call
-
+    dispatchers = {name: spying(name, paddle_ext._library.dygraph_op(name)) for name in names}
     monkeypatch.setattr(paddle_ext._library, "ops", lambda: Spy())
+    monkeypatch.setattr(paddle_ext._library, "dygraph_op", dispatchers.__getitem__)
     return seen
+
+
+def _spy_on_indices(monkeypatch):
+    return _spy_on_argument(monkeypatch, 1)
 
 
 @pytest.mark.parametrize("arr_shape,idx_shape,axis", ROW_INDEX_CASES)
@@ -228,21 +237,7 @@ def _broadcast_value_inputs(arr_shape, idx_shape, axis, values_shape, seed=0):
 
 
 def _spy_on_values(monkeypatch):
-    """Records the shape of the values every put_along_axis op call receives."""
-    seen, real = [], paddle_ext._library.ops
-
-    class Spy:
-        def __getattr__(self, name):
-            fn = getattr(real(), name)
-
-            def call(*args):
-                if name in ("pe_put_along_axis", "pe_put_along_axis_"):
-                    seen.append(list(args[2].shape))
-                return fn(*args)
-            return call
-
-    monkeypatch.setattr(paddle_ext._library, "ops", lambda: Spy())
-    return seen
+    return _spy_on_argument(monkeypatch, 2)
 
 
 def test_broadcast_values_reach_the_op_unbroadcast(monkeypatch):

@@ -56,6 +56,11 @@ def known_dim(*dims) -> bool:
     return all(isinstance(d, numbers.Integral) and d >= 0 for d in dims)
 
 
+def same_dtype(a, b) -> bool:
+    """a == b, by identity first: dygraph dtypes are singletons, and comparing them by value costs microseconds."""
+    return a is b or a == b
+
+
 def dtype_name(dtype) -> str:
     return str(canonical_dtype(dtype)).replace("paddle.", "")
 

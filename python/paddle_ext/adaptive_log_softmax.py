@@ -31,7 +31,7 @@ from paddle.autograd import PyLayer
 from . import _amp, _fill, _library
 from .put_along_axis import _apply as _pair_apply
 from .put_along_axis import _grads, _ordered
-from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_int, check_tensor, dtype_name, known_dim
+from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_int, check_tensor, dtype_name, known_dim, same_dtype
 
 _OP = "adaptive_log_softmax_with_loss"
 REDUCTIONS = ("mean", "sum", "none")
@@ -57,7 +57,7 @@ def _as_int64(label, arg, op):
     check_tensor(label, arg, op)
     if label.dtype not in INTEGER_DTYPES:
         raise TypeError(f"{op}: {arg} must be an integer tensor, got {dtype_name(label.dtype)}")
-    return label if label.dtype == paddle.int64 else paddle.cast(label, "int64")
+    return label if same_dtype(label.dtype, paddle.int64) else paddle.cast(label, "int64")
 
 
 def adaptive_log_softmax_target(logits, target, name=None):
@@ -80,7 +80,8 @@ def adaptive_log_softmax_target(logits, target, name=None):
     if known_dim(m, target.shape[0]) and m != target.shape[0]:
         raise ValueError(f"{op}: target has {target.shape[0]} rows but logits has {m}")
     if paddle.in_dynamic_mode() and target.shape[0] > 0:
-        lo, hi = int(target.min()), int(target.max())
+        values = target.numpy()  # (one copy; paddle's min and max would be two ops and two syncs)
+        lo, hi = int(values.min()), int(values.max())
         if lo < 0 or hi >= k:
             bad = lo if lo < 0 else hi
             raise LabelOutOfRangeError(f"{op}: target value {bad} is out of range [0, {k})")
@@ -105,20 +106,24 @@ def adaptive_log_softmax_full(logits, offset=None, name=None):
             raise ValueError(f"{op}: offset must be 1-D [M], got shape {list(offset.shape)}")
         if known_dim(logits.shape[0], offset.shape[0]) and logits.shape[0] != offset.shape[0]:
             raise ValueError(f"{op}: offset has {offset.shape[0]} rows but logits has {logits.shape[0]}")
-        if offset.dtype != logits.dtype:
+        if not same_dtype(offset.dtype, logits.dtype):
             offset = paddle.cast(offset, logits.dtype)
     return _full(logits, offset)
 
 
 def _target(logits, target):
     """The target op; in dygraph with grads, through _Target (grads of any order)."""
-    if paddle.in_dynamic_mode() and not logits.stop_gradient:
+    if paddle.in_dynamic_mode():
+        if logits.stop_gradient:
+            return _library.dygraph_op("pe_adaptive_log_softmax_target")(logits, target)[0]
         return _Target.apply(logits, target)
     return _library.ops().pe_adaptive_log_softmax_target(logits, target)[0]  # static: the registered grad op
 
 
 def _full(logits, offset):
-    if paddle.in_dynamic_mode() and not (logits.stop_gradient and offset.stop_gradient):
+    if paddle.in_dynamic_mode():
+        if logits.stop_gradient and offset.stop_gradient:
+            return _library.dygraph_op("pe_adaptive_log_softmax_full")(logits, offset)[0]
         return _Full.apply(logits, offset)
     return _library.ops().pe_adaptive_log_softmax_full(*_library.legacy_grad_inputs(logits, offset))[0]
 

@@ -59,7 +59,8 @@ def _bench(args) -> int:
     from paddle_ext import _environment  # noqa: PLC0415
 
     print(f"paddle-ext bench on {platform.machine()}, {os.cpu_count()} cores, paddle {paddle.__version__}; "
-          "ratios = other / paddle_ext (higher means paddle_ext is faster)")
+          "ratios = other / paddle_ext (higher means paddle_ext is faster; in the overhead table paddle_ext or "
+          "paddle / the raw op)")
     environment = benchmarks.environment()
     print(f"environment: {environment}")
     for tip in _environment.advice():

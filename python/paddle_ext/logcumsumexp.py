@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import paddle
 from paddle.autograd import PyLayer
+from paddle.base.core import DataType
 
 from . import _amp, _library
 from ._checks import (COMPLEX_DTYPES, FLOATING_DTYPES, INTEGER_DTYPES, check_axis, check_tensor, dtype_name,
@@ -29,6 +30,31 @@ def logcumsumexp(x, axis=None, dtype=None, name=None, *, exclusive=False, revers
         Tensor of ``x``'s shape (1-D when ``axis`` is None) and dtype. For complex ``x``, the imaginary
         part is not wrapped: it equals torch's up to a multiple of 2*pi.
     """
+    attrs = _plain_attrs(x, axis, dtype, exclusive, reverse)
+    if attrs is None:
+        x, attrs = _checked(x, axis, dtype, exclusive, reverse)
+    if paddle.in_dynamic_mode():
+        if x.stop_gradient:
+            return _library.dygraph_op("pe_logcumsumexp")(x, *attrs)[0]
+        if paddle.is_grad_enabled():
+            return _Logcumsumexp.apply(x, attrs)
+    return _library.named(_library.ops().pe_logcumsumexp(x, *attrs), name)  # static: the registered grad op
+
+
+def _plain_attrs(x, axis, dtype, exclusive, reverse):
+    """The op's attrs for the common dygraph call that needs no cast and no check beyond these (an int axis in
+    range, a float32/float64/complex tensor); None for anything else, which _checked then handles."""
+    if dtype is not None or x.__class__ is not paddle.Tensor or axis.__class__ is not int or \
+            x.dtype not in _PLAIN_DTYPES:
+        return None
+    rank = len(x.shape) or 1  # a 0-d tensor takes axis 0 and -1
+    if not -rank <= axis < rank:
+        return None
+    return axis % rank, False, bool(exclusive), bool(reverse)
+
+
+def _checked(x, axis, dtype, exclusive, reverse):
+    """(x cast as the call asks, the op's attrs), or the error that names the bad argument."""
     check_tensor(x, "x", "logcumsumexp")
     if dtype is not None:
         x = paddle.cast(x, floating_dtype(dtype, "dtype", "logcumsumexp", allow_complex=True))
@@ -40,10 +66,11 @@ def logcumsumexp(x, axis=None, dtype=None, name=None, *, exclusive=False, revers
     x = _amp.float32_at_o1(x)  # a float32 op at O1 (as cumsum and log_softmax in Paddle's AMP lists); complex stays
     flatten = axis is None
     axis = 0 if flatten else check_axis(axis, len(x.shape), "logcumsumexp")
-    attrs = (axis, flatten, bool(exclusive), bool(reverse))
-    if paddle.in_dynamic_mode() and not x.stop_gradient:
-        return _Logcumsumexp.apply(x, attrs)
-    return _library.named(_library.ops().pe_logcumsumexp(x, *attrs), name)  # static: the registered grad op
+    return x, (axis, flatten, bool(exclusive), bool(reverse))
+
+
+# dtypes the op takes as they are at every AMP level (16-bit ones become float32 at O1)
+_PLAIN_DTYPES = frozenset((DataType.FLOAT32, DataType.FLOAT64, DataType.COMPLEX64, DataType.COMPLEX128))
 
 
 class _Logcumsumexp(PyLayer):

@@ -6,7 +6,7 @@ import paddle
 from paddle.autograd import PyLayer
 
 from . import _amp, _fill, _library
-from ._checks import FLOATING_DTYPES, check_tensor, dtype_name, known_dim
+from ._checks import FLOATING_DTYPES, check_tensor, dtype_name, known_dim, same_dtype
 
 
 @paddle.jit.not_to_static
@@ -16,7 +16,7 @@ def check_boundary(boundary, B, S, T, op, arg="boundary"):
     if boundary is None:
         return None
     check_tensor(boundary, arg, op)
-    if boundary.dtype != paddle.int64:
+    if not same_dtype(boundary.dtype, paddle.int64):
         raise TypeError(f"{op}: {arg} must be int64, got {dtype_name(boundary.dtype)}")
     shape = list(boundary.shape)
     if len(shape) != 2 or shape[1] != 4 or (known_dim(shape[0]) and known_dim(B) and shape[0] != B):
@@ -44,7 +44,7 @@ def check_px_py(px, py, op):
                          f"got px {list(px.shape)}, py {list(py.shape)}")
     if px.dtype not in FLOATING_DTYPES:
         raise TypeError(f"{op}: px must be a floating tensor, got {dtype_name(px.dtype)}")
-    if py.dtype != px.dtype:
+    if not same_dtype(py.dtype, px.dtype):
         raise TypeError(f"{op}: py must have px's dtype {dtype_name(px.dtype)}, got {dtype_name(py.dtype)}")
     B, S, T1 = px.shape
     By, S1, T = py.shape
@@ -94,17 +94,17 @@ def _recursion(px, py, boundary, return_grad, op):
     _B, S, T, _modified = check_px_py(px, py, op)
     boundary = check_boundary(boundary, px.shape[0], S, T, op)
     dtype = px.dtype
-    if dtype in (paddle.float16, paddle.bfloat16):
+    if dtype in _amp.HALF_DTYPES:
         px, py = px.astype("float32"), py.astype("float32")
     ans, p = _library.ops().pe_mutual_information(px, py, boundary)
-    if dtype != ans.dtype:
+    if not same_dtype(dtype, ans.dtype):
         ans = ans.astype(dtype)
     if paddle.in_dynamic_mode() and not ans.stop_gradient:
         ans = _FirstOrderOnly.apply(ans, op)
     if not return_grad:
         return ans
     px_grad, py_grad = _library.ops().pe_mutual_information_occupation(px.detach(), py.detach(), boundary, p.detach())
-    if dtype != px_grad.dtype:
+    if not same_dtype(dtype, px_grad.dtype):
         px_grad, py_grad = px_grad.astype(dtype), py_grad.astype(dtype)
     px_grad.stop_gradient = True
     py_grad.stop_gradient = True

@@ -168,6 +168,45 @@ def _prepare(arr, indices, values, axis, reduce, include_self, broadcast, op):
     return indices, values, axis, reduce, include_self, block
 
 
+def _checked(arr, indices, values, axis, reduce, include_self, broadcast, deterministic, op):
+    """-> (indices, values, block, attrs): _prepare's, with attrs = (axis, reduce, include_self, deterministic).
+    A dygraph call like one seen before (shapes, dtypes, arguments) that _prepare passed through unchanged is
+    looked up instead of checked again."""
+    key = _plan_key(arr, indices, values, axis, reduce, include_self, broadcast, deterministic)
+    attrs = _PLANS.get(key)
+    if attrs is not None:
+        return indices, values, None, attrs
+    new_indices, new_values, axis, reduce, include_self, block = _prepare(
+        arr, indices, values, axis, reduce, include_self, broadcast, op)
+    attrs = (axis, reduce, include_self, _check_bool(deterministic, "deterministic", op))
+    if key is not None and block is None and new_indices is indices and new_values is values:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = attrs
+    return new_indices, new_values, block, attrs
+
+
+def _same_dtype_tensors(arr, values) -> bool:
+    """Dygraph tensors of one dtype, which auto_cast's rules leave as they are (dtypes compared by identity:
+    by value costs microseconds)."""
+    return arr.__class__ is values.__class__ is paddle.Tensor and arr.dtype is values.dtype
+
+
+def _plan_key(arr, indices, values, axis, reduce, include_self, broadcast, deterministic):
+    """What _prepare's outcome depends on, for dygraph tensors and arguments of exactly the default types
+    (so that no two keys that compare equal, such as axis=True and axis=1, differ in validity); else None."""
+    if not (arr.__class__ is indices.__class__ is values.__class__ is paddle.Tensor and axis.__class__ is int
+            and reduce.__class__ is str and include_self.__class__ is broadcast.__class__ is deterministic.__class__
+            is bool and paddle.in_dynamic_mode()):
+        return None
+    return (tuple(arr.shape), tuple(indices.shape), tuple(values.shape), arr.dtype, indices.dtype, values.dtype,
+            axis, reduce, include_self, broadcast, deterministic)
+
+
+_PLANS = {}  # _plan_key -> attrs, for calls whose arguments _prepare returned as they were
+_MAX_PLANS = 4096
+
+
 def _check_shapes(a_shape, i_shape, v_shape, axis, broadcast, op):
     """Raises for shapes that do not fit; with broadcast, returns the shape indices and values are
     broadcast to (-1 where a dimension is unknown at trace time; the kernel checks it at run time)."""
@@ -216,6 +255,8 @@ def _records_grad(arr, values) -> bool:
 
 def _put(arr, indices, values, attrs):
     """The functional op; attrs = (axis, reduce, include_self, deterministic)."""
+    if arr.stop_gradient and values.stop_gradient and paddle.in_dynamic_mode():
+        return _call(_library.dygraph_op("pe_put_along_axis"), arr, indices, values, *attrs)[0]
     if _records_grad(arr, values):
         return _apply(_PutAlongAxis, arr, values, {"indices": indices, "attrs": attrs})
     arr, values = _library.legacy_grad_inputs(arr, values)
@@ -324,10 +365,10 @@ def put_along_axis(arr, indices, values, axis, reduce="assign", include_self=Tru
             as Paddle's). IndexError: an index outside ``[-n, n)`` (dygraph; IndexOutOfRangeError, also
             a RuntimeError as Paddle's).
     """
-    arr, values = _amp.promote(arr, values)  # under auto_cast, as paddle.put_along_axis (on no AMP list)
-    indices, values, axis, reduce, include_self, block = _prepare(
-        arr, indices, values, axis, reduce, include_self, broadcast, OP)
-    attrs = (axis, reduce, include_self, _check_bool(deterministic, "deterministic", OP))
+    if not _same_dtype_tensors(arr, values):
+        arr, values = _amp.promote(arr, values)  # under auto_cast, as paddle.put_along_axis (on no AMP list)
+    indices, values, block, attrs = _checked(arr, indices, values, axis, reduce, include_self, broadcast,
+                                             deterministic, OP)
     out = _put(arr, indices, values, attrs) if block is None else _scatter_block(arr, indices, values, attrs, block)
     return _library.named(out, name)
 
@@ -343,11 +384,14 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
     written, so an IndexError leaves ``arr`` unchanged.
     """
     op = OP + "_"
-    values = _amp.cast_like(values, arr)  # under auto_cast: arr's dtype cannot change
-    indices, values, axis, reduce, include_self, block = _prepare(
-        arr, indices, values, axis, reduce, include_self, broadcast, op)
-    attrs = (axis, reduce, include_self, _check_bool(deterministic, "deterministic", op))
+    if not _same_dtype_tensors(arr, values):
+        values = _amp.cast_like(values, arr)  # under auto_cast: arr's dtype cannot change
+    indices, values, block, attrs = _checked(arr, indices, values, axis, reduce, include_self, broadcast,
+                                             deterministic, op)
     dygraph = paddle.in_dynamic_mode()
+    if dygraph and block is None and arr.stop_gradient and values.stop_gradient and arr.is_contiguous():
+        _library.dygraph_op("pe_put_along_axis_")(arr, indices, values, *attrs)
+        return arr
     if block is not None:
         if dygraph:  # from a copy: the functional ops keep arr for their backward
             return _write_into(arr, _scatter_block(arr.clone(), indices, values, attrs, block))

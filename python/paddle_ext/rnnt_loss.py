@@ -26,7 +26,7 @@ import paddle
 from paddle.autograd import PyLayer
 
 from . import _amp, _fill, _library
-from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name
+from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name, same_dtype
 from ._checks import known_dim as _known
 from .mutual_information import _FirstOrderOnly, _recursion, check_boundary
 
@@ -70,8 +70,9 @@ def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_ty
         raise ValueError(f"{op}: rnnt_type must be one of {RNNT_TYPES}, got {rnnt_type!r}")
     check_boundary(boundary, B, S, T, op)
     # an item without alignment (modified/constrained with T_b < S_b) is no error: its loss is inf
-    if paddle.in_dynamic_mode() and symbols.numel() > 0:
-        lo, hi = int(symbols.min()), int(symbols.max())
+    if paddle.in_dynamic_mode() and symbols.size > 0:
+        values = symbols.numpy()  # (one copy; paddle's min and max would be two ops and two syncs)
+        lo, hi = int(values.min()), int(values.max())
         if lo < 0 or hi >= C:
             raise ValueError(f"{op}: symbols must lie in [0, {C}), got values in [{lo}, {hi}]")
 
@@ -152,7 +153,7 @@ def _logsumexp_last(x):
 
 
 def _symbols64(symbols):
-    return symbols if symbols.dtype == paddle.int64 else symbols.astype("int64")
+    return symbols if same_dtype(symbols.dtype, paddle.int64) else symbols.astype("int64")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,12 +292,12 @@ def _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad
 # the full-joiner loss
 
 
-def _joint_logprobs(logits, symbols, ranges, termination_symbol, op):
+def _joint_logprobs(logits, symbols, ranges, termination_symbol, op, guard=True):
     """px [B, S, T], py [B, S+1, T] from joiner logits [B, T, R, C] by the fused op (ops/rnnt_joint_logprobs.yaml):
     the log-softmax over C of the symbol and termination columns only (never the [B, T, R, C] log-softmax);
     row r of frame t is context r (ranges None, R = S+1) or ranges[b, t, r], other (s, t) cells -inf."""
     px, py, _ = _library.ops().pe_rnnt_joint_logprobs(logits, symbols, ranges, int(termination_symbol))
-    if paddle.in_dynamic_mode() and not logits.stop_gradient:  # the registered grad op is first-order only
+    if guard and paddle.in_dynamic_mode() and not logits.stop_gradient:  # the registered grad op is first-order only
         px, py = _FirstOrderOnly.apply(px, op), _FirstOrderOnly.apply(py, op)
     return px, py
 
@@ -308,11 +309,11 @@ def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, 
                            "get_rnnt_logprobs_joint")
 
 
-def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op):
+def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op, guard=True):
     B, T, S1, C = _check_float(logits, "logits", op, 4)
     _check_common(op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
     B, S = _dims(symbols)
-    px, py = _joint_logprobs(logits, _symbols64(symbols), None, termination_symbol, op)
+    px, py = _joint_logprobs(logits, _symbols64(symbols), None, termination_symbol, op, guard)
     if rnnt_type == "regular":
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)  # no symbol on frame T
     return _finish_px(px, py, boundary, rnnt_type), py
@@ -335,7 +336,8 @@ def _rnnt_loss(logits, symbols, termination_symbol, boundary, rnnt_type, delay_p
                fastemit_lambda):
     op = "rnnt_loss"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op)
+    # (guard=False: the recursion refuses higher-order grads at ans, which every grad of the loss passes)
+    px, py = _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op, guard=False)
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
@@ -531,10 +533,10 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
                            rnnt_type, "get_rnnt_logprobs_pruned")
 
 
-def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op):
+def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op, guard=True):
     _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
     B, S = _dims(symbols)
-    px, py = _joint_logprobs(logits, _symbols64(symbols), _symbols64(ranges), termination_symbol, op)
+    px, py = _joint_logprobs(logits, _symbols64(symbols), _symbols64(ranges), termination_symbol, op, guard)
     if rnnt_type == "regular":
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
     return _finish_px(px, py, boundary, rnnt_type), py
@@ -554,7 +556,8 @@ def _rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary, rnn
                       return_grad, fastemit_lambda):
     op = "rnnt_loss_pruned"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op)
+    px, py = _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op,
+                                       guard=False)  # (as in _rnnt_loss)
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 

@@ -24,6 +24,8 @@ class Case:
     baseline: str = "paddle_ext"
     note: str = ""
     repeats: int | None = None  # fewer for slow cases
+    calls: int = 1  # calls each candidate makes per timed sample; the results are per call
+    unit: str = "ms"  # how the results are shown: "ms", or "us" for per-call floors
 
 
 @dataclasses.dataclass
@@ -33,6 +35,7 @@ class Result:
     medians_ms: dict[str, float]
     ratios: dict[str, float]  # candidate time / baseline time
     note: str = ""
+    unit: str = "ms"
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -90,10 +93,10 @@ def run(selected=None, quick=False, repeats=7, log=print, matching=None) -> list
             medians = {}
             for cand, fn in case.candidates.items():
                 warm_up(fn)
-                medians[cand] = time_median(fn, case.repeats or repeats)
-            base = medians[case.baseline]
-            ratios = {k: v / base for k, v in medians.items() if k != case.baseline}
-            results.append(Result(case.op, case.name, medians, ratios, case.note))
+                medians[cand] = time_median(fn, case.repeats or repeats) / case.calls
+            base = medians.get(case.baseline)  # (a row may lack it: then no ratios)
+            ratios = {k: v / base for k, v in medians.items() if k != case.baseline} if base else {}
+            results.append(Result(case.op, case.name, medians, ratios, case.note, case.unit))
             log(format_row(results[-1]))
     return results
 
@@ -106,11 +109,15 @@ def environment() -> str:
     return _environment.summary()
 
 
+_SCALE = {"ms": 1.0, "us": 1e3}
+_UNIT_LABEL = {"ms": "ms", "us": "µs"}
+
+
 def format_row(r: Result) -> str:
     parts = [f"{r.op:<22} {r.name:<44}"]
     for cand, ms in r.medians_ms.items():
         ratio = f" ({r.ratios[cand]:.2f}x)" if cand in r.ratios else ""
-        parts.append(f"{cand} {ms:9.3f} ms{ratio}")
+        parts.append(f"{cand} {ms * _SCALE[r.unit]:9.3f} {_UNIT_LABEL[r.unit]}{ratio}")
     return "  ".join(parts) + (f"  [{r.note}]" if r.note else "")
 
 
@@ -120,11 +127,13 @@ def format_markdown(results: list[Result]) -> str:
     for op in dict.fromkeys(r.op for r in results):
         rows = [r for r in results if r.op == op]
         cands = list(dict.fromkeys(c for r in rows for c in r.medians_ms))
-        lines = [f"**{op}**", "", "| case | " + " | ".join(f"{c} ms" for c in cands) + " |",
+        unit = rows[0].unit
+        lines = [f"**{op}**", "", "| case | " + " | ".join(f"{c} {_UNIT_LABEL[unit]}" for c in cands) + " |",
                  "|" + "---|" * (len(cands) + 1)]
         for r in rows:
             cells = ["–" if c not in r.medians_ms else
-                     f"{r.medians_ms[c]:.3f}" + (f" ({r.ratios[c]:.2f}×)" if c in r.ratios else "") for c in cands]
+                     f"{r.medians_ms[c] * _SCALE[unit]:.{3 if unit == 'ms' else 1}f}"
+                     + (f" ({r.ratios[c]:.2f}×)" if c in r.ratios else "") for c in cands]
             lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
         tables.append("\n".join(lines))
     return "\n\n".join(tables)
