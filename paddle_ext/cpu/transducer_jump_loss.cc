@@ -1,11 +1,13 @@
 // CPU transducer_jump_loss kernels on raw pointers (no Paddle header). The forward reads each logits row
-// once for its two heads' lse (cpu_rows.h, SIMD; frames split across the cores), then runs alpha and beta
-// per item (transducer_jump_loss.h; items across the cores). The backward reads each row once more and
+// once for its two heads' lse (cpu_rows.h, SIMD; rows split across the cores) and its node's K arc weights,
+// then runs alpha and beta per item on those weights alone (transducer_jump_loss.h; items across the cores). The backward reads each row once more and
 // writes its grad: softmax times the node's occupancy, minus the occupancy of the few units its arcs emit.
 #include "paddle_ext/transducer_jump_loss.h"
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "paddle_ext/cpu_rows.h"
 #include "paddle_ext/parallel.h"
@@ -25,10 +27,40 @@ struct SoftmaxTimes {  // -softmax * g_sum (joint_grad with no own grad), g_sum 
   }
 };
 
+// A node's arc terms padded with -inf to whole double vectors (kMaxJumpArcs + one vector of slack).
+constexpr int kPaddedArcs = kMaxJumpArcs + 8;
+
+// exp(v[k]) for k < n (v padded to whole vectors with -inf), in double lanes (vec_math.h's full-precision exp).
+template <int W>
+PE_VINLINE void exp_terms(double* v, int n) {
+  using D = Lanes<W, double>;
+  for (int k = 0; k < n; k += D::N) D::store(v + k, D::exp(D::load(v + k)));
+}
+
+// log(sum(exp(v[0, n)))) as jump_log_sum (NaN sticks, +inf wins, all -inf gives -inf), the exps in lanes.
+template <int W>
+PE_VINLINE double log_sum_terms(double* v, int n) {
+  double max = -kInf;
+  bool nan = false;
+  for (int k = 0; k < n; ++k) {
+    nan |= v[k] != v[k];
+    max = v[k] > max ? v[k] : max;
+  }
+  if (nan) return std::numeric_limits<double>::quiet_NaN();
+  if (!finite(max)) return max;
+  for (int k = 0; k < n; ++k) v[k] -= max;
+  exp_terms<W>(v, n);
+  double sum = 0.0;
+  for (int k = 0; k < n; ++k) sum += v[k];
+  return max + std::log(sum);
+}
+
 template <typename T>
-struct HeadsForward {
+struct HeadsForward {  // each row's heads (lse) and its node's arc weights
   const T* logits;
+  const int64_t* symbols;
   double* lse;
+  double* weights;
   JumpLattice L;
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
@@ -37,7 +69,10 @@ struct HeadsForward {
       const LseParts tok = row_lse_parts<Lanes<W, T>>(x, L.C);
       LseParts dur{0.0, 0.0};
       if (L.D > 0) dur = row_lse_parts<Lanes<W, T>>(x + L.C, L.D);
-      lse[4 * r] = tok.max, lse[4 * r + 1] = tok.log_sum, lse[4 * r + 2] = dur.max, lse[4 * r + 3] = dur.log_sum;
+      double* h = lse + 4 * r;
+      h[0] = tok.max, h[1] = tok.log_sum, h[2] = dur.max, h[3] = dur.log_sum;
+      const index_t s = r % (L.S + 1), b = r / ((L.S + 1) * L.T);
+      jump_node_weights(L, x, h, jump_symbol(symbols, L, b, s), weights + r * L.arcs.count);
     }
   }
 };
@@ -70,12 +105,19 @@ struct JumpBackward {
   PE_VINLINE void run(index_t r0, index_t r1) const {
     using Lane = Lanes<W, T>;
     const JumpArcs& a = L.arcs;
-    double gamma[kMaxJumpArcs];
+    double gamma[kPaddedArcs];
+    for (int k = 0; k < kPaddedArcs; ++k) gamma[k] = -kInf;
     for (index_t r = r0; r < r1; ++r) {
       const index_t s = r % (L.S + 1), t = (r / (L.S + 1)) % L.T, b = r / ((L.S + 1) * L.T);
       const JumpBox box = jump_box(boundary, b, L);
-      const double n_out = jump_occupancy(L, logits, symbols, lse, alpha, beta, b, t, s, box,
-                                          static_cast<double>(load(loss_grad[b])), gamma);
+      const double g = static_cast<double>(load(loss_grad[b]));
+      double n_out = 0.0;
+      if (g != 0.0 && jump_occupancy_exponents(L, logits, symbols, lse, alpha, beta, b, t, s, box, gamma)) {
+        exp_terms<W>(gamma, a.count);
+        for (int k = 0; k < a.count; ++k) n_out += gamma[k] *= jump_arc_scale(L, k, g);
+      } else {
+        for (int k = 0; k < a.count; ++k) gamma[k] = 0.0;
+      }
       const T* x = logits + r * L.X();
       T* dx = logits_grad + r * L.X();
       const double* h = lse + 4 * r;
@@ -104,6 +146,42 @@ struct JumpBackward {
   }
 };
 
+// alpha in (t, s) order and beta in reverse, per item: a node's sources (destinations) are done before it.
+template <typename T>
+struct Recursions {
+  const int64_t* boundary;
+  const double* weights;
+  double* alpha;
+  double* beta;
+  T* loss;
+  JumpLattice L;
+  template <int W>
+  PE_VINLINE void run(index_t b0, index_t b1) const {
+    double v[kPaddedArcs];
+    for (int k = 0; k < kPaddedArcs; ++k) v[k] = -kInf;
+    const int K = L.arcs.count;
+    for (index_t b = b0; b < b1; ++b) {
+      const JumpBox box = jump_box(boundary, b, L);
+      alpha[L.lattice(b, box.t0, box.s0)] = 0.0;
+      for (index_t t = box.t0; t <= box.t1; ++t) {
+        for (index_t s = box.s0; s <= box.s1; ++s) {
+          if (t == box.t0 && s == box.s0) continue;
+          jump_alpha_terms(L, weights, alpha, b, t, s, box, v);
+          alpha[L.lattice(b, t, s)] = log_sum_terms<W>(v, K);
+        }
+      }
+      beta[L.lattice(b, box.t1, box.s1)] = 0.0;
+      for (index_t t = box.t1 - 1; t >= box.t0; --t) {
+        for (index_t s = box.s1; s >= box.s0; --s) {
+          jump_beta_terms(L, weights, beta, b, t, s, box, v);
+          beta[L.lattice(b, t, s)] = log_sum_terms<W>(v, K);
+        }
+      }
+      loss[b] = store<T>(static_cast<acc_t<T>>(-beta[L.lattice(b, box.t0, box.s0)]));
+    }
+  }
+};
+
 inline index_t node_grain(const JumpLattice& L) { return row_grain(L.X()); }
 
 }  // namespace
@@ -112,26 +190,17 @@ template <typename T>
 void transducer_jump_forward(const T* logits, const int64_t* symbols, const int64_t* boundary, double* lse,
                              double* alpha, double* beta, T* loss, const JumpLattice& L) {
   const index_t nodes = L.B * L.T * (L.S + 1);
+  std::vector<double> weights(nodes * L.arcs.count);  // [B, T, S+1, K]: the recursions' only reads
   if (nodes > 0 && L.X() > 0) {
     parallel_for(0, nodes, node_grain(L), [&](index_t r0, index_t r1) {
-      simd::dispatch(HeadsForward<T>{logits, lse, L}, r0, r1);
+      simd::dispatch(HeadsForward<T>{logits, symbols, lse, weights.data(), L}, r0, r1);
     });
   }
   const index_t per_item = (L.T + 1) * (L.S + 1);
   std::fill(alpha, alpha + L.B * per_item, neg_inf<double>());
   std::fill(beta, beta + L.B * per_item, neg_inf<double>());
-  // alpha in (t, s) order and beta in reverse: a node's sources (destinations) are all done before it
   parallel_for(0, L.B, 1, [&](index_t b0, index_t b1) {
-    for (index_t b = b0; b < b1; ++b) {
-      const JumpBox box = jump_box(boundary, b, L);
-      for (index_t t = box.t0; t <= box.t1; ++t)
-        for (index_t s = box.s0; s <= box.s1; ++s)
-          alpha[L.lattice(b, t, s)] = jump_alpha_at(L, logits, symbols, lse, alpha, b, t, s, box);
-      for (index_t t = box.t1; t >= box.t0; --t)
-        for (index_t s = box.s1; s >= box.s0; --s)
-          beta[L.lattice(b, t, s)] = jump_beta_at(L, logits, symbols, lse, beta, b, t, s, box);
-      loss[b] = store<T>(static_cast<acc_t<T>>(-beta[L.lattice(b, box.t0, box.s0)]));
-    }
+    simd::dispatch(Recursions<T>{boundary, weights.data(), alpha, beta, loss, L}, b0, b1);
   });
 }
 

@@ -1,5 +1,5 @@
-// CUDA transducer_jump_loss: one warp per logits row reduces its token and duration heads to (max, log_sum);
-// one block per item runs alpha and then beta over the anti-diagonals t + s (every arc raises t + s, so a
+// CUDA transducer_jump_loss: one warp per logits row reduces its token and duration heads to (max, log_sum)
+// and writes its node's arc weights to a scratch [B, T, S+1, K]; one block per item runs alpha and then beta over the anti-diagonals t + s (every arc raises t + s, so a
 // diagonal's nodes only read earlier ones: a __syncthreads between diagonals); the backward gives each row a
 // block that finds the node's arc occupancies once and writes the row's grad in one coalesced pass. The
 // lattice math is transducer_jump_loss.h's, shared with cpu/. Symbols and boundaries are read as given (the
@@ -54,7 +54,7 @@ __device__ void warp_head(const T* x, index_t k, int lane, double* out) {
 }
 
 template <typename T>
-__global__ void heads_kernel(const T* logits, double* lse, JumpLattice L) {
+__global__ void heads_kernel(const T* logits, const int64_t* symbols, double* lse, double* weights, JumpLattice L) {
   const int lane = threadIdx.x % kWarp;
   const index_t rows = L.B * L.T * (L.S + 1);
   const index_t stride = (index_t)gridDim.x * kRowsPerBlock;
@@ -63,13 +63,17 @@ __global__ void heads_kernel(const T* logits, double* lse, JumpLattice L) {
     double tok[2], dur[2] = {0.0, 0.0};
     warp_head(x, L.C, lane, tok);
     if (L.D > 0) warp_head(x + L.C, L.D, lane, dur);
-    if (lane == 0) lse[4 * r] = tok[0], lse[4 * r + 1] = tok[1], lse[4 * r + 2] = dur[0], lse[4 * r + 3] = dur[1];
+    if (lane != 0) continue;
+    double* h = lse + 4 * r;
+    h[0] = tok[0], h[1] = tok[1], h[2] = dur[0], h[3] = dur[1];
+    const index_t s = r % (L.S + 1), b = r / ((L.S + 1) * L.T);
+    jump_node_weights(L, x, h, jump_symbol(symbols, L, b, s), weights + r * L.arcs.count);
   }
 }
 
 template <typename T>
-__global__ void lattice_kernel(const T* logits, const int64_t* symbols, const int64_t* boundary, const double* lse,
-                               double* alpha, double* beta, T* loss, JumpLattice L) {
+__global__ void lattice_kernel(const double* weights, const int64_t* boundary, double* alpha, double* beta, T* loss,
+                               JumpLattice L) {
   const index_t b = blockIdx.x, per_item = (L.T + 1) * (L.S + 1);
   for (index_t i = threadIdx.x; i < per_item; i += blockDim.x) {
     alpha[b * per_item + i] = neg_inf<double>();
@@ -80,14 +84,30 @@ __global__ void lattice_kernel(const T* logits, const int64_t* symbols, const in
   const index_t first = box.t0 + box.s0, last = box.t1 + box.s1;
   for (index_t n = first; n <= last; ++n) {  // alpha, diagonal by diagonal
     const index_t t_lo = max(box.t0, n - box.s1), t_hi = min(box.t1, n - box.s0);
-    for (index_t t = t_lo + threadIdx.x; t <= t_hi; t += blockDim.x)
-      alpha[L.lattice(b, t, n - t)] = jump_alpha_at(L, logits, symbols, lse, alpha, b, t, n - t, box);
+    for (index_t t = t_lo + threadIdx.x; t <= t_hi; t += blockDim.x) {
+      double v[kMaxJumpArcs];
+      const index_t s = n - t;
+      double value = 0.0;
+      if (t != box.t0 || s != box.s0) {
+        jump_alpha_terms(L, weights, alpha, b, t, s, box, v);
+        value = jump_log_sum(v, L.arcs.count);
+      }
+      alpha[L.lattice(b, t, s)] = value;
+    }
     __syncthreads();
   }
   for (index_t n = last; n >= first; --n) {  // beta, backwards
     const index_t t_lo = max(box.t0, n - box.s1), t_hi = min(box.t1, n - box.s0);
-    for (index_t t = t_lo + threadIdx.x; t <= t_hi; t += blockDim.x)
-      beta[L.lattice(b, t, n - t)] = jump_beta_at(L, logits, symbols, lse, beta, b, t, n - t, box);
+    for (index_t t = t_lo + threadIdx.x; t <= t_hi; t += blockDim.x) {
+      double v[kMaxJumpArcs];
+      const index_t s = n - t;
+      double value = s == box.s1 ? 0.0 : neg_inf<double>();
+      if (t < box.t1) {
+        jump_beta_terms(L, weights, beta, b, t, s, box, v);
+        value = jump_log_sum(v, L.arcs.count);
+      }
+      beta[L.lattice(b, t, s)] = value;
+    }
     __syncthreads();
   }
   if (threadIdx.x == 0) loss[b] = store<T>(static_cast<acc_t<T>>(-beta[L.lattice(b, box.t0, box.s0)]));
@@ -152,12 +172,13 @@ void transducer_jump_forward(const T* logits, const int64_t* symbols, const int6
                              double* alpha, double* beta, T* loss, const JumpLattice& L, cudaStream_t stream) {
   if (L.B == 0) return;
   const index_t rows = L.B * L.T * (L.S + 1);
+  DeviceScratch<double> weights(rows * L.arcs.count, stream);  // [B, T, S+1, K]: the recursions' only reads
   if (rows > 0 && L.X() > 0) {
-    heads_kernel<T><<<grid_size(rows, kRowsPerBlock), kRowsPerBlock * kWarp, 0, stream>>>(logits, lse, L);
+    heads_kernel<T><<<grid_size(rows, kRowsPerBlock), kRowsPerBlock * kWarp, 0, stream>>>(logits, symbols, lse,
+                                                                                         weights.ptr, L);
     check_launch("transducer_jump_loss heads");
   }
-  lattice_kernel<T><<<(unsigned)L.B, kLatticeThreads, 0, stream>>>(logits, symbols, boundary, lse, alpha, beta, loss,
-                                                                    L);
+  lattice_kernel<T><<<(unsigned)L.B, kLatticeThreads, 0, stream>>>(weights.ptr, boundary, alpha, beta, loss, L);
   check_launch("transducer_jump_loss lattice");
 }
 

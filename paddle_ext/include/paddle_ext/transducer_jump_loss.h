@@ -111,65 +111,90 @@ PE_HOSTDEVICE inline int64_t jump_symbol(const int64_t* symbols, const JumpLatti
   return s < L.S ? symbols[b * L.S + s] : int64_t(0);  // s = S has no symbol arc; any unit reads safely
 }
 
-// alpha of node (t, s) from the alphas of its sources (all at smaller t + s).
+// The K arc weights of one node, read while its logits row is in cache: the recursions then touch only
+// these (K doubles per node) instead of K scattered logits rows.
 template <typename T>
-PE_HOSTDEVICE inline double jump_alpha_at(const JumpLattice& L, const T* logits, const int64_t* symbols,
-                                          const double* lse, const double* alpha, index_t b, index_t t, index_t s,
-                                          const JumpBox& box) {
-  if (t == box.t0 && s == box.s0) return 0.0;
-  LogSumAcc<double> acc;
-  for (int k = 0; k < L.arcs.count; ++k) {
-    const index_t ts = t - L.arcs.dt[k], ss = s - L.arcs.ds[k];
-    if (ts < box.t0 || ss < box.s0 || !jump_lands(L.arcs, k, ts, ss, box)) continue;
-    const double from = alpha[L.lattice(b, ts, ss)];
-    if (from == neg_inf<double>()) continue;
-    const index_t n = L.node(b, ts, ss);
-    acc.add(from + jump_weight(L, k, logits + n * L.X(), lse + 4 * n, jump_symbol(symbols, L, b, ss)));
-  }
-  return acc.value();
+PE_HOSTDEVICE inline void jump_node_weights(const JumpLattice& L, const T* x, const double* h, int64_t symbol,
+                                            double* w) {
+  for (int k = 0; k < L.arcs.count; ++k) w[k] = jump_weight(L, k, x, h, symbol);
 }
 
-// beta of node (t, s) from the betas of its destinations (all at larger t + s).
+// The recursions as terms and one log-sum-exp, so that the CPU can exponentiate K terms in SIMD lanes and
+// the GPU with the scalar LogSumAcc below; -inf marks an arc that does not count.
+
+// Terms of alpha(t, s) for (t, s) != (t0, s0): alpha(source) + w_k(source) for each arc k coming in.
+PE_HOSTDEVICE inline void jump_alpha_terms(const JumpLattice& L, const double* weights, const double* alpha, index_t b,
+                                           index_t t, index_t s, const JumpBox& box, double* v) {
+  const int K = L.arcs.count;
+  for (int k = 0; k < K; ++k) {
+    const index_t ts = t - L.arcs.dt[k], ss = s - L.arcs.ds[k];
+    v[k] = neg_inf<double>();
+    if (ts < box.t0 || ss < box.s0 || !jump_lands(L.arcs, k, ts, ss, box)) continue;
+    const double from = alpha[L.lattice(b, ts, ss)];
+    if (from != neg_inf<double>()) v[k] = from + weights[L.node(b, ts, ss) * K + k];
+  }
+}
+
+// Terms of beta(t, s) for t < t1: w_k(t, s) + beta(dest) for each arc k going out.
+PE_HOSTDEVICE inline void jump_beta_terms(const JumpLattice& L, const double* weights, const double* beta, index_t b,
+                                          index_t t, index_t s, const JumpBox& box, double* v) {
+  const int K = L.arcs.count;
+  const double* w = weights + L.node(b, t, s) * K;
+  for (int k = 0; k < K; ++k) {
+    v[k] = neg_inf<double>();
+    if (!jump_lands(L.arcs, k, t, s, box)) continue;
+    const double to = beta[L.lattice(b, t + L.arcs.dt[k], s + L.arcs.ds[k])];
+    if (to != neg_inf<double>()) v[k] = w[k] + to;
+  }
+}
+
+// Exponents of node (t, s)'s arc occupancies: e[k] = alpha + w_k + beta(dest) - logZ (-inf for arcs that
+// leave the box or reach no end). False when the node has no occupancy at all (outside the box, logZ not
+// finite, unreachable): then its grad is zero.
 template <typename T>
-PE_HOSTDEVICE inline double jump_beta_at(const JumpLattice& L, const T* logits, const int64_t* symbols,
-                                         const double* lse, const double* beta, index_t b, index_t t, index_t s,
-                                         const JumpBox& box) {
-  if (t == box.t1) return s == box.s1 ? 0.0 : neg_inf<double>();
-  LogSumAcc<double> acc;
+PE_HOSTDEVICE inline bool jump_occupancy_exponents(const JumpLattice& L, const T* logits, const int64_t* symbols,
+                                                   const double* lse, const double* alpha, const double* beta,
+                                                   index_t b, index_t t, index_t s, const JumpBox& box, double* e) {
+  const double log_z = beta[L.lattice(b, box.t0, box.s0)];
+  if (t < box.t0 || t >= box.t1 || s < box.s0 || s > box.s1 || !(log_z > neg_inf<double>()) ||
+      log_z == -neg_inf<double>()) {
+    return false;
+  }
+  const double from = alpha[L.lattice(b, t, s)];
+  if (from == neg_inf<double>()) return false;
   const index_t n = L.node(b, t, s);
   const int64_t symbol = jump_symbol(symbols, L, b, s);
   for (int k = 0; k < L.arcs.count; ++k) {
+    e[k] = neg_inf<double>();
     if (!jump_lands(L.arcs, k, t, s, box)) continue;
     const double to = beta[L.lattice(b, t + L.arcs.dt[k], s + L.arcs.ds[k])];
-    if (to == neg_inf<double>()) continue;
-    acc.add(jump_weight(L, k, logits + n * L.X(), lse + 4 * n, symbol) + to);
+    if (to != neg_inf<double>()) e[k] = from + jump_weight(L, k, logits + n * L.X(), lse + 4 * n, symbol) + to - log_z;
   }
+  return true;
+}
+
+// An arc's occupancy factor besides exp(e): the item's loss grad g, times 1 + fastemit_lambda on symbol arcs.
+PE_HOSTDEVICE inline double jump_arc_scale(const JumpLattice& L, int k, double g) {
+  return L.arcs.ds[k] == 1 ? g * (1.0 + L.fastemit_lambda) : g;
+}
+
+// log(sum(exp(v[0, n)))) with log_add_exp's rules, one term at a time (the GPU's way).
+PE_HOSTDEVICE inline double jump_log_sum(const double* v, int n) {
+  LogSumAcc<double> acc;
+  for (int k = 0; k < n; ++k) acc.add(v[k]);
   return acc.value();
 }
 
-// The occupancies of node (t, s)'s arcs (FastEmit-scaled, times the item's loss grad g) into gamma[k]
-// (0 for arcs that leave the box); returns their sum N. Zero everywhere when logZ is not finite.
+// The occupancies gamma[k] of node (t, s)'s arcs, scaled (jump_arc_scale), one exp at a time; returns their
+// sum N (0 with every gamma 0 for a node without occupancy, or g = 0).
 template <typename T>
 PE_HOSTDEVICE inline double jump_occupancy(const JumpLattice& L, const T* logits, const int64_t* symbols,
                                            const double* lse, const double* alpha, const double* beta, index_t b,
                                            index_t t, index_t s, const JumpBox& box, double g, double* gamma) {
-  for (int k = 0; k < L.arcs.count; ++k) gamma[k] = 0.0;
-  const double log_z = beta[L.lattice(b, box.t0, box.s0)];
-  if (t < box.t0 || t >= box.t1 || s < box.s0 || s > box.s1 || g == 0.0 || !(log_z > neg_inf<double>()) ||
-      log_z == -neg_inf<double>()) {
-    return 0.0;
-  }
-  const double from = alpha[L.lattice(b, t, s)];
-  if (from == neg_inf<double>()) return 0.0;
-  const index_t n = L.node(b, t, s);
-  const int64_t symbol = jump_symbol(symbols, L, b, s);
+  const bool any = g != 0.0 && jump_occupancy_exponents(L, logits, symbols, lse, alpha, beta, b, t, s, box, gamma);
   double total = 0.0;
   for (int k = 0; k < L.arcs.count; ++k) {
-    if (!jump_lands(L.arcs, k, t, s, box)) continue;
-    const double to = beta[L.lattice(b, t + L.arcs.dt[k], s + L.arcs.ds[k])];
-    if (to == neg_inf<double>()) continue;
-    const double w = jump_weight(L, k, logits + n * L.X(), lse + 4 * n, symbol);
-    gamma[k] = g * std::exp(from + w + to - log_z) * (L.arcs.ds[k] == 1 ? 1.0 + L.fastemit_lambda : 1.0);
+    gamma[k] = any ? jump_arc_scale(L, k, g) * std::exp(gamma[k]) : 0.0;
     total += gamma[k];
   }
   return total;
