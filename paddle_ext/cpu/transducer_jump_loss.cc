@@ -101,6 +101,14 @@ struct JumpBackward {
   const T* loss_grad;
   T* logits_grad;
   JumpLattice L;
+  // The next row's columns the occupancies read first, scattered in it: without this each row stalls on
+  // them before the streaming pass over it.
+  PE_VINLINE void prefetch_arc_units(index_t r) const {
+    const T* x = logits + r * L.X();
+    const int64_t symbol = jump_symbol(symbols, L, r / ((L.S + 1) * L.T), r % (L.S + 1));
+    for (int k = 0; k < L.arcs.count; ++k) __builtin_prefetch(x + jump_token(L.arcs, k, symbol));
+    if (L.D > 0) __builtin_prefetch(x + L.C);
+  }
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
     using Lane = Lanes<W, T>;
@@ -110,6 +118,7 @@ struct JumpBackward {
     for (index_t r = r0; r < r1; ++r) {
       const index_t s = r % (L.S + 1), t = (r / (L.S + 1)) % L.T, b = r / ((L.S + 1) * L.T);
       const JumpBox box = jump_box(boundary, b, L);
+      if (r + 1 < r1) prefetch_arc_units(r + 1);
       const double g = static_cast<double>(load(loss_grad[b]));
       double n_out = 0.0;
       if (g != 0.0 && jump_occupancy_exponents(L, logits, symbols, lse, alpha, beta, b, t, s, box, gamma)) {
