@@ -11,7 +11,6 @@
 
 #include "paddle_ext/cpu_rows.h"
 #include "paddle_ext/parallel.h"
-#include "paddle_ext/rnnt_joint_logprobs.h"
 
 namespace paddle_ext {
 namespace cpu {
@@ -133,24 +132,7 @@ struct JumpBackward {
       head_grad<Lane>(x, dx, L.C, h[0], h[1], n_out);
       if (L.D > 0) head_grad<Lane>(x + L.C, dx + L.C, L.D, h[2], h[3], n_out);
       if (n_out == 0.0) continue;
-      // the emitted units: each column once, with the occupancy of every arc that emits it
-      const int64_t symbol = jump_symbol(symbols, L, b, s);
-      for (int k = 0; k < a.count; ++k) {
-        const int64_t unit = jump_token(a, k, symbol);
-        bool first = gamma[k] != 0.0;
-        for (int j = 0; j < k && first; ++j) first = !(gamma[j] != 0.0 && jump_token(a, j, symbol) == unit);
-        if (!first) continue;
-        double emitted = 0.0;
-        for (int j = k; j < a.count; ++j) emitted += jump_token(a, j, symbol) == unit ? gamma[j] : 0.0;
-        dx[unit] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[unit]), h[0], h[1], -emitted, -n_out)));
-      }
-      for (index_t d = 0; d < L.D; ++d) {
-        double emitted = 0.0;
-        for (int k = 0; k < a.count; ++k) emitted += a.dur[k] == d ? gamma[k] : 0.0;
-        if (emitted != 0.0)
-          dx[L.C + d] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[L.C + d]), h[2], h[3], -emitted,
-                                                                           -n_out)));
-      }
+      jump_emitted_grads(L, x, dx, h, jump_symbol(symbols, L, b, s), gamma, n_out);
     }
   }
 };

@@ -7,7 +7,6 @@
 #include <limits>
 
 #include "paddle_ext/gpu/cuda_utils.cuh"
-#include "paddle_ext/rnnt_joint_logprobs.h"
 #include "paddle_ext/transducer_jump_loss.h"
 
 namespace paddle_ext {
@@ -139,28 +138,8 @@ __global__ void backward_kernel(const T* logits, const int64_t* symbols, const i
       dx[c] = store<T>(static_cast<acc_t<T>>(v));
     }
     __syncthreads();
-    if (threadIdx.x == 0 && occupancy != 0.0) {  // the units the node's arcs emit: softmax * N - E
-      const JumpArcs& a = L.arcs;
-      const int64_t symbol = jump_symbol(symbols, L, b, s);
-      for (int k = 0; k < a.count; ++k) {
-        if (gamma[k] == 0.0) continue;
-        const int64_t unit = jump_token(a, k, symbol);
-        bool first = true;
-        for (int j = 0; j < k && first; ++j) first = !(gamma[j] != 0.0 && jump_token(a, j, symbol) == unit);
-        if (!first) continue;
-        double emitted = 0.0;
-        for (int j = k; j < a.count; ++j) emitted += jump_token(a, j, symbol) == unit ? gamma[j] : 0.0;
-        dx[unit] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[unit]), h[0], h[1], -emitted,
-                                                                     -occupancy)));
-      }
-      for (index_t d = 0; d < L.D; ++d) {
-        double emitted = 0.0;
-        for (int k = 0; k < a.count; ++k) emitted += a.dur[k] == d ? gamma[k] : 0.0;
-        if (emitted != 0.0)
-          dx[L.C + d] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[L.C + d]), h[2], h[3], -emitted,
-                                                                           -occupancy)));
-      }
-    }
+    if (threadIdx.x == 0 && occupancy != 0.0)  // the units the node's arcs emit: softmax * N - E
+      jump_emitted_grads(L, x, dx, h, jump_symbol(symbols, L, b, s), gamma, occupancy);
     __syncthreads();
   }
 }

@@ -3,8 +3,8 @@ multi-blank RNN-T (Xu et al. 2022), in the k2 style of :func:`paddle_ext.rnnt_lo
 
 Both run one fused op (ops/transducer_jump_loss.yaml): the log-softmax of the heads, the alpha/beta
 recursions over the lattice and, in the backward, the grads straight into ``logits``' grad, without a
-normalised ``[B, T, S+1, C]`` tensor. The lattice is described in docs/rnnt_loss.md ("TDT loss",
-"Multi-blank loss"). As the other losses: float16/bfloat16 computed in float32 (``_amp.float32_op``), errors
+normalised ``[B, T, S+1, C]`` tensor. The lattice is described in docs/transducer_jump_loss.md ("The
+lattice"). As the other losses: float16/bfloat16 computed in float32 (``_amp.float32_op``), errors
 name the function called, an item with no path gets an inf loss and zero grads.
 """
 

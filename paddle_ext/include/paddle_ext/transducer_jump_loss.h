@@ -1,5 +1,5 @@
 // transducer_jump_loss: transducer losses whose arcs jump over frames, TDT (token-and-duration) and
-// multi-blank RNN-T (docs/rnnt_loss.md). Declarations of the raw-pointer kernels (cpu/ and gpu/) and the
+// multi-blank RNN-T (docs/transducer_jump_loss.md). Declarations of the raw-pointer kernels (cpu/ and gpu/) and the
 // lattice math both share, written once here.
 //
 // Item b's lattice has nodes (t, s) in its box t0 <= t <= t1, s0 <= s <= s1 (boundary rows (s0, t0, s1, t1);
@@ -23,6 +23,7 @@
 
 #include "paddle_ext/common.h"
 #include "paddle_ext/log_math.h"
+#include "paddle_ext/rnnt_joint_logprobs.h"
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -198,6 +199,30 @@ PE_HOSTDEVICE inline double jump_occupancy(const JumpLattice& L, const T* logits
     total += gamma[k];
   }
   return total;
+}
+
+// After a row's grad holds softmax * N everywhere: the columns its arcs emit get softmax * N - E, each column
+// once with the occupancy of every arc that emits it (tokens, then the duration units).
+template <typename T>
+PE_HOSTDEVICE inline void jump_emitted_grads(const JumpLattice& L, const T* x, T* dx, const double* h, int64_t symbol,
+                                             const double* gamma, double n_out) {
+  const JumpArcs& a = L.arcs;
+  for (int k = 0; k < a.count; ++k) {
+    if (gamma[k] == 0.0) continue;
+    const int64_t unit = jump_token(a, k, symbol);
+    bool first = true;
+    for (int j = 0; j < k && first; ++j) first = !(gamma[j] != 0.0 && jump_token(a, j, symbol) == unit);
+    if (!first) continue;
+    double emitted = 0.0;
+    for (int j = k; j < a.count; ++j) emitted += jump_token(a, j, symbol) == unit ? gamma[j] : 0.0;
+    dx[unit] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[unit]), h[0], h[1], -emitted, -n_out)));
+  }
+  for (index_t d = 0; d < L.D; ++d) {
+    double emitted = 0.0;
+    for (int k = 0; k < a.count; ++k) emitted += a.dur[k] == d ? gamma[k] : 0.0;
+    if (emitted != 0.0)
+      dx[L.C + d] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[L.C + d]), h[2], h[3], -emitted, -n_out)));
+  }
 }
 
 namespace cpu {
