@@ -276,3 +276,17 @@ def test_to_static_export_round_trip(kind):
     out = check_export(fn, {"logits": logits.astype(np.float32), "symbols": symbols, "boundary": bd}, rtol=1e-5)
     np.testing.assert_allclose(out[0], ref_loss(kind, logits.astype(np.float32), symbols, lattice, blank, bd, 0.1),
                                rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_export_with_dynamic_batch_frames_and_symbols(kind):
+    """One exported model serves batches of other B, T and S (dimensions None in the InputSpec)."""
+    batches = []
+    for seed, (B, T, S) in enumerate([(3, 6, 3), (2, 9, 4)]):
+        logits, symbols, bd, lattice, blank = problem(kind, B=B, T=T, S=S, seed=seed)
+        batches.append({"logits": logits.astype(np.float32), "symbols": symbols, "boundary": bd})
+
+    def fn(x, s, b):
+        return api(kind)(x, s, lattice, blank, b, reduction="none")
+
+    check_export(fn, batches, rtol=1e-5)
