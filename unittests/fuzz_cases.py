@@ -562,6 +562,45 @@ def rnnt_cases(n=None):
 
 
 
+def transducer_jump_cases(n=None):
+    """tdt_loss and multiblank_rnnt_loss problems: logits [B, T, S+1, C + D] (TDT, durations lists of 2 to 6
+    entries holding 0 and 1) or [B, T, S+1, C] (multi-blank, 0 to 3 big blanks), scaled by 1, 30 or 1e4,
+    some units and some whole nodes -inf; boundaries with any start, items without a path (T_b = 0 < S_b);
+    sigma and fastemit_lambda."""
+    name = "transducer_jump"
+    n = count(48) if n is None else n
+    for seed in range(n):
+        rng = rng_for(name, seed)
+        kind = ("tdt", "multiblank")[seed % 2]
+        scale = (1.0, 30.0, 1e4)[(seed // 2) % 3]
+        B, T, S = int(rng.integers(1, 4)), int(rng.integers(0, 7)), int(rng.integers(0, 4))
+        if kind == "tdt":
+            extra = rng.permutation(np.arange(2, 9))[: int(rng.integers(0, 5))]
+            lattice = [int(d) for d in rng.permutation(np.concatenate([[0, 1], extra]))]
+            C = int(rng.integers(1, 6))
+            units, blank = C + len(lattice), int(rng.integers(0, C))
+        else:
+            lattice = [int(d) for d in rng.permutation(np.arange(2, 7))[: int(rng.integers(0, 4))]]
+            C = len(lattice) + int(rng.integers(1, 5))
+            units, blank = C, C - 1 - int(rng.integers(0, C - len(lattice)))
+        logits = rng.normal(size=(B, T, S + 1, units)) * scale
+        if seed % 3 == 0 and logits.size:
+            logits[rng.random(logits.shape) < 0.1] = -np.inf
+        if seed % 5 == 0 and logits.size:
+            logits[0, int(rng.integers(0, T)), int(rng.integers(0, S + 1)), :C] = -np.inf  # a node without arcs
+        boundary = None
+        if rng.random() < 0.6:
+            rows = []
+            for _ in range(B):
+                s1, t1 = int(rng.integers(0, S + 1)), int(rng.integers(0, T + 1))
+                rows.append([int(rng.integers(0, s1 + 1)), int(rng.integers(0, t1 + 1)), s1, t1])
+            boundary = np.array(rows, dtype=np.int64)
+        yield dict(id=f"jump-{seed}-{kind}-x{scale:g}-B{B}T{T}S{S}-{lattice}", kind=kind, logits=logits,
+                   symbols=rng.integers(0, C, size=(B, S)).astype(np.int64), lattice=lattice, blank=blank,
+                   boundary=boundary, sigma=float(rng.choice([0.0, 0.05, 0.5])),
+                   fastemit_lambda=float(rng.choice([0.0, 0.3])))
+
+
 def rnnt_joint_cases(n=None):
     """The fused joiner op (rnnt_joint_logprobs) on its own: full logits [B, T, S+1, C] or pruned [B, T, R, C]
     with valid ranges, every value mixture and dtype, C across SIMD widths and remainders; px/py grads."""

@@ -82,6 +82,12 @@ CASES = {
     "rnnt_loss(return_grad, fastemit_lambda)": (
         [[B, T, S + 1, C]], lambda x: paddle_ext.rnnt_loss(x, _symbols(), 0, _boundary(), return_grad=True,
                                                            fastemit_lambda=0.5)),
+    "tdt_loss": (
+        [[B, T, S + 1, C + 3]], lambda x: paddle_ext.tdt_loss(x, _symbols(), [0, 1, 2], 0, _boundary(), sigma=0.05,
+                                                              fastemit_lambda=0.5)),
+    "multiblank_rnnt_loss": (
+        [[B, T, S + 1, C]], lambda x: paddle_ext.multiblank_rnnt_loss(x, _symbols() - 1, [2], 3, _boundary(),
+                                                                      reduction="none")),
     "rnnt_loss_pruned(return_grad, fastemit_lambda)": (
         [[B, T, 2, C]], lambda x: paddle_ext.rnnt_loss_pruned(x, _symbols(), _ranges(), 0, _boundary(),
                                                               return_grad=True, fastemit_lambda=0.5)),
@@ -193,6 +199,11 @@ POLICY = {
     "mutual_information_recursion": (_mi, {"O1": ("float32", "float32"), "O2": ("float32", "float32")}),
     "rnnt_loss": (lambda x: paddle_ext.rnnt_loss(x.reshape([1, 2, 3, 4]), paddle.ones([1, 2], "int64"), 0),
                   {"O1": ("float32", "float32"), "O2": ("float32", "float32")}),
+    "tdt_loss": (lambda x: paddle_ext.tdt_loss(x.reshape([1, 2, 3, 4]), paddle.ones([1, 2], "int64"), [0, 1], 0),
+                 {"O1": ("float32", "float32"), "O2": ("float32", "float32")}),
+    "multiblank_rnnt_loss": (lambda x: paddle_ext.multiblank_rnnt_loss(x.reshape([1, 2, 3, 4]),
+                                                                       paddle.ones([1, 2], "int64"), [2], 3),
+                             {"O1": ("float32", "float32"), "O2": ("float32", "float32")}),
     "joint_mutual_information_recursion": (lambda x: paddle_ext.joint_mutual_information_recursion(
         [x.reshape([1, 4, 6])[:, :, :5]] * 2, [paddle.concat([x, x[:1]]).reshape([1, 5, 6])[:, :, :4]] * 2),
         {"O1": ("float32", "float32"), "O2": ("float32", "float32")}),

@@ -27,9 +27,28 @@ def test_edit_distance():
 
 def test_transducer_demo_learns_and_exports(tmp_path):
     assert "transducer" in demo.tasks()
-    result = demo.tasks()["transducer"].run(steps=60, seed=1, out_dir=tmp_path, log=lambda *a: None)
+    result, tdt = demo.tasks()["transducer"].run(steps=60, seed=1, out_dir=tmp_path, log=lambda *a: None)
+    assert (result.variant, tdt.variant) == ("rnnt", "tdt")
     simple, pruned = result.losses[:30], result.losses[30:]
     assert np.mean(simple[-5:]) < 0.5 * np.mean(simple[:5])  # rnnt_loss_simple drops
     assert np.isfinite(pruned).all() and np.mean(pruned[-5:]) < np.mean(pruned[:5])  # then simple + pruned drops
     assert result.after < result.before
     assert result.export_match and result.max_abs_diff < 1e-4
+    assert np.isfinite(tdt.losses).all() and np.mean(tdt.losses[-5:]) < 0.5 * np.mean(tdt.losses[:5])  # tdt_loss drops
+    assert tdt.after < tdt.before and tdt.extra["decode_seconds"] > 0
+
+
+def test_tdt_greedy_decoding_skips_the_predicted_durations():
+    """A joiner that always says 'symbol 3, skip 2 frames' emits one symbol every other frame."""
+    model = transducer.Transducer(extra_outputs=len(transducer.DURATIONS))
+    import paddle  # noqa: PLC0415
+
+    with paddle.no_grad():
+        model.join_out.weight.set_value(paddle.zeros_like(model.join_out.weight))
+        bias = np.full(transducer.VOCAB + len(transducer.DURATIONS), -10.0, np.float32)
+        bias[3] = 10.0
+        bias[transducer.VOCAB + transducer.DURATIONS.index(2)] = 10.0
+        model.join_out.bias.set_value(paddle.to_tensor(bias))
+    x = np.zeros((2, 9, transducer.FEAT), np.float32)
+    boundary = np.array([[0, 0, 4, 9], [0, 0, 2, 4]], np.int64)
+    assert transducer.tdt_greedy_decode(model, x, boundary) == [[3] * 5, [3] * 2]

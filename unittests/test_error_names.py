@@ -48,6 +48,8 @@ DTYPE_CASES = [
     ("get_rnnt_logprobs_pruned", lambda x, s, r: paddle_ext.get_rnnt_logprobs_pruned(x, s, r, 0),
      (PRUNED, FLOAT_SYMBOLS, RANGES)),
     ("rnnt_loss_pruned", lambda x, s, r: paddle_ext.rnnt_loss_pruned(x, s, r, 0), (PRUNED, FLOAT_SYMBOLS, RANGES)),
+    ("tdt_loss", lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1], 0), (LOGITS, FLOAT_SYMBOLS)),
+    ("multiblank_rnnt_loss", lambda x, s: paddle_ext.multiblank_rnnt_loss(x, s, [2], 4), (LOGITS, FLOAT_SYMBOLS)),
     ("do_rnnt_pruning", paddle_ext.do_rnnt_pruning, (SYMBOLS.reshape(B, S, 1), LM, RANGES)),  # an int am
     ("mutual_information_recursion", paddle_ext.mutual_information_recursion, (PX, PY.astype(np.float32))),
     ("joint_mutual_information_recursion", lambda px, py: paddle_ext.joint_mutual_information_recursion([px], [py]),
@@ -77,6 +79,9 @@ VALUE_CASES = [
      (PRUNED, SYMBOLS, RANGES, BAD_BOUNDARY)),
     ("rnnt_loss_pruned", lambda x, s, r, b: paddle_ext.rnnt_loss_pruned(x, s, r, 0, b),
      (PRUNED, SYMBOLS, RANGES, BAD_BOUNDARY)),
+    ("tdt_loss", lambda x, s, b: paddle_ext.tdt_loss(x, s, [0, 1], 0, b), (LOGITS, SYMBOLS, BAD_BOUNDARY)),
+    ("multiblank_rnnt_loss", lambda x, s, b: paddle_ext.multiblank_rnnt_loss(x, s, [2], 4, b),
+     (LOGITS, SYMBOLS, BAD_BOUNDARY)),
     ("get_rnnt_prune_ranges", lambda px, py, b: paddle_ext.get_rnnt_prune_ranges(px, py, b, 2), (PX, PY, BAD_BOUNDARY)),
     ("do_rnnt_pruning", paddle_ext.do_rnnt_pruning, (AM, LM, RANGES + S)),  # ranges past S
     ("mutual_information_recursion", paddle_ext.mutual_information_recursion, (PX, PY, BAD_BOUNDARY)),

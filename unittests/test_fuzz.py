@@ -426,6 +426,35 @@ def test_rnnt_losses(case):
 
 
 
+JUMP = _params(fc.transducer_jump_cases())
+
+
+@pytest.mark.parametrize("case", JUMP)
+def test_transducer_jump_losses(case):
+    """tdt_loss / multiblank_rnnt_loss (reduction 'none', float64) against the lattice references: the loss
+    and the grads of a weighted sum, at 1e-9; an item without a path is inf with zero grads."""
+    c = case
+    tdt = c["kind"] == "tdt"
+    fn = paddle_ext.tdt_loss if tdt else paddle_ext.multiblank_rnnt_loss
+    x = _tensor(c["logits"], "float64", grad=True)
+    bd = None if c["boundary"] is None else paddle.to_tensor(c["boundary"])
+    loss = fn(x, paddle.to_tensor(c["symbols"]), c["lattice"], c["blank"], bd, reduction="none", sigma=c["sigma"],
+              fastemit_lambda=c["fastemit_lambda"])
+    ref = (refs.tdt_loss if tdt else refs.multiblank_loss)(c["logits"], c["symbols"], c["lattice"], c["blank"],
+                                                           c["boundary"], c["sigma"])
+    fc.assert_matches(loss.numpy(), ref, "float64", 1e-9 * max(1.0, np.abs(ref[np.isfinite(ref)]).max(initial=0)),
+                      "loss", rtol=1e-9)
+    weights = np.linspace(0.5, 1.5, len(ref))
+    if loss.size:
+        (loss * paddle.to_tensor(weights)).sum().backward()
+    want = (refs.tdt_loss_grad if tdt else refs.multiblank_loss_grad)(
+        c["logits"], c["symbols"], c["lattice"], c["blank"], c["boundary"], c["sigma"], c["fastemit_lambda"], weights)
+    got = np.zeros_like(want) if x.grad is None else x.grad.numpy()
+    assert np.isfinite(got).all(), "non-finite grads"
+    assert (got[~np.isfinite(ref)] == 0).all(), "non-zero grads of an item without a path"
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
 JOINT = _params(fc.rnnt_joint_cases())
 
 

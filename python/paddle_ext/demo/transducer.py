@@ -7,10 +7,15 @@ additive joiner on projections of the encoder and predictor outputs), then ``rnn
 ``rnnt_loss_pruned`` on the full (non-linear) joiner, evaluated only inside the ranges that
 ``get_rnnt_prune_ranges`` picks from the simple loss's occupation grads. The metric is the greedy-
 decoding symbol error rate (edit distance / reference length) on held-out utterances.
+
+A second model, a Token-and-Duration Transducer (``tdt_loss``, durations 0-4), trains on the same batches
+with the same encoder and predictor; its joiner also predicts how many frames each token covers, and its
+greedy decoding skips those frames. Both rows report the error rate and the decoding time.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -27,6 +32,7 @@ FEAT = 16
 HIDDEN = 64
 BLANK = 0
 S_RANGE = 3
+DURATIONS = [0, 1, 2, 3, 4]  # the TDT model's frame skips
 
 
 def make_batch(n: int, rng: np.random.Generator, prototypes: np.ndarray, max_symbols=6, noise=0.6):
@@ -58,7 +64,8 @@ def make_batch(n: int, rng: np.random.Generator, prototypes: np.ndarray, max_sym
 
 
 class Transducer(paddle.nn.Layer):
-    def __init__(self):
+    def __init__(self, extra_outputs: int = 0):
+        """extra_outputs: units after the VOCAB token logits of the full joiner (the TDT duration head)."""
         super().__init__()
         self.enc_in = paddle.nn.Linear(FEAT, HIDDEN)
         self.enc_conv = paddle.nn.Conv1D(HIDDEN, HIDDEN, 5, padding=2)  # sees +-2 frames
@@ -67,7 +74,7 @@ class Transducer(paddle.nn.Layer):
         self.lm_proj = paddle.nn.Linear(HIDDEN, VOCAB)
         self.join_enc = paddle.nn.Linear(HIDDEN, HIDDEN)  # the full joiner
         self.join_pred = paddle.nn.Linear(HIDDEN, HIDDEN)
-        self.join_out = paddle.nn.Linear(HIDDEN, VOCAB)
+        self.join_out = paddle.nn.Linear(HIDDEN, VOCAB + extra_outputs)
 
     def encode(self, x):
         h = paddle.tanh(self.enc_in(x))  # [B, T, H]
@@ -126,6 +133,40 @@ def greedy_decode(model: Transducer, x: np.ndarray, boundary: np.ndarray, max_pe
     return hyps
 
 
+def tdt_greedy_decode(model: Transducer, x: np.ndarray, boundary: np.ndarray, max_per_frame: int = 3):
+    """TDT greedy search, batched: at frame t the joiner picks a token and a duration; a symbol is emitted,
+    and the search moves on by the duration (a blank moves at least one frame, and so does the
+    max_per_frame-th symbol in a row on one frame), skipping the frames in between."""
+    B = x.shape[0]
+    with paddle.no_grad():
+        enc_j = model.join_enc(model.encode(paddle.to_tensor(x))).numpy()  # [B, T, H]
+    t = np.zeros(B, np.int64)
+    last = np.full(B, BLANK, np.int64)
+    on_frame = np.zeros(B, np.int64)  # symbols emitted on the current frame
+    hyps = [[] for _ in range(B)]
+    durations = np.array(DURATIONS)
+    active = t < boundary[:, 3]
+    with paddle.no_grad():
+        while active.any():
+            rows = np.nonzero(active)[0]
+            pred = model.join_pred(paddle.tanh(model.pred_emb(paddle.to_tensor(last[rows]))))
+            out = model.join_out(paddle.tanh(paddle.to_tensor(enc_j[rows, t[rows]]) + pred)).numpy()
+            token, skip = out[:, :VOCAB].argmax(-1), durations[out[:, VOCAB:].argmax(-1)]
+            for i, b in enumerate(rows):
+                step = int(skip[i])
+                if token[i] != BLANK:
+                    hyps[b].append(int(token[i]))
+                    last[b] = token[i]
+                    on_frame[b] += 1
+                if step == 0 and (token[i] == BLANK or on_frame[b] >= max_per_frame):
+                    step = 1
+                if step > 0:
+                    t[b] += step
+                    on_frame[b] = 0
+            active = t < boundary[:, 3]
+    return hyps
+
+
 def edit_distance(a, b) -> int:
     row = list(range(len(b) + 1))
     for i, x in enumerate(a, 1):
@@ -135,10 +176,17 @@ def edit_distance(a, b) -> int:
     return row[-1]
 
 
-def symbol_error_rate(model, x, symbols, boundary) -> float:
-    hyps = greedy_decode(model, x, boundary)
+def symbol_error_rate(model, x, symbols, boundary, decode=greedy_decode) -> float:
+    return symbol_error_rate_timed(model, x, symbols, boundary, decode)[0]
+
+
+def symbol_error_rate_timed(model, x, symbols, boundary, decode=greedy_decode):
+    """(symbol error rate, seconds the decoding took)."""
+    start = time.perf_counter()
+    hyps = decode(model, x, boundary)
+    seconds = time.perf_counter() - start
     refs = [list(symbols[i, :boundary[i, 2]]) for i in range(len(hyps))]
-    return sum(edit_distance(h, r) for h, r in zip(hyps, refs)) / sum(len(r) for r in refs)
+    return sum(edit_distance(h, r) for h, r in zip(hyps, refs)) / sum(len(r) for r in refs), seconds
 
 
 def train_step(model, x, symbols, boundary, pruned: bool):
@@ -155,7 +203,50 @@ def train_step(model, x, symbols, boundary, pruned: bool):
     return 0.5 * simple + pruned_loss, pruned_loss
 
 
-def run(steps: int, seed: int, out_dir, log=print, ranks: Ranks = Ranks()) -> TaskResult:
+def tdt_train_step(model, x, symbols, boundary):
+    """tdt_loss on the full joiner's [B, T, S+1, VOCAB + len(DURATIONS)] output."""
+    enc, pred = model.join_enc(model.encode(x)), model.join_pred(model.predict(symbols))
+    logits = model.join_out(paddle.tanh(enc.unsqueeze(2) + pred.unsqueeze(1)))
+    return paddle_ext.tdt_loss(logits, symbols, DURATIONS, BLANK, boundary, reduction="mean")
+
+
+class TdtTrainer(paddle.nn.Layer):
+    def __init__(self, model: Transducer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, symbols, boundary):
+        return tdt_train_step(self.model, x, symbols, boundary)
+
+
+def run_tdt(steps: int, seed: int, data, log, ranks: Ranks) -> TaskResult:
+    """The TDT model on the same batches (the same generator seed) as the RNN-T model."""
+    prototypes, x_test, s_test, b_test, batch_rng = data
+    paddle.seed(seed)
+    model = Transducer(extra_outputs=len(DURATIONS))
+    opt = paddle.optimizer.Adam(learning_rate=3e-3, parameters=model.parameters())
+    trained = ranks.wrap(TdtTrainer(model))
+    before, _ = symbol_error_rate_timed(model, x_test, s_test, b_test, tdt_greedy_decode)
+    losses, start = [], time.perf_counter()
+    for step in range(steps):
+        x, symbols, boundary = (paddle.to_tensor(ranks.shard(a)) for a in make_batch(32, batch_rng, prototypes))
+        loss = trained(x, symbols, boundary)
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        losses.append(ranks.mean(float(loss)))
+        if step % max(1, steps // 6) == 0 or step == steps - 1:
+            log(f"   step {step:4d}  tdt_loss {losses[-1]:.4f}")
+    train_seconds = time.perf_counter() - start
+    after, decode_seconds = symbol_error_rate_timed(model, x_test, s_test, b_test, tdt_greedy_decode)
+    log(f"   TDT greedy symbol error rate {before:.3f} -> {after:.3f}, decoding {decode_seconds * 1e3:.0f} ms "
+        f"({len(x_test)} utterances; durations {DURATIONS})")
+    extra = {"durations": DURATIONS, "decode_seconds": decode_seconds, **ranks.spread_extra(model)}
+    return TaskResult("transducer", "greedy symbol error rate", before, after, train_seconds, None, None, losses,
+                      extra, variant="tdt")
+
+
+def run(steps: int, seed: int, out_dir, log=print, ranks: Ranks = Ranks()) -> list[TaskResult]:
     """Every rank draws the same batches and trains on its shard of the utterances. The full joiner
     first takes part after the warm-up, so DataParallel needs find_unused_parameters=True here."""
     rng = np.random.default_rng(seed)
@@ -168,6 +259,7 @@ def run(steps: int, seed: int, out_dir, log=print, ranks: Ranks = Ranks()) -> Ta
     trained = ranks.wrap(model, find_unused_parameters=True)
     before = symbol_error_rate(model, x_test, s_test, b_test)
     log(f"   {len(x_test)} held-out utterances, vocab {VOCAB - 1} + blank; greedy symbol error rate {before:.3f}")
+    tdt_batches = copy.deepcopy(rng)  # the TDT model gets the very same batches
     losses, start = [], time.perf_counter()
     warmup = steps // 2
     for step in range(steps):
@@ -185,13 +277,17 @@ def run(steps: int, seed: int, out_dir, log=print, ranks: Ranks = Ranks()) -> Ta
                     f"(rnnt_loss_pruned {ranks.mean(float(shown)):.4f})")
     train_seconds = time.perf_counter() - start
     extra = {"s_range": S_RANGE, "warmup_steps": warmup, **ranks.spread_extra(model)}
-    after = symbol_error_rate(model, x_test, s_test, b_test)
-    log(f"   greedy symbol error rate {before:.3f} -> {after:.3f}")
+    after, decode_seconds = symbol_error_rate_timed(model, x_test, s_test, b_test)
+    extra["decode_seconds"] = decode_seconds
+    log(f"   greedy symbol error rate {before:.3f} -> {after:.3f}, decoding {decode_seconds * 1e3:.0f} ms")
     scorer = Scorer(model)
     diff = export_and_compare(scorer, {"x": x_test[:16], "symbols": s_test[:16], "boundary": b_test[:16]}, out_dir,
                               log) if ranks.main else 0.0
-    return TaskResult("transducer", "greedy symbol error rate", before, after, train_seconds, diff < 1e-4, diff,
-                      losses, extra)
+    rnnt = TaskResult("transducer", "greedy symbol error rate", before, after, train_seconds, diff < 1e-4, diff,
+                      losses, extra, variant="rnnt")
+    log("   the TDT model (tdt_loss) on the same batches:")
+    return [rnnt, run_tdt(steps, seed, (prototypes, x_test, s_test, b_test, tdt_batches), log, ranks)]
 
 
-TASK = DemoTask("transducer", "tiny transducer: rnnt_loss_simple then rnnt_loss_pruned", 400, run)
+TASK = DemoTask("transducer", "tiny transducer: rnnt_loss_simple then rnnt_loss_pruned; a TDT model (tdt_loss)",
+                400, run)

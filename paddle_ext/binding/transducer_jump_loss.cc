@@ -1,0 +1,176 @@
+// transducer_jump_loss: validation and CPU/GPU dispatch. Registered by build/generated/transducer_jump_loss.ops.cc
+// (generated from ops/transducer_jump_loss.yaml), which includes this file. The Python API has checked the
+// arguments with clear exceptions; these checks catch what a static graph only sees when it runs.
+#include "paddle_ext/transducer_jump_loss.h"
+
+#include <cstring>
+
+#include "paddle_ext/binding/common.h"
+
+namespace paddle_ext {
+namespace {
+
+double real_from_bits(int64_t bits) {
+  double v;
+  std::memcpy(&v, &bits, sizeof(v));
+  return v;
+}
+
+JumpLattice jump_lattice(const paddle::Tensor& logits, const paddle::Tensor& symbols,
+                         const paddle::optional<paddle::Tensor>& boundary, int termination_symbol, bool multiblank,
+                         const std::vector<int64_t>& real_bits, const std::vector<int64_t>& durations,
+                         const char* op) {
+  PE_CHECK(logits.shape().size() == 4, op, ": logits must be 4-D [B, T, S+1, units], got rank ",
+           logits.shape().size());
+  PE_CHECK(symbols.shape().size() == 2 && symbols.dtype() == paddle::DataType::INT64, op,
+           ": symbols must be int64 [B, S]");
+  PE_CHECK(real_bits.size() == 2, op, ": real_bits must hold sigma and fastemit_lambda");
+  const int n = static_cast<int>(durations.size());
+  PE_CHECK(n <= kMaxJumpDurations, op, ": at most ", kMaxJumpDurations, " durations, got ", n);
+  const auto& s = logits.shape();
+  JumpLattice L{};
+  L.B = s[0], L.T = s[1], L.S = symbols.shape()[1];
+  L.D = multiblank ? 0 : n;
+  L.C = s[3] - L.D;
+  L.sigma = real_from_bits(real_bits[0]);
+  L.fastemit_lambda = real_from_bits(real_bits[1]);
+  PE_CHECK(symbols.shape()[0] == L.B, op, ": symbols has ", symbols.shape()[0], " rows but logits has B = ", L.B);
+  PE_CHECK(s[2] == L.S + 1, op, ": logits must be [B, T, S+1, units] with S = ", L.S, " (symbols [B, S]), got ",
+           s[2]);
+  PE_CHECK(termination_symbol >= 0 && termination_symbol < L.C, op, ": termination_symbol must be in [0, C = ", L.C,
+           "), got ", termination_symbol);
+  for (int k = 0; k < n; ++k) {
+    PE_CHECK(durations[k] >= (multiblank ? 2 : 0), op, ": duration ", durations[k], " must be >= ",
+             multiblank ? 2 : 0);
+  }
+  if (multiblank) {
+    PE_CHECK(termination_symbol - n >= 0, op, ": ", n, " big blanks need termination_symbol >= ", n, ", got ",
+             termination_symbol);
+    L.arcs = multiblank_arcs(durations.data(), n, termination_symbol);
+  } else {
+    L.arcs = tdt_arcs(durations.data(), n, termination_symbol);
+  }
+  check_same_place(logits, symbols, op, "logits", "symbols");
+  if (boundary) {
+    PE_CHECK(boundary->dtype() == paddle::DataType::INT64 && boundary->shape() == std::vector<int64_t>({L.B, 4}), op,
+             ": boundary must be int64 [B, 4]");
+    check_same_place(logits, *boundary, op, "logits", "boundary");
+  }
+  return L;
+}
+
+// On CPU: symbols in [0, C), boundary rows inside [0, S] x [0, T]; a GPU kernel reads them as given.
+void check_values(const paddle::Tensor& symbols, const paddle::Tensor* boundary, const JumpLattice& L,
+                  const char* op) {
+  if (symbols.is_cpu()) {
+    const int64_t* sy = symbols.data<int64_t>();
+    for (int64_t i = 0; i < symbols.numel(); ++i) {
+      if (sy[i] < 0 || sy[i] >= L.C) PE_THROW_INDEX(op, ": symbols[", i / L.S, ", ", i % L.S, "] = ", sy[i],
+                                                    " is out of range [0, ", L.C, ")");
+    }
+  }
+  if (boundary == nullptr || !boundary->is_cpu()) return;
+  const int64_t* r = boundary->data<int64_t>();
+  for (int64_t b = 0; b < L.B; ++b, r += 4) {
+    if (!(0 <= r[0] && r[0] <= r[2] && r[2] <= L.S && 0 <= r[1] && r[1] <= r[3] && r[3] <= L.T))
+      PE_THROW(op, ": boundary row ", b, " = [", r[0], ", ", r[1], ", ", r[2], ", ", r[3],
+               "] breaks 0 <= s_begin <= s_end <= S, 0 <= t_begin <= t_end <= T (S = ", L.S, ", T = ", L.T, ")");
+  }
+}
+
+const int64_t* boundary_data(const paddle::optional<paddle::Tensor>& boundary, paddle::Tensor* holder) {
+  if (!boundary) return nullptr;
+  *holder = dense(*boundary);
+  return holder->data<int64_t>();
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> TransducerJumpInferShape(const std::vector<int64_t>& logits_shape,
+                                                           const std::vector<int64_t>& symbols_shape,
+                                                           const paddle::optional<std::vector<int64_t>>&) {
+  PE_CHECK(logits_shape.size() == 4 && symbols_shape.size() == 2,
+           "transducer_jump_loss: logits must be [B, T, S+1, units] and symbols [B, S]");
+  const int64_t B = logits_shape[0], T = logits_shape[1], S1 = logits_shape[2];
+  const int64_t T1 = T < 0 ? -1 : T + 1;
+  return {{B}, {B, T, S1, 4}, {B, T1, S1}, {B, T1, S1}};
+}
+
+std::vector<paddle::DataType> TransducerJumpInferDtype(const paddle::DataType& logits, const paddle::DataType&,
+                                                       const paddle::optional<paddle::DataType>&) {
+  return {logits, paddle::DataType::FLOAT64, paddle::DataType::FLOAT64, paddle::DataType::FLOAT64};
+}
+
+std::vector<paddle::Tensor> TransducerJumpKernel(const paddle::Tensor& logits_in, const paddle::Tensor& symbols_in,
+                                                 const paddle::optional<paddle::Tensor>& boundary_in,
+                                                 int termination_symbol, bool multiblank,
+                                                 const std::vector<int64_t>& real_bits,
+                                                 const std::vector<int64_t>& durations) {
+  const char* op = "transducer_jump_loss";
+  const paddle::Tensor logits = dense(logits_in), symbols = dense(symbols_in);
+  const JumpLattice L =
+      jump_lattice(logits, symbols, boundary_in, termination_symbol, multiblank, real_bits, durations, op);
+  paddle::Tensor boundary;
+  const int64_t* bptr = boundary_data(boundary_in, &boundary);
+  check_values(symbols, boundary_in ? &boundary : nullptr, L, op);
+  const auto f64 = paddle::DataType::FLOAT64;
+  paddle::Tensor loss = new_output({L.B}, logits.dtype(), logits.place());
+  paddle::Tensor lse = new_output({L.B, L.T, L.S + 1, 4}, f64, logits.place());
+  paddle::Tensor alpha = new_output({L.B, L.T + 1, L.S + 1}, f64, logits.place());
+  paddle::Tensor beta = new_output({L.B, L.T + 1, L.S + 1}, f64, logits.place());
+  dispatch_float_double(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (logits.is_cpu()) {
+      cpu::transducer_jump_forward<T>(ptr<T>(logits), symbols.data<int64_t>(), bptr, mutable_ptr<double>(lse),
+                                      mutable_ptr<double>(alpha), mutable_ptr<double>(beta), mutable_ptr<T>(loss), L);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      gpu::transducer_jump_forward<T>(ptr<T>(logits), symbols.data<int64_t>(), bptr, mutable_ptr<double>(lse),
+                                      mutable_ptr<double>(alpha), mutable_ptr<double>(beta), mutable_ptr<T>(loss), L,
+                                      logits.stream());
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {loss, lse, alpha, beta};
+}
+
+std::vector<paddle::Tensor> TransducerJumpGradKernel(
+    const paddle::Tensor& logits_in, const paddle::Tensor& symbols_in,
+    const paddle::optional<paddle::Tensor>& boundary_in, const paddle::Tensor& lse_in, const paddle::Tensor& alpha_in,
+    const paddle::Tensor& beta_in, const paddle::Tensor& loss_grad_in, int termination_symbol, bool multiblank,
+    const std::vector<int64_t>& real_bits, const std::vector<int64_t>& durations) {
+  const char* op = "transducer_jump_loss_grad";
+  const paddle::Tensor logits = dense(logits_in), symbols = dense(symbols_in), lse = dense(lse_in),
+                       alpha = dense(alpha_in), beta = dense(beta_in), loss_grad = dense(loss_grad_in);
+  const JumpLattice L =
+      jump_lattice(logits, symbols, boundary_in, termination_symbol, multiblank, real_bits, durations, op);
+  paddle::Tensor boundary;
+  const int64_t* bptr = boundary_data(boundary_in, &boundary);
+  check_values(symbols, boundary_in ? &boundary : nullptr, L, op);
+  const std::vector<int64_t> lattice_shape{L.B, L.T + 1, L.S + 1};
+  PE_CHECK(lse.shape() == std::vector<int64_t>({L.B, L.T, L.S + 1, 4}) && alpha.shape() == lattice_shape &&
+               beta.shape() == lattice_shape && loss_grad.numel() == L.B,
+           op, ": lse, alpha, beta and loss_grad must be [B, T, S+1, 4], [B, T+1, S+1] (twice) and [B]");
+  paddle::Tensor logits_grad = new_output(logits.shape(), logits.dtype(), logits.place());
+  dispatch_float_double(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (logits.is_cpu()) {
+      cpu::transducer_jump_backward<T>(ptr<T>(logits), symbols.data<int64_t>(), bptr, ptr<double>(lse),
+                                       ptr<double>(alpha), ptr<double>(beta), ptr<T>(loss_grad),
+                                       mutable_ptr<T>(logits_grad), L);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      gpu::transducer_jump_backward<T>(ptr<T>(logits), symbols.data<int64_t>(), bptr, ptr<double>(lse),
+                                       ptr<double>(alpha), ptr<double>(beta), ptr<T>(loss_grad),
+                                       mutable_ptr<T>(logits_grad), L, logits.stream());
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {logits_grad};
+}
+
+}  // namespace paddle_ext

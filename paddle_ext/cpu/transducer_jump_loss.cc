@@ -1,0 +1,220 @@
+// CPU transducer_jump_loss kernels on raw pointers (no Paddle header). The forward reads each logits row
+// once for its two heads' lse (cpu_rows.h, SIMD; rows split across the cores) and its node's K arc weights,
+// then runs alpha and beta per item on those weights alone (transducer_jump_loss.h; items across the cores). The backward reads each row once more and
+// writes its grad: softmax times the node's occupancy, minus the occupancy of the few units its arcs emit.
+#include "paddle_ext/transducer_jump_loss.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "paddle_ext/cpu_rows.h"
+#include "paddle_ext/parallel.h"
+
+namespace paddle_ext {
+namespace cpu {
+namespace {
+
+using namespace rows;  // NOLINT: the shared row helpers (cpu_rows.h)
+
+template <typename L>
+struct SoftmaxTimes {  // -softmax * g_sum (joint_grad with no own grad), g_sum = -(occupancy)
+  typename L::V max, log_sum, g_sum;
+  PE_VINLINE typename L::V operator()(typename L::V x, index_t) const {
+    return joint_grad(x, max, log_sum, typename L::V{}, g_sum, LaneExp<L>());
+  }
+};
+
+// A node's arc terms padded with -inf to whole double vectors (kMaxJumpArcs + one vector of slack).
+constexpr int kPaddedArcs = kMaxJumpArcs + 8;
+
+// exp(v[k]) for k < n (v padded to whole vectors with -inf), in double lanes (vec_math.h's full-precision exp).
+template <int W>
+PE_VINLINE void exp_terms(double* v, int n) {
+  using D = Lanes<W, double>;
+  for (int k = 0; k < n; k += D::N) D::store(v + k, D::exp(D::load(v + k)));
+}
+
+// log(sum(exp(v[0, n)))) as jump_log_sum (NaN sticks, +inf wins, all -inf gives -inf), the exps in lanes.
+template <int W>
+PE_VINLINE double log_sum_terms(double* v, int n) {
+  double max = -kInf;
+  bool nan = false;
+  for (int k = 0; k < n; ++k) {
+    nan |= v[k] != v[k];
+    max = v[k] > max ? v[k] : max;
+  }
+  if (nan) return std::numeric_limits<double>::quiet_NaN();
+  if (!finite(max)) return max;
+  for (int k = 0; k < n; ++k) v[k] -= max;
+  exp_terms<W>(v, n);
+  double sum = 0.0;
+  for (int k = 0; k < n; ++k) sum += v[k];
+  return max + std::log(sum);
+}
+
+template <typename T>
+struct HeadsForward {  // each row's heads (lse) and its node's arc weights
+  const T* logits;
+  const int64_t* symbols;
+  double* lse;
+  double* weights;
+  JumpLattice L;
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    for (index_t r = r0; r < r1; ++r) {
+      const T* x = logits + r * L.X();
+      const LseParts tok = row_lse_parts<Lanes<W, T>>(x, L.C);
+      LseParts dur{0.0, 0.0};
+      if (L.D > 0) dur = row_lse_parts<Lanes<W, T>>(x + L.C, L.D);
+      double* h = lse + 4 * r;
+      h[0] = tok.max, h[1] = tok.log_sum, h[2] = dur.max, h[3] = dur.log_sum;
+      const index_t s = r % (L.S + 1), b = r / ((L.S + 1) * L.T);
+      jump_node_weights(L, x, h, jump_symbol(symbols, L, b, s), weights + r * L.arcs.count);
+    }
+  }
+};
+
+// Writes grad = softmax(head) * occupancy - (occupancy of the arcs emitting each unit) for one head of k units.
+template <typename L, typename T>
+PE_VINLINE void head_grad(const T* x, T* dx, index_t k, double max, double log_sum, double occupancy) {
+  if (occupancy == 0.0) {
+    std::memset(static_cast<void*>(dx), 0, sizeof(T) * k);
+  } else if (!finite(max)) {  // NaN or +inf in the head: the scalar rules
+    for (index_t c = 0; c < k; ++c)
+      dx[c] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[c]), max, log_sum, 0.0, -occupancy)));
+  } else {
+    map_row<L>(x, dx, k, -kInf, SoftmaxTimes<L>{L::splat(max), L::splat(log_sum), L::splat(-occupancy)});
+  }
+}
+
+template <typename T>
+struct JumpBackward {
+  const T* logits;
+  const int64_t* symbols;
+  const int64_t* boundary;
+  const double* lse;
+  const double* alpha;
+  const double* beta;
+  const T* loss_grad;
+  T* logits_grad;
+  JumpLattice L;
+  // The next row's columns the occupancies read first, scattered in it: without this each row stalls on
+  // them before the streaming pass over it.
+  PE_VINLINE void prefetch_arc_units(index_t r) const {
+    const T* x = logits + r * L.X();
+    const int64_t symbol = jump_symbol(symbols, L, r / ((L.S + 1) * L.T), r % (L.S + 1));
+    for (int k = 0; k < L.arcs.count; ++k) __builtin_prefetch(x + jump_token(L.arcs, k, symbol));
+    if (L.D > 0) __builtin_prefetch(x + L.C);
+  }
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    using Lane = Lanes<W, T>;
+    const JumpArcs& a = L.arcs;
+    double gamma[kPaddedArcs];
+    for (int k = 0; k < kPaddedArcs; ++k) gamma[k] = -kInf;
+    for (index_t r = r0; r < r1; ++r) {
+      const index_t s = r % (L.S + 1), t = (r / (L.S + 1)) % L.T, b = r / ((L.S + 1) * L.T);
+      const JumpBox box = jump_box(boundary, b, L);
+      if (r + 1 < r1) prefetch_arc_units(r + 1);
+      const double g = static_cast<double>(load(loss_grad[b]));
+      double n_out = 0.0;
+      if (g != 0.0 && jump_occupancy_exponents(L, logits, symbols, lse, alpha, beta, b, t, s, box, gamma)) {
+        exp_terms<W>(gamma, a.count);
+        for (int k = 0; k < a.count; ++k) n_out += gamma[k] *= jump_arc_scale(L, k, g);
+      } else {
+        for (int k = 0; k < a.count; ++k) gamma[k] = 0.0;
+      }
+      const T* x = logits + r * L.X();
+      T* dx = logits_grad + r * L.X();
+      const double* h = lse + 4 * r;
+      head_grad<Lane>(x, dx, L.C, h[0], h[1], n_out);
+      if (L.D > 0) head_grad<Lane>(x + L.C, dx + L.C, L.D, h[2], h[3], n_out);
+      if (n_out == 0.0) continue;
+      jump_emitted_grads(L, x, dx, h, jump_symbol(symbols, L, b, s), gamma, n_out);
+    }
+  }
+};
+
+// alpha in (t, s) order and beta in reverse, per item: a node's sources (destinations) are done before it.
+template <typename T>
+struct Recursions {
+  const int64_t* boundary;
+  const double* weights;
+  double* alpha;
+  double* beta;
+  T* loss;
+  JumpLattice L;
+  template <int W>
+  PE_VINLINE void run(index_t b0, index_t b1) const {
+    double v[kPaddedArcs];
+    for (int k = 0; k < kPaddedArcs; ++k) v[k] = -kInf;
+    const int K = L.arcs.count;
+    for (index_t b = b0; b < b1; ++b) {
+      const JumpBox box = jump_box(boundary, b, L);
+      alpha[L.lattice(b, box.t0, box.s0)] = 0.0;
+      for (index_t t = box.t0; t <= box.t1; ++t) {
+        for (index_t s = box.s0; s <= box.s1; ++s) {
+          if (t == box.t0 && s == box.s0) continue;
+          jump_alpha_terms(L, weights, alpha, b, t, s, box, v);
+          alpha[L.lattice(b, t, s)] = log_sum_terms<W>(v, K);
+        }
+      }
+      beta[L.lattice(b, box.t1, box.s1)] = 0.0;
+      for (index_t t = box.t1 - 1; t >= box.t0; --t) {
+        for (index_t s = box.s1; s >= box.s0; --s) {
+          jump_beta_terms(L, weights, beta, b, t, s, box, v);
+          beta[L.lattice(b, t, s)] = log_sum_terms<W>(v, K);
+        }
+      }
+      loss[b] = store<T>(static_cast<acc_t<T>>(-beta[L.lattice(b, box.t0, box.s0)]));
+    }
+  }
+};
+
+inline index_t node_grain(const JumpLattice& L) { return row_grain(L.X()); }
+
+}  // namespace
+
+template <typename T>
+void transducer_jump_forward(const T* logits, const int64_t* symbols, const int64_t* boundary, double* lse,
+                             double* alpha, double* beta, T* loss, const JumpLattice& L) {
+  const index_t nodes = L.B * L.T * (L.S + 1);
+  std::vector<double> weights(nodes * L.arcs.count);  // [B, T, S+1, K]: the recursions' only reads
+  if (nodes > 0 && L.X() > 0) {
+    parallel_for(0, nodes, node_grain(L), [&](index_t r0, index_t r1) {
+      simd::dispatch(HeadsForward<T>{logits, symbols, lse, weights.data(), L}, r0, r1);
+    });
+  }
+  const index_t per_item = (L.T + 1) * (L.S + 1);
+  std::fill(alpha, alpha + L.B * per_item, neg_inf<double>());
+  std::fill(beta, beta + L.B * per_item, neg_inf<double>());
+  parallel_for(0, L.B, 1, [&](index_t b0, index_t b1) {
+    simd::dispatch(Recursions<T>{boundary, weights.data(), alpha, beta, loss, L}, b0, b1);
+  });
+}
+
+template <typename T>
+void transducer_jump_backward(const T* logits, const int64_t* symbols, const int64_t* boundary, const double* lse,
+                              const double* alpha, const double* beta, const T* loss_grad, T* logits_grad,
+                              const JumpLattice& L) {
+  const index_t nodes = L.B * L.T * (L.S + 1);
+  if (nodes == 0 || L.X() == 0) return;
+  populate_for_write(logits_grad, sizeof(T) * nodes * L.X());
+  parallel_for(0, nodes, node_grain(L), [&](index_t r0, index_t r1) {
+    simd::dispatch(JumpBackward<T>{logits, symbols, boundary, lse, alpha, beta, loss_grad, logits_grad, L}, r0, r1);
+  });
+}
+
+#define PE_INSTANTIATE(T)                                                                                       \
+  template void transducer_jump_forward<T>(const T*, const int64_t*, const int64_t*, double*, double*, double*, \
+                                           T*, const JumpLattice&);                                            \
+  template void transducer_jump_backward<T>(const T*, const int64_t*, const int64_t*, const double*,           \
+                                            const double*, const double*, const T*, T*, const JumpLattice&);
+PE_INSTANTIATE(float)
+PE_INSTANTIATE(double)
+#undef PE_INSTANTIATE
+
+}  // namespace cpu
+}  // namespace paddle_ext

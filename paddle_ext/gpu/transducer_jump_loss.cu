@@ -1,0 +1,186 @@
+// CUDA transducer_jump_loss: one warp per logits row reduces its token and duration heads to (max, log_sum)
+// and writes its node's arc weights to a scratch [B, T, S+1, K]; one block per item runs alpha and then beta over the anti-diagonals t + s (every arc raises t + s, so a
+// diagonal's nodes only read earlier ones: a __syncthreads between diagonals); the backward gives each row a
+// block that finds the node's arc occupancies once and writes the row's grad in one coalesced pass. The
+// lattice math is transducer_jump_loss.h's, shared with cpu/. Symbols and boundaries are read as given (the
+// CPU binding checks them; a GPU one does not synchronise to).
+#include <limits>
+
+#include "paddle_ext/gpu/cuda_utils.cuh"
+#include "paddle_ext/transducer_jump_loss.h"
+
+namespace paddle_ext {
+namespace gpu {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 8;
+constexpr int kLatticeThreads = 256;
+constexpr int kGradThreads = 128;
+
+__device__ double warp_max(double v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    const double w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+__device__ double warp_sum(double v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// (max, log_sum) of x[0, k) in every lane, with the CPU's rules: NaN anywhere gives (NaN, 0), an infinite
+// max (+inf, or a head of only -inf) gives (max, 0).
+template <typename T>
+__device__ void warp_head(const T* x, index_t k, int lane, double* out) {
+  double max = neg_inf<double>();
+  int nan = 0;
+  for (index_t j = lane; j < k; j += kWarp) {
+    const double v = load(x[j]);
+    max = v > max ? v : max;
+    nan |= v != v;
+  }
+  max = warp_max(max);
+  if (__any_sync(0xffffffffu, nan)) max = NAN;
+  if (!(max - max == 0)) {
+    out[0] = max, out[1] = 0.0;
+    return;
+  }
+  double sum = 0;
+  for (index_t j = lane; j < k; j += kWarp) sum += exp(static_cast<double>(load(x[j])) - max);
+  out[0] = max, out[1] = log(warp_sum(sum));
+}
+
+template <typename T>
+__global__ void heads_kernel(const T* logits, const int64_t* symbols, double* lse, double* weights, JumpLattice L) {
+  const int lane = threadIdx.x % kWarp;
+  const index_t rows = L.B * L.T * (L.S + 1);
+  const index_t stride = (index_t)gridDim.x * kRowsPerBlock;
+  for (index_t r = (index_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp; r < rows; r += stride) {
+    const T* x = logits + r * L.X();
+    double tok[2], dur[2] = {0.0, 0.0};
+    warp_head(x, L.C, lane, tok);
+    if (L.D > 0) warp_head(x + L.C, L.D, lane, dur);
+    if (lane != 0) continue;
+    double* h = lse + 4 * r;
+    h[0] = tok[0], h[1] = tok[1], h[2] = dur[0], h[3] = dur[1];
+    const index_t s = r % (L.S + 1), b = r / ((L.S + 1) * L.T);
+    jump_node_weights(L, x, h, jump_symbol(symbols, L, b, s), weights + r * L.arcs.count);
+  }
+}
+
+template <typename T>
+__global__ void lattice_kernel(const double* weights, const int64_t* boundary, double* alpha, double* beta, T* loss,
+                               JumpLattice L) {
+  const index_t b = blockIdx.x, per_item = (L.T + 1) * (L.S + 1);
+  for (index_t i = threadIdx.x; i < per_item; i += blockDim.x) {
+    alpha[b * per_item + i] = neg_inf<double>();
+    beta[b * per_item + i] = neg_inf<double>();
+  }
+  __syncthreads();
+  const JumpBox box = jump_box(boundary, b, L);
+  const index_t first = box.t0 + box.s0, last = box.t1 + box.s1;
+  for (index_t n = first; n <= last; ++n) {  // alpha, diagonal by diagonal
+    const index_t t_lo = max(box.t0, n - box.s1), t_hi = min(box.t1, n - box.s0);
+    for (index_t t = t_lo + threadIdx.x; t <= t_hi; t += blockDim.x) {
+      double v[kMaxJumpArcs];
+      const index_t s = n - t;
+      double value = 0.0;
+      if (t != box.t0 || s != box.s0) {
+        jump_alpha_terms(L, weights, alpha, b, t, s, box, v);
+        value = jump_log_sum(v, L.arcs.count);
+      }
+      alpha[L.lattice(b, t, s)] = value;
+    }
+    __syncthreads();
+  }
+  for (index_t n = last; n >= first; --n) {  // beta, backwards
+    const index_t t_lo = max(box.t0, n - box.s1), t_hi = min(box.t1, n - box.s0);
+    for (index_t t = t_lo + threadIdx.x; t <= t_hi; t += blockDim.x) {
+      double v[kMaxJumpArcs];
+      const index_t s = n - t;
+      double value = s == box.s1 ? 0.0 : neg_inf<double>();
+      if (t < box.t1) {
+        jump_beta_terms(L, weights, beta, b, t, s, box, v);
+        value = jump_log_sum(v, L.arcs.count);
+      }
+      beta[L.lattice(b, t, s)] = value;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) loss[b] = store<T>(static_cast<acc_t<T>>(-beta[L.lattice(b, box.t0, box.s0)]));
+}
+
+template <typename T>
+__global__ void backward_kernel(const T* logits, const int64_t* symbols, const int64_t* boundary, const double* lse,
+                                const double* alpha, const double* beta, const T* loss_grad, T* logits_grad,
+                                JumpLattice L) {
+  __shared__ double gamma[kMaxJumpArcs];
+  __shared__ double n_out;
+  const index_t rows = L.B * L.T * (L.S + 1);
+  for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const index_t s = r % (L.S + 1), t = (r / (L.S + 1)) % L.T, b = r / ((L.S + 1) * L.T);
+    const JumpBox box = jump_box(boundary, b, L);
+    if (threadIdx.x == 0)
+      n_out = jump_occupancy(L, logits, symbols, lse, alpha, beta, b, t, s, box,
+                             static_cast<double>(load(loss_grad[b])), gamma);
+    __syncthreads();
+    const T* x = logits + r * L.X();
+    T* dx = logits_grad + r * L.X();
+    const double* h = lse + 4 * r;
+    const double occupancy = n_out;
+    for (index_t c = threadIdx.x; c < L.X(); c += blockDim.x) {
+      const bool token = c < L.C;
+      const double v = occupancy == 0.0 ? 0.0
+                                        : joint_grad<double>(load(x[c]), token ? h[0] : h[2], token ? h[1] : h[3],
+                                                             0.0, -occupancy);
+      dx[c] = store<T>(static_cast<acc_t<T>>(v));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && occupancy != 0.0)  // the units the node's arcs emit: softmax * N - E
+      jump_emitted_grads(L, x, dx, h, jump_symbol(symbols, L, b, s), gamma, occupancy);
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void transducer_jump_forward(const T* logits, const int64_t* symbols, const int64_t* boundary, double* lse,
+                             double* alpha, double* beta, T* loss, const JumpLattice& L, cudaStream_t stream) {
+  if (L.B == 0) return;
+  const index_t rows = L.B * L.T * (L.S + 1);
+  DeviceScratch<double> weights(rows * L.arcs.count, stream);  // [B, T, S+1, K]: the recursions' only reads
+  if (rows > 0 && L.X() > 0) {
+    heads_kernel<T><<<grid_size(rows, kRowsPerBlock), kRowsPerBlock * kWarp, 0, stream>>>(logits, symbols, lse,
+                                                                                         weights.ptr, L);
+    check_launch("transducer_jump_loss heads");
+  }
+  lattice_kernel<T><<<(unsigned)L.B, kLatticeThreads, 0, stream>>>(weights.ptr, boundary, alpha, beta, loss, L);
+  check_launch("transducer_jump_loss lattice");
+}
+
+template <typename T>
+void transducer_jump_backward(const T* logits, const int64_t* symbols, const int64_t* boundary, const double* lse,
+                              const double* alpha, const double* beta, const T* loss_grad, T* logits_grad,
+                              const JumpLattice& L, cudaStream_t stream) {
+  const index_t rows = L.B * L.T * (L.S + 1);
+  if (rows == 0 || L.X() == 0) return;
+  backward_kernel<T><<<grid_size(rows, 1), kGradThreads, 0, stream>>>(logits, symbols, boundary, lse, alpha, beta,
+                                                                      loss_grad, logits_grad, L);
+  check_launch("transducer_jump_loss backward");
+}
+
+#define PE_INSTANTIATE(T)                                                                                       \
+  template void transducer_jump_forward<T>(const T*, const int64_t*, const int64_t*, double*, double*, double*, \
+                                           T*, const JumpLattice&, cudaStream_t);                              \
+  template void transducer_jump_backward<T>(const T*, const int64_t*, const int64_t*, const double*,           \
+                                            const double*, const double*, const T*, T*, const JumpLattice&,    \
+                                            cudaStream_t);
+PE_INSTANTIATE(float)
+PE_INSTANTIATE(double)
+#undef PE_INSTANTIATE
+
+}  // namespace gpu
+}  // namespace paddle_ext

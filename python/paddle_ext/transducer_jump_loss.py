@@ -1,0 +1,152 @@
+"""Transducer losses whose arcs jump over frames: TDT (token-and-duration transducer, Xu et al. 2023) and
+multi-blank RNN-T (Xu et al. 2022), in the k2 style of :func:`paddle_ext.rnnt_loss` with NeMo's logits layout.
+
+Both run one fused op (ops/transducer_jump_loss.yaml): the log-softmax of the heads, the alpha/beta
+recursions over the lattice and, in the backward, the grads straight into ``logits``' grad, without a
+normalised ``[B, T, S+1, C]`` tensor. The lattice is described in docs/transducer_jump_loss.md ("The
+lattice"). As the other losses: float16/bfloat16 computed in float32 (``_amp.float32_op``), errors
+name the function called, an item with no path gets an inf loss and zero grads.
+"""
+
+from __future__ import annotations
+
+import numbers
+import struct
+
+import paddle
+
+from . import _amp, _library
+from ._checks import known_dim as _known
+from .mutual_information import _FirstOrderOnly
+from .rnnt_loss import REDUCTIONS, _check_common, _check_float, _symbols64
+
+MAX_DURATIONS = 16  # the kernels' fixed arc table
+
+
+def _real_bits(value: float) -> int:
+    """value's float64 bit pattern: the op takes sigma and fastemit_lambda exactly (float attributes are float32)."""
+    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+@paddle.jit.not_to_static
+def _check_durations(op, arg, durations, minimum, must_hold=()):
+    """durations as a list of ints: distinct, each >= minimum, holding every value of must_hold."""
+    if isinstance(durations, (str, bytes)) or not hasattr(durations, "__iter__"):
+        raise TypeError(f"{op}: {arg} must be a list of ints, got {durations!r}")
+    values = list(durations)
+    if not all(_is_int(d) for d in values):
+        raise TypeError(f"{op}: {arg} must be a list of ints, got {durations!r}")
+    values = [int(d) for d in values]
+    if len(values) > MAX_DURATIONS:
+        raise ValueError(f"{op}: {arg} may hold at most {MAX_DURATIONS} entries, got {len(values)}")
+    bad = [d for d in values if d < minimum]
+    if bad:
+        raise ValueError(f"{op}: {arg} must hold ints >= {minimum}, got {bad[0]} in {values}")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{op}: {arg} must be distinct, got {values}")
+    missing = [d for d in must_hold if d not in values]
+    if missing:
+        raise ValueError(f"{op}: {arg} must hold {' and '.join(map(str, must_hold))}, got {values} "
+                         f"(no {missing[0]})")
+    return values
+
+
+@paddle.jit.not_to_static
+def _check_reals(op, reduction, sigma, fastemit_lambda):
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not abs(sigma) < float("inf"):
+        raise ValueError(f"{op}: sigma must be a finite float, got {sigma!r}")
+    if isinstance(fastemit_lambda, bool) or not isinstance(fastemit_lambda, numbers.Real) \
+            or not 0 <= fastemit_lambda < float("inf"):
+        raise ValueError(f"{op}: fastemit_lambda must be a finite float >= 0, got {fastemit_lambda!r}")
+    return float(sigma), float(fastemit_lambda)
+
+
+def _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, durations,
+               multiblank):
+    """The fused op for checked arguments, then the reduction."""
+    loss, _, _, _ = _library.ops().pe_transducer_jump_loss(
+        logits, _symbols64(symbols), boundary, int(termination_symbol), bool(multiblank),
+        [_real_bits(sigma), _real_bits(fastemit_lambda)], list(durations))
+    if paddle.in_dynamic_mode() and not logits.stop_gradient:  # the registered grad op is first-order only
+        loss = _FirstOrderOnly.apply(loss, op)
+    if reduction == "none":
+        return loss
+    return paddle.mean(loss) if reduction == "mean" else _library.sum_along(loss, 0)
+
+
+@_library.unified
+def tdt_loss(logits, symbols, durations, termination_symbol, boundary=None, reduction="mean", *, sigma=0.0,
+             fastemit_lambda=0.0, name=None):
+    """The Token-and-Duration Transducer loss (Xu et al. 2023) on joiner output with NeMo's layout.
+
+    Args:
+        logits (Tensor): ``[B, T, S+1, C + D]``: C token logits (the blank, ``termination_symbol``, among
+            them), then D duration logits, one per entry of ``durations``; float16/bfloat16/float32/float64.
+        symbols (Tensor): int ``[B, S]``, values in ``[0, C)``.
+        durations (list[int]): D distinct ints >= 0 holding 0 and 1 (e.g. ``[0, 1, 2, 3, 4]``).
+        termination_symbol (int): the blank, in ``[0, C)``.
+        boundary (Tensor|None): int64 ``[B, 4]`` rows ``(s_begin, t_begin, s_end, t_end)``; default ``(0, 0, S, T)``.
+        reduction (str): 'none' ([B]), 'mean' (over the batch) or 'sum'.
+        sigma (float): subtracted from every token log-prob (logit under-normalisation).
+        fastemit_lambda (float): >= 0; the loss is unchanged and the grads through symbol arcs are scaled by
+            ``1 + fastemit_lambda``.
+
+    From node (t, s) a symbol arc emits ``symbols[s]`` with duration d to (t+d, s+1) (d may be 0, landing
+    before the last frame), a blank arc emits the blank with duration d >= 1 to (t+d, s) (landing <= T);
+    an arc's weight is its token log-prob plus its duration log-prob at (t, s) (two separate log-softmaxes).
+    The loss is -log of the total weight of the paths (0, 0) -> (T, S); an item with no path gets inf (and
+    zero grads).
+    """
+    return _amp.float32_op(_tdt_loss, 1, logits, symbols, durations, termination_symbol, boundary, reduction, sigma,
+                           fastemit_lambda)
+
+
+def _tdt_loss(logits, symbols, durations, termination_symbol, boundary, reduction, sigma, fastemit_lambda):
+    op = "tdt_loss"
+    sigma, fastemit_lambda = _check_reals(op, reduction, sigma, fastemit_lambda)
+    durations = _check_durations(op, "durations", durations, 0, must_hold=(0, 1))
+    B, T, S1, X = _check_float(logits, "logits", op, 4)
+    C = X - len(durations) if _known(X) else -1
+    if _known(X) and C < 1:
+        raise ValueError(f"{op}: logits' last dim must be C + D with C >= 1 token units and D = {len(durations)} "
+                         f"durations, got {X}")
+    _check_common(op, symbols, termination_symbol, C if C >= 0 else X, B, S1 - 1 if _known(S1) else -1, T, boundary,
+                  "regular")
+    return _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, durations,
+                      False)
+
+
+@_library.unified
+def multiblank_rnnt_loss(logits, symbols, big_blank_durations, termination_symbol, boundary=None, reduction="mean", *,
+                         sigma=0.0, fastemit_lambda=0.0, name=None):
+    """The multi-blank RNN-T loss (Xu et al. 2022) on joiner output ``logits [B, T, S+1, C]`` (NeMo's layout).
+
+    Big blank i, of duration ``big_blank_durations[i]`` (distinct ints >= 2), is unit
+    ``termination_symbol - 1 - i``: the standard blank last, the big blanks just before it. From node (t, s):
+    the standard blank to (t+1, s), big blank i to (t + d_i, s) (landing <= T), a symbol to (t, s+1).
+    ``sigma`` is subtracted from every log-prob; other arguments as in :func:`tdt_loss`.
+    """
+    return _amp.float32_op(_multiblank_rnnt_loss, 1, logits, symbols, big_blank_durations, termination_symbol,
+                           boundary, reduction, sigma, fastemit_lambda)
+
+
+def _multiblank_rnnt_loss(logits, symbols, big_blank_durations, termination_symbol, boundary, reduction, sigma,
+                          fastemit_lambda):
+    op = "multiblank_rnnt_loss"
+    sigma, fastemit_lambda = _check_reals(op, reduction, sigma, fastemit_lambda)
+    big = _check_durations(op, "big_blank_durations", big_blank_durations, 2)
+    B, T, S1, C = _check_float(logits, "logits", op, 4)
+    _check_common(op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, "regular")
+    if termination_symbol - len(big) < 0:
+        raise ValueError(f"{op}: {len(big)} big blanks take units termination_symbol - 1 ... termination_symbol - "
+                         f"{len(big)}, so termination_symbol must be >= {len(big)}, got {termination_symbol}")
+    return _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, big, True)
+
+
+__all__ = ["multiblank_rnnt_loss", "tdt_loss"]

@@ -1,0 +1,42 @@
+// C ABI over the transducer_jump_loss launchers for unittests/gpu (dtype codes: see gpu_runtime.py; only
+// 0 = float32 and 1 = float64: the Python API computes 16-bit types in float32). lattice holds the TDT
+// durations (multiblank = 0) or the big blanks' durations (multiblank = 1); boundary may be null.
+#include "paddle_ext/transducer_jump_loss.h"
+#include "shim_dispatch.cuh"
+
+using namespace paddle_ext;
+
+static JumpLattice shim_lattice(int64_t B, int64_t T, int64_t S, int64_t X, int multiblank, const int64_t* lattice,
+                                int n, int64_t blank, double sigma, double fastemit_lambda) {
+  JumpLattice L{};
+  L.B = B, L.T = T, L.S = S, L.D = multiblank ? 0 : n, L.C = X - L.D, L.sigma = sigma;
+  L.fastemit_lambda = fastemit_lambda;
+  L.arcs = multiblank ? multiblank_arcs(lattice, n, blank) : tdt_arcs(lattice, n, blank);
+  return L;
+}
+
+template <typename Fn>
+static int jump_dispatch(int dtype, Fn&& fn) {
+  switch (dtype) {
+    case 0: return shim_run([&] { fn(ShimTag<float>{}); });
+    case 1: return shim_run([&] { fn(ShimTag<double>{}); });
+    default: return -2;
+  }
+}
+
+// lse [B, T, S+1, 4], alpha and beta [B, T+1, S+1] float64 (device); loss [B] and logits_grad in dtype.
+extern "C" int pe_transducer_jump_loss(int dtype, const void* logits, const void* symbols, const void* boundary,
+                                       const void* loss_grad, void* lse, void* alpha, void* beta, void* loss,
+                                       void* logits_grad, int64_t B, int64_t T, int64_t S, int64_t X, int multiblank,
+                                       const int64_t* lattice_host, int n, int64_t blank, double sigma,
+                                       double fastemit_lambda) {
+  const JumpLattice L = shim_lattice(B, T, S, X, multiblank, lattice_host, n, blank, sigma, fastemit_lambda);
+  return jump_dispatch(dtype, [&](auto tag) {
+    using V = typename decltype(tag)::type;
+    gpu::transducer_jump_forward<V>((const V*)logits, (const int64_t*)symbols, (const int64_t*)boundary,
+                                    (double*)lse, (double*)alpha, (double*)beta, (V*)loss, L, 0);
+    gpu::transducer_jump_backward<V>((const V*)logits, (const int64_t*)symbols, (const int64_t*)boundary,
+                                     (const double*)lse, (const double*)alpha, (const double*)beta,
+                                     (const V*)loss_grad, (V*)logits_grad, L, 0);
+  });
+}
