@@ -238,6 +238,24 @@ def _prune_gather():
     return run, seeds + _nbytes(x), 4 * N * 256
 
 
+# transducer_jump_loss (tdt_loss): the forward's arc weights, [B, T, S+1, K] float64 scratch (K = 9 arcs per
+# node for durations 0..4: 72 bytes a node against the 48 of its outputs lse, alpha and beta).
+JUMP_T, JUMP_S, JUMP_C, JUMP_DURATIONS = 2048, 255, 3, [0, 1, 2, 3, 4]
+
+
+def _jump():
+    import paddle_ext  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    width = JUMP_C + len(JUMP_DURATIONS)
+    logits = _tensor(rng.standard_normal((1, JUMP_T, JUMP_S + 1, width), dtype=np.float32))
+    symbols = _tensor(rng.integers(1, JUMP_C, (1, JUMP_S), dtype=np.int64))
+    nodes = JUMP_T * (JUMP_S + 1)
+    return (lambda: paddle_ext.tdt_loss(logits, symbols, JUMP_DURATIONS, 0, reduction="none"),
+            nodes * 32 + 2 * (JUMP_T + 1) * (JUMP_S + 1) * 8 + 8, nodes * 9 * 8)
+
+
+case("transducer_jump_loss_forward", "rnnt", "transducer_jump_loss", True, _jump)
 case("rnnt_simple_logprobs_forward", "rnnt", "rnnt_simple_logprobs", True, lambda: _simple(False))
 case("rnnt_simple_logprobs_backward", "rnnt", "rnnt_simple_logprobs", True, lambda: _simple(True))
 case("rnnt_joint_logprobs_backward", "rnnt", "rnnt_joint_logprobs", False, _joint)

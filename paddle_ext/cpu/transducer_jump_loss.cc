@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include "paddle_ext/cpu_rows.h"
+#include "paddle_ext/memory.h"
 #include "paddle_ext/parallel.h"
 
 namespace paddle_ext {
@@ -181,7 +181,7 @@ template <typename T>
 void transducer_jump_forward(const T* logits, const int64_t* symbols, const int64_t* boundary, double* lse,
                              double* alpha, double* beta, T* loss, const JumpLattice& L) {
   const index_t nodes = L.B * L.T * (L.S + 1);
-  std::vector<double> weights(nodes * L.arcs.count);  // [B, T, S+1, K]: the recursions' only reads
+  ScratchVector<double> weights(nodes * L.arcs.count);  // [B, T, S+1, K]: the recursions' only reads
   if (nodes > 0 && L.X() > 0) {
     parallel_for(0, nodes, node_grain(L), [&](index_t r0, index_t r1) {
       simd::dispatch(HeadsForward<T>{logits, symbols, lse, weights.data(), L}, r0, r1);
