@@ -175,6 +175,38 @@ def test_huge_spreads_and_minus_inf_logits(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("S", [7, 13])
+@pytest.mark.parametrize("scale", [1.0, 1e4])
+def test_rows_over_several_simd_chunks_and_boxes_inside_them(kind, S, scale):
+    """S + 1 nodes per frame span several vector chunks; boxes start and end inside them; some units -inf:
+    the frame-at-a-time recursions' shifted loads and row tails against the reference."""
+    logits, symbols, _, lattice, blank = problem(kind, B=4, T=9, S=S, seed=S, scale=scale, boundary=False,
+                                                 durations=(0, 1, 2, 4), big=(2, 3))
+    logits[np.random.default_rng(S).random(logits.shape) < 0.05] = -np.inf
+    bd = np.array([[0, 0, S, 9], [3, 1, S, 9], [1, 2, S - 2, 7], [5, 0, S - 1, 8]], np.int64)
+    for boundary in (None, bd):
+        loss, grad, weights = run(kind, logits, symbols, lattice, blank, boundary, sigma=0.1)
+        want_loss = ref_loss(kind, logits, symbols, lattice, blank, boundary, 0.1)
+        assert np.isfinite(want_loss).any()
+        np.testing.assert_allclose(loss.numpy(), want_loss, rtol=1e-9)
+        np.testing.assert_allclose(grad.numpy(), ref_grad(kind, logits, symbols, lattice, blank, boundary, 0.1,
+                                                          loss_grad=weights), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_symbols_that_are_blank_units_share_their_column(kind):
+    """A node's symbol may be the blank (or a big blank): the column gets the occupancy of every arc emitting it."""
+    logits, symbols, bd, lattice, blank = problem(kind, T=7, S=5, C=6, big=(2, 3), seed=12)
+    symbols[0, :] = blank
+    if kind == "multiblank":
+        symbols[1, :] = blank - 1  # the first big blank
+    loss, grad, weights = run(kind, logits, symbols, lattice, blank, bd, fastemit_lambda=0.5)
+    np.testing.assert_allclose(loss.numpy(), ref_loss(kind, logits, symbols, lattice, blank, bd), rtol=1e-9)
+    np.testing.assert_allclose(grad.numpy(), ref_grad(kind, logits, symbols, lattice, blank, bd, 0.0, 0.5, weights),
+                               rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_an_item_without_path_gives_inf_and_the_batch_goes_on(kind):
     logits, symbols, _, lattice, blank = problem(kind, seed=8)
     bd = np.array([[0, 0, 3, 6], [0, 0, 2, 0], [0, 0, 1, 5]], np.int64)  # item 1: symbols but no frame

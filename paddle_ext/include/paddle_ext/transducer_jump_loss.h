@@ -41,7 +41,20 @@ struct JumpArcs {
   int ds[kMaxJumpArcs];
   int64_t token[kMaxJumpArcs];  // a unit in [0, C), or kJumpSymbolUnit
   int dur[kMaxJumpArcs];        // a duration unit in [0, D), or -1 (no duration head)
+  int group[kMaxJumpArcs];      // the first arc with the same token entry (symbol arcs: the first symbol arc)
 };
+
+inline JumpArcs jump_grouped(JumpArcs a) {
+  for (int k = 0; k < a.count; ++k) {
+    a.group[k] = k;
+    for (int j = 0; j < k; ++j)
+      if (a.token[j] == a.token[k]) {
+        a.group[k] = j;
+        break;
+      }
+  }
+  return a;
+}
 
 struct JumpLattice {
   index_t B, T, S, C, D;  // logits [B, T, S+1, C + D]: C token units, D duration units (0 for multi-blank)
@@ -61,7 +74,7 @@ inline JumpArcs tdt_arcs(const int64_t* durations, int count, int64_t blank) {
   }
   for (int k = 0; k < count; ++k) a.dt[a.count] = int(durations[k]), a.ds[a.count] = 1,
                                   a.token[a.count] = kJumpSymbolUnit, a.dur[a.count++] = k;
-  return a;
+  return jump_grouped(a);
 }
 
 // Multi-blank: the blank moves one frame, big blank i (unit blank - 1 - i) big_durations[i], a symbol none.
@@ -72,7 +85,7 @@ inline JumpArcs multiblank_arcs(const int64_t* big_durations, int count, int64_t
                                   a.dur[i + 1] = -1;
   a.dt[count + 1] = 0, a.ds[count + 1] = 1, a.token[count + 1] = kJumpSymbolUnit, a.dur[count + 1] = -1;
   a.count = count + 2;
-  return a;
+  return jump_grouped(a);
 }
 
 struct JumpBox {
@@ -202,26 +215,36 @@ PE_HOSTDEVICE inline double jump_occupancy(const JumpLattice& L, const T* logits
 }
 
 // After a row's grad holds softmax * N everywhere: the columns its arcs emit get softmax * N - E, each column
-// once with the occupancy of every arc that emits it (tokens, then the duration units).
+// written once with the summed occupancy of the arcs that emit it (tokens, then the duration units).
 template <typename T>
 PE_HOSTDEVICE inline void jump_emitted_grads(const JumpLattice& L, const T* x, T* dx, const double* h, int64_t symbol,
                                              const double* gamma, double n_out) {
   const JumpArcs& a = L.arcs;
+  double emitted[kMaxJumpArcs], by_duration[kMaxJumpDurations];
+  bool token_used[kMaxJumpArcs], duration_used[kMaxJumpDurations];
+  for (int k = 0; k < a.count; ++k) emitted[k] = 0.0, token_used[k] = false;
+  for (index_t d = 0; d < L.D; ++d) by_duration[d] = 0.0, duration_used[d] = false;
+  int symbol_group = -1;
   for (int k = 0; k < a.count; ++k) {
     if (gamma[k] == 0.0) continue;
+    emitted[a.group[k]] += gamma[k], token_used[a.group[k]] = true;
+    if (a.token[k] == kJumpSymbolUnit) symbol_group = a.group[k];
+    if (a.dur[k] >= 0) by_duration[a.dur[k]] += gamma[k], duration_used[a.dur[k]] = true;
+  }
+  // The node's symbol may be a unit that fixed-token arcs emit too: one column, one sum.
+  for (int k = 0; symbol_group >= 0 && k < a.count; ++k) {
+    if (!token_used[k] || a.group[k] != k || a.token[k] != symbol) continue;
+    emitted[k] += emitted[symbol_group], token_used[symbol_group] = false;
+  }
+  for (int k = 0; k < a.count; ++k) {
+    if (!token_used[k]) continue;
     const int64_t unit = jump_token(a, k, symbol);
-    bool first = true;
-    for (int j = 0; j < k && first; ++j) first = !(gamma[j] != 0.0 && jump_token(a, j, symbol) == unit);
-    if (!first) continue;
-    double emitted = 0.0;
-    for (int j = k; j < a.count; ++j) emitted += jump_token(a, j, symbol) == unit ? gamma[j] : 0.0;
-    dx[unit] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[unit]), h[0], h[1], -emitted, -n_out)));
+    dx[unit] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[unit]), h[0], h[1], -emitted[k], -n_out)));
   }
   for (index_t d = 0; d < L.D; ++d) {
-    double emitted = 0.0;
-    for (int k = 0; k < a.count; ++k) emitted += a.dur[k] == d ? gamma[k] : 0.0;
-    if (emitted != 0.0)
-      dx[L.C + d] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[L.C + d]), h[2], h[3], -emitted, -n_out)));
+    if (duration_used[d])
+      dx[L.C + d] =
+          store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[L.C + d]), h[2], h[3], -by_duration[d], -n_out)));
   }
 }
 
