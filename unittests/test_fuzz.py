@@ -1,5 +1,5 @@
 """Differential fuzz suite: every op x mode x dtype on adversarial inputs (unittests/fuzz_cases.py) through
-the Paddle API, forward and grads, against the float64 references of unittests/refs.py.
+the Paddle API, forward and grads, against the float64 references of unittests/refs.
 
 Comparison rules (assert_matches): NaN, +inf and -inf exactly where the reference (rounded to the output
 dtype) has them; finite values within rtol * |ref| + atol, where rtol is 1e-12 for float64, 1e-5 for

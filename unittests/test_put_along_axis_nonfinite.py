@@ -13,7 +13,7 @@ from put_along_axis_cases import REDUCES, put, rand, rand_indices
 # mul's grads are the products of the other factors of the slot (never out / factor, which is NaN or
 # wrong at ±inf, NaN, zeros, underflow and overflow); amin/amax's go to the contributors that are the
 # result, split evenly, and the contributors of a NaN result are its NaNs; an unwritten slot passes
-# its grad through whatever it holds. unittests/refs.py::put_along_axis_grad is the specification.
+# its grad through whatever it holds. unittests/refs/put_along_axis.py::put_along_axis_grad is the specification.
 def _put_grads(arr, idx, vals, axis, reduce, include_self=True, dtype="float64", g=None):
     """(out, arr_grad, values_grad) as float64 arrays, the upstream grad ones unless given."""
     a = paddle.to_tensor(np.asarray(arr, np.float64)).astype(dtype)

@@ -1,5 +1,5 @@
 """rnnt_joint_logprobs (the fused RNN-T joiner op: log-softmax at the symbol and termination columns only) and
-the pruning gather, through the OpTest harness and against unittests/refs.py."""
+the pruning gather, through the OpTest harness and against unittests/refs/rnnt_joint_logprobs.py."""
 
 import numpy as np
 import paddle

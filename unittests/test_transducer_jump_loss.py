@@ -1,6 +1,6 @@
 """tdt_loss and multiblank_rnnt_loss (the fused transducer_jump_loss op) against the NumPy references of
-refs.py: values and grads in dygraph and static programs, dtypes, reductions, sigma, FastEmit, boundaries,
-duration lists, adversarial logits, no-path items, empty batches, errors and export."""
+refs/transducer_jump_loss.py: values and grads in dygraph and static programs, dtypes, reductions, sigma,
+FastEmit, boundaries, duration lists, adversarial logits, no-path items, empty batches, errors and export."""
 
 import numpy as np
 import paddle

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -45,6 +46,49 @@ struct DeviceScratch {
   DeviceScratch(const DeviceScratch&) = delete;
   DeviceScratch& operator=(const DeviceScratch&) = delete;
 };
+
+constexpr int kWarp = 32;
+
+// Warp reductions, the result in every lane; a NaN never wins warp_max.
+template <typename V>
+__device__ inline V warp_max(V v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    const V w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+template <typename V>
+__device__ inline V warp_sum(V v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// (max, log_sum) of a row x[0, k) that one warp reads (lane j reads x[j], x[j + 32], ...), in every lane:
+// max in V (double, or the row's accumulation type), NaN when any element is NaN, -inf for a row of only
+// -inf or an empty one; when max is finite, log_sum = log(sum of exp(x - max)), each term in V and the sum
+// in double (float rows too, as the CPU kernels). A max that is not finite comes back with log_sum 0 and is
+// left to the caller's rule.
+template <typename V>
+struct RowLse {
+  V max, log_sum;
+};
+template <typename V, typename T>
+__device__ inline RowLse<V> warp_row_lse(const T* x, index_t k, int lane) {
+  V max = neg_inf<V>();
+  int nan = 0;
+  for (index_t j = lane; j < k; j += kWarp) {
+    const V v = load(x[j]);
+    max = v > max ? v : max;
+    nan |= v != v;
+  }
+  max = warp_max(max);
+  if (__any_sync(0xffffffffu, nan)) max = V(NAN);
+  if (!(max - max == V(0))) return {max, V(0)};
+  double sum = 0;
+  for (index_t j = lane; j < k; j += kWarp) sum += std::exp(static_cast<V>(load(x[j])) - max);
+  return {max, static_cast<V>(std::log(warp_sum(sum)))};
+}
 
 }  // namespace gpu
 }  // namespace paddle_ext

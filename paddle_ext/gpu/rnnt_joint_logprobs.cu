@@ -14,45 +14,16 @@ namespace paddle_ext {
 namespace gpu {
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;
-
-template <typename V>
-__device__ V warp_max(V v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) {
-    const V w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = w > v ? w : v;
-  }
-  return v;
-}
-template <typename V>
-__device__ V warp_sum(V v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // lse parts (max, log_sum) of one row, in every lane of the warp (rnnt_joint_logprobs.h; the rules of
 // adaptive_log_softmax.h for NaN, +inf and all -inf: that lse in max, log_sum 0).
-template <typename A>
-struct Parts {
-  A max, log_sum;
-};
 template <typename T>
-__device__ Parts<acc_t<T>> warp_lse(const T* x, index_t k, int lane) {
+__device__ RowLse<acc_t<T>> warp_lse(const T* x, index_t k, int lane) {
   using A = acc_t<T>;
-  A max = neg_inf<A>();
-  int nan = 0;
-  for (index_t j = lane; j < k; j += kWarp) {
-    const A v = load(x[j]);
-    max = v > max ? v : max;
-    nan |= v != v;
-  }
-  max = warp_max(max);
-  if (__any_sync(0xffffffffu, nan)) return {A(NAN), A(0)};
-  if (max == neg_inf<A>() || max == -neg_inf<A>()) return {als_lse<A>(max, A(0)), A(0)};
-  double sum = 0;  // float rows too: as the CPU kernels
-  for (index_t j = lane; j < k; j += kWarp) sum += als_exp_term<A>(load(x[j]), max);
-  return {max, static_cast<A>(log(warp_sum(sum)))};
+  RowLse<A> l = warp_row_lse<A>(x, k, lane);
+  if (l.max == neg_inf<A>() || l.max == -neg_inf<A>()) l.max = als_lse<A>(l.max, A(0));  // NaN stays NaN
+  return l;
 }
 
 template <typename T>
@@ -64,7 +35,7 @@ __global__ void joint_forward_kernel(const T* logits, const int64_t* symbols, co
   const index_t stride = (index_t)gridDim.x * kRowsPerBlock;
   for (index_t row = (index_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp; row < rows; row += stride) {
     const T* x = logits + row * d.C;
-    const Parts<A> l = warp_lse(x, d.C, lane);
+    const RowLse<A> l = warp_lse(x, d.C, lane);
     if (lane != 0) continue;
     lse[2 * row] = l.max;
     lse[2 * row + 1] = l.log_sum;

@@ -13,44 +13,9 @@ namespace paddle_ext {
 namespace gpu {
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;
 constexpr int kLatticeThreads = 256;
 constexpr int kGradThreads = 128;
-
-__device__ double warp_max(double v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) {
-    const double w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = w > v ? w : v;
-  }
-  return v;
-}
-__device__ double warp_sum(double v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// (max, log_sum) of x[0, k) in every lane, with the CPU's rules: NaN anywhere gives (NaN, 0), an infinite
-// max (+inf, or a head of only -inf) gives (max, 0).
-template <typename T>
-__device__ void warp_head(const T* x, index_t k, int lane, double* out) {
-  double max = neg_inf<double>();
-  int nan = 0;
-  for (index_t j = lane; j < k; j += kWarp) {
-    const double v = load(x[j]);
-    max = v > max ? v : max;
-    nan |= v != v;
-  }
-  max = warp_max(max);
-  if (__any_sync(0xffffffffu, nan)) max = NAN;
-  if (!(max - max == 0)) {
-    out[0] = max, out[1] = 0.0;
-    return;
-  }
-  double sum = 0;
-  for (index_t j = lane; j < k; j += kWarp) sum += exp(static_cast<double>(load(x[j])) - max);
-  out[0] = max, out[1] = log(warp_sum(sum));
-}
 
 template <typename T>
 __global__ void heads_kernel(const T* logits, const int64_t* symbols, double* lse, double* weights, JumpLattice L) {
@@ -59,12 +24,14 @@ __global__ void heads_kernel(const T* logits, const int64_t* symbols, double* ls
   const index_t stride = (index_t)gridDim.x * kRowsPerBlock;
   for (index_t r = (index_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp; r < rows; r += stride) {
     const T* x = logits + r * L.X();
-    double tok[2], dur[2] = {0.0, 0.0};
-    warp_head(x, L.C, lane, tok);
-    if (L.D > 0) warp_head(x + L.C, L.D, lane, dur);
+    // Each head's (max, log_sum) with the CPU's rules: NaN anywhere gives (NaN, 0), an infinite max (+inf, or
+    // a head of only -inf) gives (max, 0).
+    const RowLse<double> tok = warp_row_lse<double>(x, L.C, lane);
+    RowLse<double> dur = {0.0, 0.0};
+    if (L.D > 0) dur = warp_row_lse<double>(x + L.C, L.D, lane);
     if (lane != 0) continue;
     double* h = lse + 4 * r;
-    h[0] = tok[0], h[1] = tok[1], h[2] = dur[0], h[3] = dur[1];
+    h[0] = tok.max, h[1] = tok.log_sum, h[2] = dur.max, h[3] = dur.log_sum;
     const index_t s = r % (L.S + 1), b = r / ((L.S + 1) * L.T);
     jump_node_weights(L, x, h, jump_symbol(symbols, L, b, s), weights + r * L.arcs.count);
   }
