@@ -81,6 +81,19 @@ def test_bench_run_rejects_unknown_families():
         benchmarks.run(selected=["logcumsumexp", "nope"])
 
 
+def test_alternating_cases_time_their_candidates_in_turns(monkeypatch):
+    """Case.alternate: after one warm call each, every round times each candidate once, in order."""
+    calls = []
+    case = benchmarks.Case("fake", "fake row", {"paddle_ext": lambda: calls.append("a"),
+                                                "other": lambda: calls.append("b")}, repeats=3, alternate=True)
+    module = types.SimpleNamespace(cases=lambda quick: [case])
+    monkeypatch.setattr(benchmarks, "modules", lambda: [("fake", module)])
+    monkeypatch.setattr(benchmarks, "families", lambda: ["fake"])
+    (result,) = benchmarks.run(log=lambda _: None)
+    assert calls == ["a", "b"] + ["a", "b"] * 3
+    assert set(result.medians_ms) == {"paddle_ext", "other"} and "other" in result.ratios
+
+
 def test_demo_task_registry():
     tasks = demo.tasks()
     assert "survival" in tasks

@@ -26,6 +26,10 @@ class Case:
     repeats: int | None = None  # fewer for slow cases
     calls: int = 1  # calls each candidate makes per timed sample; the results are per call
     unit: str = "ms"  # how the results are shown: "ms", or "us" for per-call floors
+    # Time the candidates in turns, one sample each per round, instead of one candidate's repeats after
+    # another's: for candidates on one allocator whose ratio is the point (a shared machine's drift then
+    # hits every candidate alike).
+    alternate: bool = False
 
 
 @dataclasses.dataclass
@@ -91,7 +95,17 @@ def run(selected=None, quick=False, repeats=7, log=print, matching=None) -> list
             for fn in case.candidates.values():
                 fn()
             medians = {}
+            if case.alternate:
+                samples = {cand: [] for cand in case.candidates}
+                for _ in range(case.repeats or repeats):
+                    for cand, fn in case.candidates.items():
+                        t0 = time.perf_counter()
+                        fn()
+                        samples[cand].append(time.perf_counter() - t0)
+                medians = {cand: statistics.median(v) * 1e3 / case.calls for cand, v in samples.items()}
             for cand, fn in case.candidates.items():
+                if case.alternate:
+                    break
                 warm_up(fn)
                 medians[cand] = time_median(fn, case.repeats or repeats) / case.calls
             base = medians.get(case.baseline)  # (a row may lack it: then no ratios)

@@ -3,7 +3,9 @@ Paddle's ``F.rnnt_loss``: rnnt_loss_simple and rnnt_loss_smoothed (B=16 S=100 T=
 rnnt_loss_pruned on given joiner logits (s_range=5), the whole pruned recipe (simple with return_grad +
 get_rnnt_prune_ranges + do_rnnt_pruning + a sum joiner + pruned) and the full rnnt_loss (B=8 T=200 S=50
 C=500; Paddle's ``F.rnnt_loss(log_softmax(x))`` next to it), and tdt_loss and multiblank_rnnt_loss on that
-shape next to the full rnnt_loss. Every candidate gets the same numbers.
+shape and two neighbours (a larger vocabulary, B=16 S=20 T=100 C=1000; a small one, B=8 S=80 T=300 C=50,
+where the recursions over the extra arcs weigh most) next to the full rnnt_loss. Every candidate gets the
+same numbers.
 The FastEmit rows time ``fastemit_lambda=0.5`` against paddle_ext's own ``fastemit_lambda=0`` (the ratio is
 FastEmit's cost: below 1 means it costs time) and, for the full loss, Paddle's FastEmit.
 
@@ -97,10 +99,11 @@ def _torch_step(loss_fn, inputs, n_threads):
     return step
 
 
-def _case(name, p_fn, p_inputs, f_fn=None, f_inputs=(), paddle_fn=None, quick=False, more=None, unrelated=()):
+def _case(name, p_fn, p_inputs, f_fn=None, f_inputs=(), paddle_fn=None, quick=False, more=None, unrelated=(),
+          alternate=False):
     """A Case with paddle_ext, fast_rnnt (where f_fn is given and fast_rnnt loads), Paddle's op (where
     paddle_fn is given) and `more` (name -> loss fn on p_inputs, or (loss fn, its own inputs)), each measured
-    (RSS, outputs) on its first call."""
+    (RSS, outputs) on its first call; `alternate`: timed in turns (Case.alternate), 9 rounds."""
     n = threads()
     candidates = {"paddle_ext": _paddle_step(p_fn, p_inputs, n)}
     candidates.update({k: _paddle_step(*(fn if isinstance(fn, tuple) else (fn, p_inputs)), n)
@@ -109,7 +112,7 @@ def _case(name, p_fn, p_inputs, f_fn=None, f_inputs=(), paddle_fn=None, quick=Fa
         candidates["fast_rnnt"] = _torch_step(f_fn, f_inputs, n)
     if paddle_fn is not None:
         candidates["paddle"] = _paddle_step(paddle_fn, p_inputs, n)
-    case = Case("rnnt_loss", name, {}, repeats=3 if quick else 5)
+    case = Case("rnnt_loss", name, {}, repeats=3 if quick else 9 if alternate else 5, alternate=alternate)
     peaks, outputs = {}, {}
 
     def describe():
@@ -228,9 +231,9 @@ BIG_BLANKS = [2, 4, 8]  # the multi-blank rows' big blanks (units TERM_MULTIBLAN
 
 def _jump_cases(B, S, T, C, D, quick):
     """tdt_loss (durations 0..D-1, logits [B, T, S+1, C + D]) and multiblank_rnnt_loss (big blanks BIG_BLANKS,
-    logits [B, T, S+1, C]) next to our own full rnnt_loss on [B, T, S+1, C]: the ratio column is rnnt_loss's
-    time over the row's (TDT's goal: >= 1 / 1.5; multi-blank's: >= 1 / 1.2). Their losses differ by design,
-    so no difference is reported."""
+    logits [B, T, S+1, C]) next to our own full rnnt_loss on [B, T, S+1, C], timed in turns: the ratio column
+    is rnnt_loss's time over the row's (TDT's goal: >= 1 / 1.5; multi-blank's: >= 1 / 1.2). Their losses
+    differ by design, so no difference is reported."""
     rng = np.random.default_rng(3)
     symbols = rng.integers(1, C - len(BIG_BLANKS) - 1, size=(B, S)).astype(np.int64)
     d = _Problem(tdt=rng.normal(size=(B, T, S + 1, C + D)).astype(np.float32),
@@ -244,11 +247,11 @@ def _jump_cases(B, S, T, C, D, quick):
     return [
         _case(f"tdt_loss fwd+bwd {shape} D={D}",
               lambda: paddle_ext.tdt_loss(p["tdt"], p["symbols"], durations, blank, p["boundary"], reduction="none"),
-              [p["tdt"]], quick=quick, more=dict([rnnt]), unrelated=(rnnt[0],)),
+              [p["tdt"]], quick=quick, more=dict([rnnt]), unrelated=(rnnt[0],), alternate=True),
         _case(f"multiblank_rnnt_loss fwd+bwd {shape} big blanks {BIG_BLANKS}",
               lambda: paddle_ext.multiblank_rnnt_loss(p["plain"], p["symbols"], BIG_BLANKS, blank, p["boundary"],
                                                       reduction="none"),
-              [p["plain"]], quick=quick, more=dict([rnnt]), unrelated=(rnnt[0],)),
+              [p["plain"]], quick=quick, more=dict([rnnt]), unrelated=(rnnt[0],), alternate=True),
     ]
 
 
@@ -256,4 +259,5 @@ def cases(quick: bool):
     if quick:
         return _simple_cases(2, 5, 12, 8, 3, quick) + _full_case(2, 4, 6, 8, quick) + _jump_cases(2, 4, 6, 8, 3, quick)
     return (_simple_cases(16, 100, 500, 500, 5, quick) + _full_case(8, 50, 200, 500, quick)
-            + _jump_cases(8, 50, 200, 500, 5, quick))
+            + _jump_cases(8, 50, 200, 500, 5, quick) + _jump_cases(16, 20, 100, 1000, 5, quick)
+            + _jump_cases(8, 80, 300, 50, 5, quick))
