@@ -18,12 +18,17 @@ def _mi_log_add(a, b):
         return np.logaddexp(a, b)
 
 
-def mutual_information(px, py, boundary=None):
-    """(ans [B], p [B, S+1, T+1]) by the recursion in float64; p is -inf outside each box."""
+def _mi_inputs(px, py):
+    """px, py in float64, B, S, T, T1 and whether the lattice is the modified one (T1 == T)."""
     px, py = np.asarray(px, np.float64), np.asarray(py, np.float64)
     B, S, T1 = px.shape
     T = py.shape[2]
-    modified = T1 == T
+    return px, py, B, S, T, T1, T1 == T
+
+
+def mutual_information(px, py, boundary=None):
+    """(ans [B], p [B, S+1, T+1]) by the recursion in float64; p is -inf outside each box."""
+    px, py, B, S, T, T1, modified = _mi_inputs(px, py)
     p = np.full((B, S + 1, T + 1), -np.inf)
     ans = np.zeros(B)
     for b, (s0, t0, s1, t1) in enumerate(_mi_boxes(px, py, boundary)):
@@ -49,15 +54,19 @@ def _mi_edge_weight(a, x, c):
     return np.where(np.isfinite(e), e, 0.0)
 
 
+def _mi_grad_start(px, py, boundary, ans_grad, forward):
+    """What both grad references start from: float64 inputs, sizes, the upstream grad, `forward`'s p and
+    zeroed grads."""
+    px, py, B, S, T, T1, modified = _mi_inputs(px, py)
+    ans_grad = np.ones(B) if ans_grad is None else np.asarray(ans_grad, np.float64)
+    _, p = forward(px, py, boundary)
+    return px, py, S, T, T1, modified, ans_grad, p, np.zeros_like(px), np.zeros_like(py)
+
+
 def mutual_information_grad(px, py, boundary=None, ans_grad=None):
     """(px_grad, py_grad) by the backward recursion of the MLU design (non-finite terms count as 0)."""
-    px, py = np.asarray(px, np.float64), np.asarray(py, np.float64)
-    B, S, T1 = px.shape
-    T = py.shape[2]
-    modified = T1 == T
-    ans_grad = np.ones(B) if ans_grad is None else np.asarray(ans_grad, np.float64)
-    _, p = mutual_information(px, py, boundary)
-    px_grad, py_grad = np.zeros_like(px), np.zeros_like(py)
+    px, py, S, T, T1, modified, ans_grad, p, px_grad, py_grad = _mi_grad_start(
+        px, py, boundary, ans_grad, mutual_information)
 
     for b, (s0, t0, s1, t1) in enumerate(_mi_boxes(px, py, boundary)):
         g = np.zeros((S + 2, T + 2))
@@ -253,10 +262,7 @@ def _mi_cells_by_diagonal(s0, t0, s1, t1):
 
 def mutual_information_wavefront(px, py, boundary=None):
     """mutual_information, one anti-diagonal at a time (the same log-adds, vectorised)."""
-    px, py = np.asarray(px, np.float64), np.asarray(py, np.float64)
-    B, S, T1 = px.shape
-    T = py.shape[2]
-    modified = T1 == T
+    px, py, B, S, T, T1, modified = _mi_inputs(px, py)
     p = np.full((B, S + 1, T + 1), -np.inf)
     ans = np.zeros(B)
     with np.errstate(invalid="ignore"):  # -inf + inf entries: NaN, as in the loop form
@@ -281,13 +287,8 @@ def mutual_information_wavefront(px, py, boundary=None):
 
 def mutual_information_grad_wavefront(px, py, boundary=None, ans_grad=None):
     """mutual_information_grad, one anti-diagonal at a time, from the last cell back."""
-    px, py = np.asarray(px, np.float64), np.asarray(py, np.float64)
-    B, S, T1 = px.shape
-    T = py.shape[2]
-    modified = T1 == T
-    ans_grad = np.ones(B) if ans_grad is None else np.asarray(ans_grad, np.float64)
-    _, p = mutual_information_wavefront(px, py, boundary)
-    px_grad, py_grad = np.zeros_like(px), np.zeros_like(py)
+    px, py, S, T, T1, modified, ans_grad, p, px_grad, py_grad = _mi_grad_start(
+        px, py, boundary, ans_grad, mutual_information_wavefront)
 
     for b, (s0, t0, s1, t1) in enumerate(_mi_boxes(px, py, boundary)):
         g = np.zeros((S + 2, T + 2))
