@@ -6,19 +6,11 @@
 // (offset, value) entries to per-block lists: sequential writes), then applies block by block while
 // the block sits in L2. The partition is stable: a slot's contributions keep their increasing
 // position order, so every combine happens in the same order as in visit() (bit-identical).
-//
-// The partition writes through one cache line per block held in L1 (software write combining) and
-// streams each full line to its list with non-temporal stores: hundreds of list tails are more write
-// streams than the hardware tracks, and a plain store to each would first read its line from memory.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "paddle_ext/memory.h"
 #include "plan.h"
@@ -31,36 +23,11 @@ namespace put {
 // The most blocks a part has (write streams of the partition); block, chunk and round sizes: tiles().
 constexpr index_t kMaxBlocks = 1024;
 
-constexpr index_t kLineBytes = 64;  // a cache line: the partition's unit of write
-
-// p rounded up to a line boundary, as an E*.
-template <typename E>
-E* line_aligned(char* p) {
-  return reinterpret_cast<E*>((reinterpret_cast<uintptr_t>(p) + kLineBytes - 1) / kLineBytes * kLineBytes);
-}
-
 template <typename T>
 struct Entry {
   uint32_t off;  // (row in block) << lshift | column in part
   T v;
 };
-
-// One full cache line from an L1 buffer to `dst` (line-aligned), past the caches where the CPU can.
-inline void stream_line(void* dst, const void* src) {
-#if defined(__SSE2__)
-  const __m128i* s = static_cast<const __m128i*>(src);
-  __m128i* d = static_cast<__m128i*>(dst);
-  for (int k = 0; k < int(kLineBytes / 16); ++k) _mm_stream_si128(d + k, _mm_load_si128(s + k));
-#else
-  std::memcpy(dst, src, kLineBytes);
-#endif
-}
-
-inline void streams_done() {
-#if defined(__SSE2__)
-  _mm_sfence();  // the streamed lines are ordered before the apply pass reads them
-#endif
-}
 
 inline int ceil_log2(index_t x) {
   int s = 0;
@@ -88,10 +55,7 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
   // read through a reference are reloaded after each one).
   const Fn fn = fn_in;
   const Tiles& tl = tiles();
-  constexpr index_t kLine = kLineBytes / index_t(sizeof(Entry<T>));  // entries per line
-  static_assert(kLineBytes % sizeof(Entry<T>) == 0, "whole entries per line");
-  const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0, rows = (o1 - o0) * n;
-  const index_t chunk = (tl.chunk_entries + kLine - 1) / kLine * kLine;  // whole lines: chunks stay line-aligned
+  const index_t n = g.n, m = g.m, inner = g.inner, len = i1 - i0, rows = (o1 - o0) * n, chunk = tl.chunk_entries;
   if (len == 0) return true;
   if (rows == 0) {  // n == 0: every index is out of range
     if (Gather)
@@ -108,12 +72,8 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
   const index_t total_rows = (o1 - o0) * m, rounds = std::max<index_t>(1, (total_rows + round_rows - 1) / round_rows);
   const index_t cap = std::min(total_rows, round_rows) * len + blocks * chunk;
   static_assert(std::is_trivially_copyable<Entry<T>>::value, "entries live in raw scratch");
-  HugeScratch scratch(cap * sizeof(Entry<T>) + kLineBytes, /*zeroed=*/false);
-  Entry<T>* const pool = line_aligned<Entry<T>>(scratch.as<char>());
-  // Each block's line buffer (kLine entries) and how many entries it holds.
-  auto line_mem = scratch_array<char>((blocks + 1) * kLineBytes, /*zeroed=*/false);
-  Entry<T>* const lines = line_aligned<Entry<T>>(line_mem.get());
-  ScratchVector<uint8_t> fill(blocks, 0);
+  HugeScratch scratch(cap * sizeof(Entry<T>), /*zeroed=*/false);
+  Entry<T>* const pool = scratch.as<Entry<T>>();
   // Gather: each position's block (kNoBlock: index out of range), so that the un-partition reads 2 bytes
   // a position instead of the index again.
   static_assert(kMaxBlocks < 0xffff, "block numbers fit 16 bits");
@@ -122,26 +82,12 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
   uint16_t* const block_of = block_of_mem.as<uint16_t>();
   ScratchVector<ScratchVector<uint32_t>> chunks(blocks);  // chunk numbers in the pool, per block
   ScratchVector<Entry<T>*> cur(blocks), end(blocks);
-  index_t next = 0;  // the round's next free chunk
   const index_t lmask = (index_t(1) << lshift) - 1;
   const index_t vstep = values.stride[2];  // (a local: the entry stores below could alias `values`)
-  // Room for `count` more entries at the end of block b's list (a new chunk where the last is full;
-  // chunks hold whole lines, so a full line never straddles two).
-  auto list_tail = [&](index_t b, index_t count) {
-    if (cur[b] == end[b]) {
-      chunks[b].push_back(static_cast<uint32_t>(next));
-      cur[b] = pool + next * chunk;
-      end[b] = cur[b] + chunk;
-      ++next;
-    }
-    Entry<T>* const at = cur[b];
-    cur[b] += count;
-    return at;
-  };
   bool bad = false;
   for (index_t rr = 0; rr < rounds; ++rr) {
     const index_t q0 = (Reverse ? rounds - 1 - rr : rr) * round_rows, q1 = std::min(total_rows, q0 + round_rows);
-    next = 0;
+    index_t next = 0;  // next free chunk
     for (index_t b = 0; b < blocks; ++b) {
       chunks[b].clear();
       cur[b] = end[b] = nullptr;
@@ -162,22 +108,15 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
         }
         const index_t r = rbase + wrap_index(k, n), b = r >> shift;
         if (Gather) brow[t] = static_cast<uint16_t>(b);
-        Entry<T>* const line = lines + b * kLine;
-        const index_t f = fill[b];
-        line[f] = Entry<T>{static_cast<uint32_t>(((r & ((index_t(1) << shift) - 1)) << lshift) | t), vrow ? vrow[t * vstep] : T()};
-        if (f + 1 < kLine) {
-          fill[b] = static_cast<uint8_t>(f + 1);
-          continue;
+        if (cur[b] == end[b]) {
+          chunks[b].push_back(static_cast<uint32_t>(next));
+          cur[b] = pool + next * chunk;
+          end[b] = cur[b] + chunk;
+          ++next;
         }
-        fill[b] = 0;
-        stream_line(list_tail(b, kLine), line);
+        *cur[b]++ = Entry<T>{static_cast<uint32_t>(((r & ((index_t(1) << shift) - 1)) << lshift) | t), vrow ? vrow[t * vstep] : T()};
       }
     }
-    for (index_t b = 0; b < blocks; ++b) {  // the partly filled lines
-      if (fill[b]) std::memcpy(static_cast<void*>(list_tail(b, fill[b])), lines + b * kLine, fill[b] * sizeof(Entry<T>));
-      fill[b] = 0;
-    }
-    streams_done();
     for (index_t b = 0; b < blocks; ++b) {  // apply, block by block
       const index_t base = (o0 * n + (b << shift)) * inner + i0, rbase = rb + (b << shift);
       const index_t block_rows = std::min(index_t(1) << shift, rows - (b << shift));
