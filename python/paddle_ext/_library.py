@@ -119,6 +119,27 @@ def dygraph_op(name: str):
     return lambda *args: _as_list(generated(*args))
 
 
+def direct_call_fits(*tensors) -> bool:
+    """Whether a call may go to ``dygraph_op``: dygraph with grads enabled (the registered grad op is then
+    recorded just as by the generated function), or no input wanting a grad (else, under no_grad, the call
+    needs _respecting_no_grad). ``tensors``: the op's tensor inputs, None for an absent optional one."""
+    if not paddle.in_dynamic_mode():
+        return False
+    if paddle.is_grad_enabled():
+        return True
+    for t in tensors:
+        if t is not None and not t.stop_gradient:
+            return False
+    return True
+
+
+try:
+    from paddle.base.dygraph.base import in_sot_simulation_mode
+except ImportError:  # a Paddle release without it: every dygraph call is taken as possibly traced by SOT
+    def in_sot_simulation_mode() -> bool:
+        return True
+
+
 def _as_list(out):
     return list(out) if isinstance(out, (list, tuple)) else [out]
 

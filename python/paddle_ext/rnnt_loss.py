@@ -18,7 +18,6 @@ called: every error names it (a loss calls the twins of the get_rnnt_logprobs* i
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
@@ -26,17 +25,28 @@ import paddle
 from paddle.autograd import PyLayer
 
 from . import _amp, _fill, _library
-from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name, same_dtype
+from ._library import in_sot_simulation_mode
+from ._checks import (check_tensor, dtype_name, is_floating, is_int, is_integer, is_real,
+                      same_dtype)
 from ._checks import known_dim as _known
 from .mutual_information import _FirstOrderOnly, _recursion, check_boundary
 
 RNNT_TYPES = ("regular", "modified", "constrained")
 UNIGRAM_FLOOR = 1e-20  # added to the smoothed loss's unigram LM (k2's constant)
 REDUCTIONS = ("none", "mean", "sum")
+_INF = float("inf")
 
 
 # ---------------------------------------------------------------------------------------------
 # shapes and argument checks
+
+
+def _no_elements(x) -> bool:
+    """Whether dygraph tensor x is empty: from its shape (no op, no sync), and under to_static's SOT, which
+    traces this, by Paddle's numel as before (the graph breaks stay where they were)."""
+    if in_sot_simulation_mode():
+        return bool(x.numel() == 0)
+    return 0 in x.shape
 
 
 def _agree(d, e) -> bool:
@@ -59,33 +69,39 @@ def _dims(x):
 def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type):
     """B, S, T, C are static dims (-1 where dynamic)."""
     check_tensor(symbols, "symbols", op)
-    if symbols.dtype not in INTEGER_DTYPES:
+    if not is_integer(symbols.dtype):
         raise TypeError(f"{op}: symbols must be an integer tensor, got {dtype_name(symbols.dtype)}")
-    if len(symbols.shape) != 2 or not (_agree(symbols.shape[0], B) and _agree(symbols.shape[1], S)):
-        raise ValueError(f"{op}: symbols must have shape [B, S] = [{B}, {S}], got {list(symbols.shape)}")
-    if isinstance(termination_symbol, bool) or not isinstance(termination_symbol, numbers.Integral) \
-            or not 0 <= termination_symbol < C:
+    shape = symbols.shape
+    if len(shape) != 2 or not (_agree(shape[0], B) and _agree(shape[1], S)):
+        raise ValueError(f"{op}: symbols must have shape [B, S] = [{B}, {S}], got {list(shape)}")
+    if not is_int(termination_symbol) or not 0 <= termination_symbol < C:
         raise ValueError(f"{op}: termination_symbol must be an int in [0, {C}), got {termination_symbol!r}")
     if rnnt_type not in RNNT_TYPES:
         raise ValueError(f"{op}: rnnt_type must be one of {RNNT_TYPES}, got {rnnt_type!r}")
     check_boundary(boundary, B, S, T, op)
     # an item without alignment (modified/constrained with T_b < S_b) is no error: its loss is inf
-    # (min and max, not .numpy(): under to_static's SOT a .numpy() moves the graph break, and the loss compiled
-    # around it then drifts from dygraph's in the last digits)
-    if paddle.in_dynamic_mode() and symbols.numel() > 0:
+    if not paddle.in_dynamic_mode() or _no_elements(symbols):
+        return
+    if in_sot_simulation_mode():
+        # min and max, not .numpy(): under to_static's SOT a .numpy() moves the graph break, and the loss
+        # compiled around it then drifts from dygraph's in the last digits
         lo, hi = int(symbols.min()), int(symbols.max())
-        if lo < 0 or hi >= C:
-            raise ValueError(f"{op}: symbols must lie in [0, {C}), got values in [{lo}, {hi}]")
+    else:
+        values = symbols.numpy()  # (one copy: Paddle's min and max would be two ops and two syncs)
+        lo, hi = values.min(), values.max()
+    if lo < 0 or hi >= C:
+        raise ValueError(f"{op}: symbols must lie in [0, {C}), got values in [{lo}, {hi}]")
 
 
 @paddle.jit.not_to_static
 def _check_float(x, arg, op, ndim):
     check_tensor(x, arg, op)
-    if x.dtype not in FLOATING_DTYPES:
+    if not is_floating(x.dtype):
         raise TypeError(f"{op}: {arg} must be a floating tensor, got {dtype_name(x.dtype)}")
-    if len(x.shape) != ndim:
-        raise ValueError(f"{op}: {arg} must be {ndim}-D, got shape {list(x.shape)}")
-    return list(x.shape)
+    shape = x.shape
+    if len(shape) != ndim:
+        raise ValueError(f"{op}: {arg} must be {ndim}-D, got shape {list(shape)}")
+    return shape
 
 
 def _times(x, c):
@@ -153,8 +169,11 @@ def _logsumexp_last(x):
     return paddle.log(paddle.sum(paddle.exp(x - m), axis=-1)) + m.squeeze(-1)
 
 
+_INT64 = paddle.int64
+
+
 def _symbols64(symbols):
-    return symbols if same_dtype(symbols.dtype, paddle.int64) else symbols.astype("int64")
+    return symbols if same_dtype(symbols.dtype, _INT64) else symbols.astype("int64")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,11 +183,10 @@ def _symbols64(symbols):
 @paddle.jit.not_to_static
 def _check_lm_am(lm, am, op):
     """lm [B, S+1, C] and am [B, T, C] of one float dtype -> static (B, S, T, C), -1 where dynamic."""
-    _check_float(lm, "lm", op, 3)
-    _check_float(am, "am", op, 3)
-    B, T, C = am.shape
-    S = lm.shape[1] - 1 if _known(lm.shape[1]) else -1
-    if not (_agree(lm.shape[0], B) and _agree(lm.shape[2], C)) or lm.dtype != am.dtype:
+    Bl, S1, Cl = _check_float(lm, "lm", op, 3)
+    B, T, C = _check_float(am, "am", op, 3)
+    S = S1 - 1 if _known(S1) else -1
+    if not (_agree(Bl, B) and _agree(Cl, C)) or not same_dtype(lm.dtype, am.dtype):
         raise ValueError(f"{op}: lm must be [B, S+1, C] with am's B = {B}, C = {C} and dtype; got lm "
                          f"{list(lm.shape)} {dtype_name(lm.dtype)}, am {list(am.shape)} {dtype_name(am.dtype)}")
     return B, S, T, C
@@ -202,8 +220,11 @@ def _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type):
     """The fused op pe_rnnt_simple_logprobs on lm ``[B, S+1, C]`` (or ``[B, 1, C]``: one row for every s): px
     ``[B, S, T+1]`` (regular; column T is -inf) or ``[B, S, T]``, and py ``[B, S+1, T]``, exact for any finite
     logits (float32/float64: the public functions' _amp gate has cast 16-bit inputs)."""
-    px, py, _ = _library.ops().pe_rnnt_simple_logprobs(lm, am, _symbols64(symbols), int(termination_symbol),
-                                                       rnnt_type != "regular")
+    args = (lm, am, _symbols64(symbols), int(termination_symbol), rnnt_type != "regular")
+    if _library.direct_call_fits(lm, am):
+        px, py, _ = _library.dygraph_op("pe_rnnt_simple_logprobs")(*args)
+    else:
+        px, py, _ = _library.ops().pe_rnnt_simple_logprobs(*args)
     return px, py
 
 
@@ -250,7 +271,7 @@ def _check_loss_args(op, delay_penalty, reduction, fastemit_lambda):
     if reduction not in REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
     for arg, v in (("delay_penalty", delay_penalty), ("fastemit_lambda", fastemit_lambda)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 <= v < float("inf"):
+        if not is_real(v) or not 0 <= v < _INF:
             raise ValueError(f"{op}: {arg} must be a finite float >= 0, got {v!r}")
     return float(delay_penalty), float(fastemit_lambda)
 
@@ -297,8 +318,13 @@ def _joint_logprobs(logits, symbols, ranges, termination_symbol, op, guard=True)
     """px [B, S, T], py [B, S+1, T] from joiner logits [B, T, R, C] by the fused op (ops/rnnt_joint_logprobs.yaml):
     the log-softmax over C of the symbol and termination columns only (never the [B, T, R, C] log-softmax);
     row r of frame t is context r (ranges None, R = S+1) or ranges[b, t, r], other (s, t) cells -inf."""
-    px, py, _ = _library.ops().pe_rnnt_joint_logprobs(logits, symbols, ranges, int(termination_symbol))
-    if guard and paddle.in_dynamic_mode() and not logits.stop_gradient:  # the registered grad op is first-order only
+    args = (logits, symbols, ranges, int(termination_symbol))
+    if _library.direct_call_fits(logits):
+        px, py, _ = _library.dygraph_op("pe_rnnt_joint_logprobs")(*args)
+    else:
+        px, py, _ = _library.ops().pe_rnnt_joint_logprobs(*args)
+    # the registered grad op is first-order only (no guard where no grad is recorded: under no_grad too)
+    if guard and paddle.in_dynamic_mode() and not px.stop_gradient:
         px, py = _FirstOrderOnly.apply(px, op), _FirstOrderOnly.apply(py, op)
     return px, py
 
@@ -313,9 +339,9 @@ def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, 
 def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op, guard=True):
     B, T, S1, C = _check_float(logits, "logits", op, 4)
     _check_common(op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
-    B, S = _dims(symbols)
     px, py = _joint_logprobs(logits, _symbols64(symbols), None, termination_symbol, op, guard)
     if rnnt_type == "regular":
+        B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)  # no symbol on frame T
     return _finish_px(px, py, boundary, rnnt_type), py
 
@@ -375,7 +401,7 @@ def _check_prune_ranges(op, px_grad, py_grad, boundary, s_range):
     if boundary is None:
         raise ValueError(f"{op}: boundary is required (int64 [B, 4])")
     check_boundary(boundary, B, S, T, op)
-    if isinstance(s_range, bool) or not isinstance(s_range, numbers.Integral):
+    if not is_int(s_range):
         raise TypeError(f"{op}: s_range must be an int, got {s_range!r}")
     if s_range < 0:
         raise ValueError(f"{op}: s_range must be >= 0, got {s_range}")
@@ -460,7 +486,7 @@ def _check_pruning(op, am, lm, ranges):
     if len(r) != 3 or not (_agree(r[0], am.shape[0]) and _agree(r[0], lm.shape[0]) and _agree(r[1], am.shape[1])):
         raise ValueError(f"{op}: ranges must be [B, T, s_range] matching am {list(am.shape)} and lm "
                          f"{list(lm.shape)}; got {r}")
-    if ranges.dtype not in INTEGER_DTYPES:
+    if not is_integer(ranges.dtype):
         raise TypeError(f"{op}: ranges must be an integer tensor, got {dtype_name(ranges.dtype)}")
     if paddle.in_dynamic_mode() and ranges.numel() > 0 and _known(lm.shape[1]):
         lo, hi = int(ranges.min()), int(ranges.max())
@@ -491,11 +517,11 @@ def _check_ranges(op, ranges, S):
     """k2's ranges: ranges[b, t] = s_begin[b, t] + arange(s_range) within [0, S], s_begin non-decreasing
     in t. Values are checked in dygraph only. Windows that leave an item no path are no error (its loss
     is inf, as in k2)."""
-    if ranges.dtype not in INTEGER_DTYPES:
+    if not is_integer(ranges.dtype):
         raise TypeError(f"{op}: ranges must be an integer tensor, got {dtype_name(ranges.dtype)}")
-    if not paddle.in_dynamic_mode() or ranges.numel() == 0:
+    if not paddle.in_dynamic_mode() or _no_elements(ranges):
         return
-    r = ranges.numpy().astype(np.int64)
+    r = ranges.numpy().astype(np.int64, copy=False)
     B, T, R = r.shape
     begin = r[:, :, 0]
     steps = r - begin[:, :, None] != np.arange(R)
@@ -518,11 +544,13 @@ def _check_ranges(op, ranges, S):
 def _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type):
     B, T, R, C = _check_float(logits, "logits", op, 4)
     check_tensor(symbols, "symbols", op)
-    S = symbols.shape[1] if len(symbols.shape) == 2 else -1
+    symbols_shape = symbols.shape
+    S = symbols_shape[1] if len(symbols_shape) == 2 else -1
     _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
     check_tensor(ranges, "ranges", op)
-    if len(ranges.shape) != 3 or not all(_agree(d, e) for d, e in zip(ranges.shape, (B, T, R))):
-        raise ValueError(f"{op}: ranges must have shape [B, T, s_range] = {[B, T, R]}, got {list(ranges.shape)}")
+    r = ranges.shape
+    if len(r) != 3 or not (_agree(r[0], B) and _agree(r[1], T) and _agree(r[2], R)):
+        raise ValueError(f"{op}: ranges must have shape [B, T, s_range] = {[B, T, R]}, got {list(r)}")
     if _known(R) and _known(S) and R > S + 1:
         raise ValueError(f"{op}: s_range = {R} exceeds S+1 = {S + 1}")
     _check_ranges(op, ranges, S)
@@ -536,9 +564,9 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
 
 def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op, guard=True):
     _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
-    B, S = _dims(symbols)
     px, py = _joint_logprobs(logits, _symbols64(symbols), _symbols64(ranges), termination_symbol, op, guard)
     if rnnt_type == "regular":
+        B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
     return _finish_px(px, py, boundary, rnnt_type), py
 
@@ -578,7 +606,7 @@ def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_sca
                                 rnnt_type, op):
     B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
     for arg, v in (("lm_only_scale", lm_only_scale), ("am_only_scale", am_only_scale)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0.0 <= v <= 1.0:
+        if not is_real(v) or not 0.0 <= v <= 1.0:
             raise ValueError(f"{op}: {arg} must be a float in [0, 1], got {v!r}")
     if lm_only_scale + am_only_scale > 1.0:
         raise ValueError(f"{op}: lm_only_scale + am_only_scale must be <= 1, got {lm_only_scale + am_only_scale}")
