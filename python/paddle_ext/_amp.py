@@ -85,6 +85,8 @@ def float32(x):
 
 def float32_at_o1(x):
     """A black-list op's input: float16/bfloat16 becomes float32 at O1 and OD; O2 keeps it."""
+    if no_auto_cast_entered():
+        return x
     return float32(x) if is_half(x) and amp_level() in ("O1", "OD") else x
 
 

@@ -92,10 +92,12 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, *, na
     return _amp.float32_op(_recursion, 2, px, py, boundary, return_grad, "mutual_information_recursion")
 
 
-def _recursion(px, py, boundary, return_grad, op):
-    """mutual_information_recursion for ``op``, the public function the user called (named in every error)."""
+def _recursion(px, py, boundary, return_grad, op, boundary_checked=False):
+    """mutual_information_recursion for ``op``, the public function the user called (named in every error);
+    boundary_checked: a loss's own checks have checked boundary against these B, S, T."""
     B, S, T, _modified = check_px_py(px, py, op)
-    boundary = check_boundary(boundary, B, S, T, op)
+    if not boundary_checked:
+        check_boundary(boundary, B, S, T, op)
     dtype = px.dtype
     half = not is_plain_dtype(dtype) and dtype in _amp.HALF_DTYPES
     if half:

@@ -66,31 +66,55 @@ def _dims(x):
 
 
 @paddle.jit.not_to_static
-def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type):
-    """B, S, T, C are static dims (-1 where dynamic)."""
+def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type, kernel_checks=False):
+    """B, S, T, C are static dims (-1 where dynamic). With kernel_checks (the op run next checks the symbols'
+    values on CPU), the values of a CPU tensor in dygraph are left to it: returns True then, and the caller
+    runs this again without kernel_checks if the op fails (see _run_kernel_checked)."""
     check_tensor(symbols, "symbols", op)
     if not is_integer(symbols.dtype):
         raise TypeError(f"{op}: symbols must be an integer tensor, got {dtype_name(symbols.dtype)}")
     shape = symbols.shape
-    if len(shape) != 2 or not (_agree(shape[0], B) and _agree(shape[1], S)):
+    if len(shape) != 2 or not ((shape[0] == B or not _known(shape[0], B)) and (shape[1] == S or not _known(shape[1], S))):
         raise ValueError(f"{op}: symbols must have shape [B, S] = [{B}, {S}], got {list(shape)}")
     if not is_int(termination_symbol) or not 0 <= termination_symbol < C:
         raise ValueError(f"{op}: termination_symbol must be an int in [0, {C}), got {termination_symbol!r}")
     if rnnt_type not in RNNT_TYPES:
         raise ValueError(f"{op}: rnnt_type must be one of {RNNT_TYPES}, got {rnnt_type!r}")
-    check_boundary(boundary, B, S, T, op)
+    if boundary is not None:
+        check_boundary(boundary, B, S, T, op)
     # an item without alignment (modified/constrained with T_b < S_b) is no error: its loss is inf
-    if not paddle.in_dynamic_mode() or _no_elements(symbols):
-        return
+    if not paddle.in_dynamic_mode():
+        return False
     if in_sot_simulation_mode():
         # min and max, not .numpy(): under to_static's SOT a .numpy() moves the graph break, and the loss
         # compiled around it then drifts from dygraph's in the last digits
+        if symbols.numel() == 0:
+            return False
         lo, hi = int(symbols.min()), int(symbols.max())
+    elif 0 in shape:
+        return False
+    elif kernel_checks and symbols.place.is_cpu_place():
+        return True  # (a NumPy read and two reductions saved on every call that has good symbols)
     else:
         values = symbols.numpy()  # (one copy: Paddle's min and max would be two ops and two syncs)
         lo, hi = values.min(), values.max()
     if lo < 0 or hi >= C:
         raise ValueError(f"{op}: symbols must lie in [0, {C}), got values in [{lo}, {hi}]")
+    return False
+
+
+def _run_kernel_checked(deferred, check, check_args, fn, *args):
+    """fn(*args), whose op checks what ``check(*check_args, kernel_checks=True)`` left to it (``deferred``):
+    if it fails, check runs again in full, so bad input raises the Python error the checks raise in their
+    order (and any other failure fn's own error)."""
+    if not deferred:
+        return fn(*args)
+    try:
+        return fn(*args)
+    except (TypeError, ValueError, IndexError) as err:  # (the check below runs outside the handler: no chained traceback)
+        failure = err
+    check(*check_args, kernel_checks=False)
+    raise failure
 
 
 @paddle.jit.not_to_static
@@ -211,8 +235,10 @@ def get_rnnt_logprobs(lm, am, symbols, termination_symbol, rnnt_type="regular", 
 
 def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type, op):
     B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
-    _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
-    px, py = _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type)
+    check_args = (op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    deferred = _check_common(*check_args, kernel_checks=True)
+    px, py = _run_kernel_checked(deferred, _check_common, check_args, _simple_logprobs, lm, am, symbols,
+                                 termination_symbol, rnnt_type)
     return _finish_px(px, py, boundary, rnnt_type), py
 
 
@@ -304,7 +330,7 @@ def _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad
     """What every loss does with its (px, py): delay penalty, FastEmit, the recursion, the reduction. An item
     with no path gets ans = -inf and zero grads from the recursion, so an inf loss (and 'sum'/'mean' inf)."""
     px = _fastemit(_add_delay_penalty(px, boundary, rnnt_type, delay_penalty), fastemit_lambda)
-    out = _recursion(px, py, boundary, return_grad, op)
+    out = _recursion(px, py, boundary, return_grad, op, boundary_checked=True)  # (by the loss's _check_common)
     if return_grad:  # occupation probabilities: the recursion's own, before FastEmit's scaling
         return _reduce(out[0], reduction), out[1]
     return _reduce(out, reduction)
@@ -338,8 +364,10 @@ def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, 
 
 def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op, guard=True):
     B, T, S1, C = _check_float(logits, "logits", op, 4)
-    _check_common(op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
-    px, py = _joint_logprobs(logits, _symbols64(symbols), None, termination_symbol, op, guard)
+    check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
+    deferred = _check_common(*check_args, kernel_checks=True)
+    px, py = _run_kernel_checked(deferred, _check_common, check_args, _joint_logprobs, logits, _symbols64(symbols),
+                                 None, termination_symbol, op, guard)
     if rnnt_type == "regular":
         B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)  # no symbol on frame T
@@ -513,17 +541,20 @@ def _do_rnnt_pruning(am, lm, ranges):
 
 
 @paddle.jit.not_to_static
-def _check_ranges(op, ranges, S):
+def _check_ranges(op, ranges, S, kernel_checks=False):
     """k2's ranges: ranges[b, t] = s_begin[b, t] + arange(s_range) within [0, S], s_begin non-decreasing
     in t. Values are checked in dygraph only. Windows that leave an item no path are no error (its loss
-    is inf, as in k2)."""
+    is inf, as in k2). With kernel_checks, the joint op's CPU kernel checks the first two rules: only
+    the order along T is checked here then, and True returned (see _check_common)."""
     if not is_integer(ranges.dtype):
         raise TypeError(f"{op}: ranges must be an integer tensor, got {dtype_name(ranges.dtype)}")
     if not paddle.in_dynamic_mode() or _no_elements(ranges):
-        return
+        return False
     r = ranges.numpy().astype(np.int64, copy=False)
     B, T, R = r.shape
     begin = r[:, :, 0]
+    if kernel_checks and not (begin[:, 1:] < begin[:, :-1]).any() and ranges.place.is_cpu_place():
+        return True
     steps = r - begin[:, :, None] != np.arange(R)
     if steps.any():
         b, t = np.argwhere(steps.any(-1))[0]
@@ -538,22 +569,32 @@ def _check_ranges(op, ranges, S):
         b, t = np.argwhere(down)[0]
         raise ValueError(f"{op}: ranges must be non-decreasing along T, but ranges[{b}, {t + 1}, 0] = "
                          f"{begin[b, t + 1]} < ranges[{b}, {t}, 0] = {begin[b, t]}")
+    return False
 
 
 @paddle.jit.not_to_static
-def _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type):
+def _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type, kernel_checks=False):
+    """The pruned functions' checks; kernel_checks as in _check_common (the joint op checks symbols and ranges)."""
     B, T, R, C = _check_float(logits, "logits", op, 4)
     check_tensor(symbols, "symbols", op)
     symbols_shape = symbols.shape
     S = symbols_shape[1] if len(symbols_shape) == 2 else -1
-    _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    common_args = (op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    deferred = _check_common(*common_args, kernel_checks=kernel_checks)
+    # the ranges' checks come after the symbols' (a failure there also runs the symbols' deferred check first)
+    return _run_kernel_checked(deferred, _check_common, common_args, _check_pruned_ranges, op, ranges, B, T, R, S,
+                               kernel_checks) or deferred
+
+
+@paddle.jit.not_to_static
+def _check_pruned_ranges(op, ranges, B, T, R, S, kernel_checks):
     check_tensor(ranges, "ranges", op)
     r = ranges.shape
     if len(r) != 3 or not (_agree(r[0], B) and _agree(r[1], T) and _agree(r[2], R)):
         raise ValueError(f"{op}: ranges must have shape [B, T, s_range] = {[B, T, R]}, got {list(r)}")
     if _known(R) and _known(S) and R > S + 1:
         raise ValueError(f"{op}: s_range = {R} exceeds S+1 = {S + 1}")
-    _check_ranges(op, ranges, S)
+    return _check_ranges(op, ranges, S, kernel_checks)
 
 
 def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
@@ -563,8 +604,10 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
 
 
 def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op, guard=True):
-    _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
-    px, py = _joint_logprobs(logits, _symbols64(symbols), _symbols64(ranges), termination_symbol, op, guard)
+    check_args = (op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
+    deferred = _check_pruned(*check_args, kernel_checks=True)
+    px, py = _run_kernel_checked(deferred, _check_pruned, check_args, _joint_logprobs, logits, _symbols64(symbols),
+                                 _symbols64(ranges), termination_symbol, op, guard)
     if rnnt_type == "regular":
         B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
