@@ -125,6 +125,7 @@ def float32_op(fn, n, *args):
     return out if on else _cast_floats(out, floats[0].dtype)
 
 
+@paddle.jit.not_to_static
 def _all_plain_floats(tensors) -> bool:
     for x in tensors:
         if not is_plain_float(x):

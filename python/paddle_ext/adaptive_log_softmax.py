@@ -85,13 +85,19 @@ def adaptive_log_softmax_target(logits, target, name=None):
         raise ValueError(f"{op}: target must be 1-D [M], got shape {list(target_shape)}")
     if known_dim(m, target_shape[0]) and m != target_shape[0]:
         raise ValueError(f"{op}: target has {target_shape[0]} rows but logits has {m}")
-    if not paddle.in_dynamic_mode() or target_shape[0] == 0:
-        return _target(logits, target)
+    if paddle.in_dynamic_mode() and target_shape[0] != 0:
+        return _target_with_values_checked(logits, target, k, op)
+    return _target(logits, target)
+
+
+@paddle.jit.not_to_static
+def _target_with_values_checked(logits, target, k, op):
+    """_target in dygraph, with target's values checked: by the op's CPU kernel (an IndexError), and only when
+    it fails read here, to raise this function's error (a NumPy read and two reductions saved on every call
+    with good targets); elsewhere read first."""
     if not target.place.is_cpu_place():
         _check_target_values(target, k, op)
         return _target(logits, target)
-    # The op's CPU kernel checks the values (an IndexError): only when it fails are they read here, to raise
-    # this function's error (a NumPy read and two reductions saved on every call with good targets).
     try:
         return _target(logits, target)
     except (ValueError, IndexError) as err:  # (the check below runs outside the handler: no chained traceback)
@@ -163,8 +169,8 @@ class _Target(PyLayer):
     @staticmethod
     def backward(ctx, out_grad):
         logits, target, lse = ctx.saved_tensor()
-        if not paddle.is_grad_enabled():
-            return _library.ops().pe_adaptive_log_softmax_target_vjp(logits, target, lse, out_grad), None
+        if not paddle.is_grad_enabled():  # (an op without a grad op: no _respecting_no_grad needed)
+            return _library.dygraph_op("pe_adaptive_log_softmax_target_vjp")(logits, target, lse, out_grad)[0], None
         onehot = F.one_hot(target, logits.shape[1]).astype(logits.dtype)
         return (onehot - F.softmax(logits, axis=1)) * out_grad.unsqueeze(1), None
 
@@ -182,8 +188,9 @@ class _Full(PyLayer):
     @staticmethod
     def backward(ctx, out_grad):
         logits, offset, lse = ctx.saved_tensor()
-        if not paddle.is_grad_enabled():
-            logits_grad, offset_grad = _library.ops().pe_adaptive_log_softmax_full_vjp(logits, offset, lse, out_grad)
+        if not paddle.is_grad_enabled():  # (an op without a grad op: no _respecting_no_grad needed)
+            logits_grad, offset_grad = _library.dygraph_op("pe_adaptive_log_softmax_full_vjp")(logits, offset, lse,
+                                                                                               out_grad)
         else:
             offset_grad = out_grad.sum(axis=1)
             logits_grad = out_grad - F.softmax(logits, axis=1) * offset_grad.unsqueeze(1)
