@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import paddle
-from paddle.autograd import PyLayer
 
 from . import _amp, _fill, _library
 from ._checks import check_tensor, dtype_name, is_floating, is_plain_dtype, known_dim, same_dtype
@@ -85,8 +84,8 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, *, na
         ``ans`` of shape ``[B]`` = ``p[b, s_end, t_end]``, or ``(ans, (px_grad, py_grad))``, in px's dtype;
         float32 under ``paddle.amp.auto_cast``, which is off inside (docs/mutual_information.md).
 
-    First-order grads only: a higher-order graph (``paddle.grad(..., create_graph=True)``) raises
-    NotImplementedError in dygraph (Paddle re-raises it from the backward as OSError, message kept).
+    First-order grads only: a backward through grads taken with ``paddle.grad(..., create_graph=True)``
+    raises NotImplementedError (the registered grad op's double-grad op refuses; docs/mutual_information.md).
     """
     # 16-bit inputs and auto_cast: float32 inside
     return _amp.float32_op(_recursion, 2, px, py, boundary, return_grad, "mutual_information_recursion")
@@ -108,8 +107,6 @@ def _recursion(px, py, boundary, return_grad, op, boundary_checked=False):
         ans, p = _library.ops().pe_mutual_information(px, py, boundary)
     if half:
         ans = ans.astype(dtype)
-    if paddle.in_dynamic_mode() and not ans.stop_gradient:
-        ans = _FirstOrderOnly.apply(ans, op)
     if not return_grad:
         return ans
     px_grad, py_grad = _library.ops().pe_mutual_information_occupation(px.detach(), py.detach(), boundary, p.detach())
@@ -174,23 +171,6 @@ def _joint(px, py, boundary):
     prods = inner(px, x_occ) + inner(py, y_occ)
     first = prods[:1] + (ans - _library.sum_along(prods.detach(), 0))  # the log-of-sum minus sum-of-log offset
     return first if len(px) == 1 else paddle.concat([first, prods[1:]], axis=0)
-
-
-class _FirstOrderOnly(PyLayer):
-    """Identity whose backward refuses to be recorded: the registered grad op has no grad of its own,
-    so Paddle would otherwise build a silently wrong (or unusable) higher-order graph through it."""
-
-    @staticmethod
-    def forward(ctx, x, op):
-        ctx.op = op
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        if paddle.is_grad_enabled():
-            raise NotImplementedError(f"{ctx.op}: higher-order grads are not supported (paddle.grad with "
-                                      f"create_graph=True through it); first-order grads are")
-        return grad
 
 
 __all__ = ["joint_mutual_information_recursion", "mutual_information_recursion"]

@@ -29,7 +29,7 @@ from ._library import in_sot_simulation_mode
 from ._checks import (check_tensor, dtype_name, is_floating, is_int, is_integer, is_real,
                       same_dtype)
 from ._checks import known_dim as _known
-from .mutual_information import _FirstOrderOnly, _recursion, check_boundary
+from .mutual_information import _recursion, check_boundary
 
 RNNT_TYPES = ("regular", "modified", "constrained")
 UNIGRAM_FLOOR = 1e-20  # added to the smoothed loss's unigram LM (k2's constant)
@@ -340,7 +340,7 @@ def _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad
 # the full-joiner loss
 
 
-def _joint_logprobs(logits, symbols, ranges, termination_symbol, op, guard=True):
+def _joint_logprobs(logits, symbols, ranges, termination_symbol):
     """px [B, S, T], py [B, S+1, T] from joiner logits [B, T, R, C] by the fused op (ops/rnnt_joint_logprobs.yaml):
     the log-softmax over C of the symbol and termination columns only (never the [B, T, R, C] log-softmax);
     row r of frame t is context r (ranges None, R = S+1) or ranges[b, t, r], other (s, t) cells -inf."""
@@ -349,9 +349,6 @@ def _joint_logprobs(logits, symbols, ranges, termination_symbol, op, guard=True)
         px, py, _ = _library.dygraph_op("pe_rnnt_joint_logprobs")(*args)
     else:
         px, py, _ = _library.ops().pe_rnnt_joint_logprobs(*args)
-    # the registered grad op is first-order only (no guard where no grad is recorded: under no_grad too)
-    if guard and paddle.in_dynamic_mode() and not px.stop_gradient:
-        px, py = _FirstOrderOnly.apply(px, op), _FirstOrderOnly.apply(py, op)
     return px, py
 
 
@@ -362,12 +359,12 @@ def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, 
                            "get_rnnt_logprobs_joint")
 
 
-def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op, guard=True):
+def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op):
     B, T, S1, C = _check_float(logits, "logits", op, 4)
     check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
     deferred = _check_common(*check_args, kernel_checks=True)
     px, py = _run_kernel_checked(deferred, _check_common, check_args, _joint_logprobs, logits, _symbols64(symbols),
-                                 None, termination_symbol, op, guard)
+                                 None, termination_symbol)
     if rnnt_type == "regular":
         B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)  # no symbol on frame T
@@ -391,8 +388,7 @@ def _rnnt_loss(logits, symbols, termination_symbol, boundary, rnnt_type, delay_p
                fastemit_lambda):
     op = "rnnt_loss"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    # (guard=False: the recursion refuses higher-order grads at ans, which every grad of the loss passes)
-    px, py = _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op, guard=False)
+    px, py = _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op)
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
@@ -603,11 +599,11 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
                            rnnt_type, "get_rnnt_logprobs_pruned")
 
 
-def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op, guard=True):
+def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op):
     check_args = (op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
     deferred = _check_pruned(*check_args, kernel_checks=True)
     px, py = _run_kernel_checked(deferred, _check_pruned, check_args, _joint_logprobs, logits, _symbols64(symbols),
-                                 _symbols64(ranges), termination_symbol, op, guard)
+                                 _symbols64(ranges), termination_symbol)
     if rnnt_type == "regular":
         B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
@@ -628,8 +624,7 @@ def _rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary, rnn
                       return_grad, fastemit_lambda):
     op = "rnnt_loss_pruned"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op,
-                                       guard=False)  # (as in _rnnt_loss)
+    px, py = _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op)
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 

@@ -18,7 +18,6 @@ from . import _amp, _library
 from ._checks import is_int as _is_int
 from ._checks import is_real
 from ._checks import known_dim as _known
-from .mutual_information import _FirstOrderOnly
 from .rnnt_loss import REDUCTIONS, _check_common, _check_float, _run_kernel_checked, _symbols64
 
 MAX_DURATIONS = 16  # the kernels' fixed arc table
@@ -73,9 +72,6 @@ def _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, sig
         loss = _library.dygraph_op("pe_transducer_jump_loss")(*args)[0]
     else:
         loss = _library.ops().pe_transducer_jump_loss(*args)[0]
-    # the registered grad op is first-order only (no guard where no grad is recorded: under no_grad too)
-    if paddle.in_dynamic_mode() and not loss.stop_gradient:
-        loss = _FirstOrderOnly.apply(loss, op)
     if reduction == "none":
         return loss
     return paddle.mean(loss) if reduction == "mean" else _library.sum_along(loss, 0)
