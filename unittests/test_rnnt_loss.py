@@ -286,6 +286,27 @@ def test_simple_loss_errors(kwargs, exc, match):
         paddle_ext.rnnt_loss_simple(**args)
 
 
+@pytest.mark.parametrize("loss", ["rnnt_loss_simple", "rnnt_loss", "rnnt_loss_pruned", "tdt_loss"])
+def test_symbols_checked_by_the_kernel_raise_the_python_error_alone(loss):
+    """CPU symbols are checked by the op's kernel; its failure re-runs the Python checks, whose error is raised
+    with no kernel traceback chained to it, and in the checks' order (the symbols before the ranges)."""
+    B, T, S, C = 2, 4, 3, 5
+    lm, am, _, _ = problem(B=B, T=T, S=S, C=C, seed=5)
+    bad = t(np.full((B, S), C, np.int64))
+    logits = t(lm[:, None] + am[:, :, None])
+    ranges = t(_with_start(np.zeros((B, T), np.int64), 2))
+    calls = {
+        "rnnt_loss_simple": lambda: paddle_ext.rnnt_loss_simple(t(lm), t(am), bad, 0),
+        "rnnt_loss": lambda: paddle_ext.rnnt_loss(logits, bad, 0),
+        # ranges of the wrong shape too: the symbols' error comes first, as the checks run in order
+        "rnnt_loss_pruned": lambda: paddle_ext.rnnt_loss_pruned(logits[:, :, :2], bad, ranges[:, :3], 0),
+        "tdt_loss": lambda: paddle_ext.tdt_loss(paddle.concat([logits, logits[..., :2]], -1), bad, [0, 1], 0),
+    }
+    with pytest.raises(ValueError, match=rf"^{loss}: symbols must lie in \[0, {C}\), got values in \[{C}, {C}\]") as err:
+        calls[loss]()
+    assert err.value.__context__ is None and err.value.__cause__ is None
+
+
 def test_pruning_errors():
     gx, gy = _lt(np.zeros((2, 3, 6))), _lt(np.zeros((2, 4, 5)))
     boundary = _lt(np.array([[0, 0, 3, 5]] * 2))
