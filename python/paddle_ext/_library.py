@@ -140,6 +140,24 @@ except ImportError:  # a Paddle release without it: every dygraph call is taken 
         return True
 
 
+def _only_cpu() -> bool:
+    """Whether this Paddle has no device but the CPU (no CUDA, ROCm, XPU or custom-device plugin)."""
+    try:
+        custom = paddle.device.get_all_custom_device_type()
+    except Exception:  # noqa: BLE001  (a build without custom devices)
+        custom = []
+    return not (paddle.is_compiled_with_cuda() or paddle.is_compiled_with_rocm() or paddle.is_compiled_with_xpu()
+                or custom)
+
+
+_ONLY_CPU = _only_cpu()
+
+
+def is_cpu(t) -> bool:
+    """Whether dygraph tensor t is on the CPU; without a device in this Paddle, without reading its place."""
+    return _ONLY_CPU or t.place.is_cpu_place()
+
+
 def _as_list(out):
     return list(out) if isinstance(out, (list, tuple)) else [out]
 

@@ -95,7 +95,7 @@ def _target_with_values_checked(logits, target, k, op):
     """_target in dygraph, with target's values checked: by the op's CPU kernel (an IndexError), and only when
     it fails read here, to raise this function's error (a NumPy read and two reductions saved on every call
     with good targets); elsewhere read first."""
-    if not target.place.is_cpu_place():
+    if not _library.is_cpu(target):
         _check_target_values(target, k, op)
         return _target(logits, target)
     try:

@@ -93,7 +93,7 @@ def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_ty
         lo, hi = int(symbols.min()), int(symbols.max())
     elif 0 in shape:
         return False
-    elif kernel_checks and symbols.place.is_cpu_place():
+    elif kernel_checks and _library.is_cpu(symbols):
         return True  # (a NumPy read and two reductions saved on every call that has good symbols)
     else:
         values = symbols.numpy()  # (one copy: Paddle's min and max would be two ops and two syncs)
@@ -549,7 +549,7 @@ def _check_ranges(op, ranges, S, kernel_checks=False):
     r = ranges.numpy().astype(np.int64, copy=False)
     B, T, R = r.shape
     begin = r[:, :, 0]
-    if kernel_checks and not (begin[:, 1:] < begin[:, :-1]).any() and ranges.place.is_cpu_place():
+    if kernel_checks and not (begin[:, 1:] < begin[:, :-1]).any() and _library.is_cpu(ranges):
         return True
     steps = r - begin[:, :, None] != np.arange(R)
     if steps.any():
