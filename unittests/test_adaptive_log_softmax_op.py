@@ -173,6 +173,18 @@ def test_export_round_trip():
     check_export(full_op, {"logits": rand((4, 9)).astype(np.float32), "offset": rand((4,)).astype(np.float32)})
 
 
+@pytest.mark.parametrize("wants_grad", [False, True])
+def test_target_values_checked_by_the_kernel_raise_the_python_error_alone(wants_grad):
+    """CPU targets are checked by the op's kernel; its failure runs the Python check, whose error is raised with
+    no kernel traceback chained to it, with and without autograd."""
+    x = paddle.ones([2, 3])
+    x.stop_gradient = not wants_grad
+    with pytest.raises(paddle_ext.adaptive_log_softmax.LabelOutOfRangeError,
+                       match=r"^adaptive_log_softmax_target: target value 7 is out of range \[0, 3\)$") as err:
+        paddle_ext.adaptive_log_softmax_target(x, paddle.to_tensor([0, 7]))
+    assert err.value.__context__ is None and err.value.__cause__ is None
+
+
 def test_float32_accuracy_over_the_exp_range():
     # The CPU kernels use vec_math.h's vector exp: check it where float32's exp underflows (x - lse < -87.3)
     # and across the whole useful range, through the forward and both grads.

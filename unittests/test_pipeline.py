@@ -174,6 +174,8 @@ def _our_registered_names() -> set[str]:
         names.add(op["name"])
         if op["backward"]:
             names.add(op["backward"])
+        if op["double_grad"]:
+            names.add(op["double_grad"])
     return names
 
 

@@ -68,6 +68,23 @@ def test_codegen_emits_registration_and_signature_check(tmp_path):
     assert ".SetKernelFn(PD_KERNEL(pe_foo_guarded::run))" in text and "PD_KERNEL(paddle_ext::" not in text
 
 
+def test_codegen_emits_a_refusing_double_grad_op(tmp_path):
+    refused = GOOD.replace("  kernel : FooGradKernel", "  kernel : FooGradKernel\n  refuse_higher_order : foo, foo_loss")
+    ops = opgen.generate(_write(tmp_path, refused), tmp_path / "gen")
+    text = (tmp_path / "gen" / "fam.ops.cc").read_text()
+    assert "PD_BUILD_DOUBLE_GRAD_OP(pe_foo)" in text and "PD_BUILD_DOUBLE_GRAD_OP" not in GOOD
+    # inputs: the grad op's, then the (optional) grad of its output; outputs: grads of the grad op's inputs
+    assert ('.Inputs({"x", paddle::Grad("out"), paddle::Optional(paddle::Grad(paddle::Grad("x")))})\n'
+            '    .Outputs({paddle::Grad("x"), paddle::Grad(paddle::Grad("out"))})\n'
+            '    .Attrs({"axis: int"})') in text
+    assert ("pe_foo_grad_refused(const paddle::Tensor&, const paddle::Tensor&, "
+            "const paddle::optional<paddle::Tensor>&, int)") in text
+    assert "::common::ErrorCode::UNIMPLEMENTED, \"foo, foo_loss: higher-order grads are not supported" in text
+    assert [op.to_json()["double_grad"] for op in ops] == [None, "pe_foo_grad_grad"]
+    opgen.generate(_write(tmp_path, GOOD), tmp_path / "plain")
+    assert "PD_BUILD_DOUBLE_GRAD_OP" not in (tmp_path / "plain" / "fam.ops.cc").read_text()
+
+
 @pytest.mark.parametrize("bad,message", [
     (GOOD.replace("int axis = -1", "double axis"), "type 'double'"),
     (GOOD.replace("(Tensor x, Tensor out_grad, int axis)", "(Tensor x, Tensor out_grad, bool axis)"), "not a forward attr"),
@@ -76,6 +93,7 @@ def test_codegen_emits_registration_and_signature_check(tmp_path):
     (GOOD.replace("- op : pe_foo", "- op : foo"), "must start with 'pe_'"),
     (GOOD.replace("pe_foo_grad", "pe_foo_vjp"), "must be named pe_foo_grad"),
     (GOOD.replace("(Tensor x, int axis = -1)", "(int axis, Tensor x)"), "tensors go first"),
+    (GOOD.replace("  kernel : FooKernel", "  kernel : FooKernel\n  refuse_higher_order : foo"), "belongs to a backward_op"),
 ])
 def test_codegen_rejects_bad_yaml(tmp_path, bad, message):
     with pytest.raises(opgen.OpSpecError, match=message):

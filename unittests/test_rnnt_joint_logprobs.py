@@ -164,6 +164,7 @@ def test_static_and_export(tmp_path):
     ("full R", ValueError, r"logits must be \[B, T, S\+1, C\] with S = 3 \(symbols \[B, S\]\), got R = 3"),
     ("range value", IndexError, r"ranges\[0, 1, 1\] = 4: each frame's ranges must be s_begin \+ arange\(R\) inside"),
     ("range step", IndexError, r"ranges\[1, 2, 1\] = 0"),
+    ("range order", IndexError, r"non-decreasing along T, but ranges\[0, 1, 0\] = 0 < ranges\[0, 0, 0\] = 1"),
 ])
 def test_kernel_checks_name_the_bad_value(bad, exc, match):
     """What a static graph can only see when it runs: Paddle's typed errors (ValueError / IndexError)."""
@@ -179,6 +180,8 @@ def test_kernel_checks_name_the_bad_value(bad, exc, match):
         full = full[:, :, :3]
     elif bad == "range value":
         ranges[0, 1] = [3, 4]
+    elif bad == "range order":
+        ranges[0] = [[1, 2], [0, 1], [1, 2], [2, 3]]
     else:
         ranges[1, 2] = [1, 0]
     lg, rg = (full, None) if bad in ("symbol value", "termination", "symbols rows", "full R") else (logits, ranges)

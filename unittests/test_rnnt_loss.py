@@ -286,6 +286,27 @@ def test_simple_loss_errors(kwargs, exc, match):
         paddle_ext.rnnt_loss_simple(**args)
 
 
+@pytest.mark.parametrize("loss", ["rnnt_loss_simple", "rnnt_loss", "rnnt_loss_pruned", "tdt_loss"])
+def test_symbols_checked_by_the_kernel_raise_the_python_error_alone(loss):
+    """CPU symbols are checked by the op's kernel; its failure re-runs the Python checks, whose error is raised
+    with no kernel traceback chained to it, and in the checks' order (the symbols before the ranges)."""
+    B, T, S, C = 2, 4, 3, 5
+    lm, am, _, _ = problem(B=B, T=T, S=S, C=C, seed=5)
+    bad = t(np.full((B, S), C, np.int64))
+    logits = t(lm[:, None] + am[:, :, None])
+    ranges = t(_with_start(np.zeros((B, T), np.int64), 2))
+    calls = {
+        "rnnt_loss_simple": lambda: paddle_ext.rnnt_loss_simple(t(lm), t(am), bad, 0),
+        "rnnt_loss": lambda: paddle_ext.rnnt_loss(logits, bad, 0),
+        # ranges of the wrong shape too: the symbols' error comes first, as the checks run in order
+        "rnnt_loss_pruned": lambda: paddle_ext.rnnt_loss_pruned(logits[:, :, :2], bad, ranges[:, :3], 0),
+        "tdt_loss": lambda: paddle_ext.tdt_loss(paddle.concat([logits, logits[..., :2]], -1), bad, [0, 1], 0),
+    }
+    with pytest.raises(ValueError, match=rf"^{loss}: symbols must lie in \[0, {C}\), got values in \[{C}, {C}\]") as err:
+        calls[loss]()
+    assert err.value.__context__ is None and err.value.__cause__ is None
+
+
 def test_pruning_errors():
     gx, gy = _lt(np.zeros((2, 3, 6))), _lt(np.zeros((2, 4, 5)))
     boundary = _lt(np.array([[0, 0, 3, 5]] * 2))
@@ -530,7 +551,8 @@ def test_pruned_loss_is_inf_exactly_where_the_ranges_leave_no_path(rnnt_type):
 
 
 # ---------------------------------------------------------------------------------------------
-# higher-order grads: refused at once (a wrong number or a SystemError before), first order unchanged
+# higher-order grads: refused by the double-grad ops when a backward reaches them (a wrong number or a
+# SystemError before), first order unchanged
 
 
 def _losses(lm, am, symbols, boundary):
@@ -552,11 +574,12 @@ def test_higher_order_grads_are_refused(op):
     lm_np, am_np, symbols, _ = problem(seed=23)
     lm, am = t(lm_np, False), t(am_np, False)
     loss = _losses(lm, am, t(symbols), None)[op]
-    # Paddle re-raises an exception from a PyLayer backward as OSError "(External)", message kept
-    with pytest.raises(OSError, match=f"NotImplementedError: {op}: higher-order grads are not supported"):
-        paddle.grad(loss(), [lm, am], create_graph=True)
+    # the message names the functions built on the op the backward reaches first (the loss among them)
+    with pytest.raises(NotImplementedError, match=rf"{op}\b.*: higher-order grads are not supported"):
+        gl, ga = paddle.grad(loss(), [lm, am], create_graph=True)
+        paddle.grad((gl * gl).sum() + (ga * ga).sum(), [lm, am])
     # the gradient-penalty pattern (a SystemError "Unable to fill empty grad inputs" before)
-    with pytest.raises(OSError, match=f"NotImplementedError: {op}"):
+    with pytest.raises(NotImplementedError, match=rf"{op}\b.*: higher-order grads are not supported"):
         (g,) = paddle.grad(loss(), am, create_graph=True)
         (g * g).sum().backward()
     # first order is unaffected: paddle.grad and backward agree, and match central differences

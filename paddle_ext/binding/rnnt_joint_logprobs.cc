@@ -46,6 +46,11 @@ void check_values(const paddle::Tensor& symbols, const paddle::Tensor* ranges, c
       PE_THROW_INDEX(op, ": ranges[", i / (d.T * d.R), ", ", (i / d.R) % d.T, ", ", r, "] = ", rg[i],
                      ": each frame's ranges must be s_begin + arange(R) inside [0, S = ", d.S, "]");
     }
+    const int64_t t = (i / d.R) % d.T;  // and s_begin non-decreasing along T (k2's ranges)
+    if (r == 0 && t > 0 && rg[i] < rg[i - d.R]) {
+      PE_THROW_INDEX(op, ": ranges must be non-decreasing along T, but ranges[", i / (d.T * d.R), ", ", t,
+                     ", 0] = ", rg[i], " < ranges[", i / (d.T * d.R), ", ", t - 1, ", 0] = ", rg[i - d.R]);
+    }
   }
 }
 

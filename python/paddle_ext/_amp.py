@@ -23,19 +23,30 @@ auto_cast inside) do apply it on CPU.
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import paddle
 from paddle.base import core
 from paddle.base.core import DataType
 from paddle.base.framework import _dygraph_tracer, in_pir_mode
 
-from ._checks import FLOATING_DTYPES, TENSOR_TYPES, Dtypes, canonical_dtype
+from ._checks import FLOATING_DTYPES, TENSOR_TYPES, Dtypes, canonical_dtype, is_plain_float
 
 HALF_DTYPES = Dtypes((DataType.FLOAT16, DataType.BFLOAT16))
 
 # Every public call asks these questions, so they are answered cheaply on the common path (a dygraph
 # float32 call outside auto_cast): dtypes are looked up in sets (comparing paddle dtypes by value
 # costs microseconds) and the level is read from Paddle's state directly.
+
+
+# paddle.amp.auto_cast's module (its name is shadowed by the function): every AMP level, dygraph and PIR, is
+# set inside its amp_guard, which records its state there; None means no auto_cast is entered (level O0).
+_amp_state = getattr(sys.modules.get("paddle.amp.auto_cast"), "amp_state", None)
+
+
+def no_auto_cast_entered() -> bool:
+    """True when no paddle.amp.auto_cast block is open, so the level is O0 (a cheap test; False where unsure)."""
+    return _amp_state is not None and _amp_state() is None
 
 
 def _level():
@@ -48,6 +59,8 @@ def _level():
 
 def autocast() -> bool:
     """Whether auto_cast is in force (it is not in dygraph on CPU, where Paddle turns it off)."""
+    if no_auto_cast_entered():
+        return False
     level = _level()
     return level is not None and int(level) != 0
 
@@ -72,6 +85,8 @@ def float32(x):
 
 def float32_at_o1(x):
     """A black-list op's input: float16/bfloat16 becomes float32 at O1 and OD; O2 keeps it."""
+    if no_auto_cast_entered():
+        return x
     return float32(x) if is_half(x) and amp_level() in ("O1", "OD") else x
 
 
@@ -97,6 +112,8 @@ def float32_op(fn, n, *args):
     so their grads come back in their dtype), and its floating results are cast to that 16-bit dtype,
     or stay float32 under auto_cast. Integer results (ranges) pass through. Otherwise fn(*args) as is."""
     floats = args[:n]
+    if no_auto_cast_entered() and _all_plain_floats(floats):
+        return fn(*args)  # the common case, told cheaply: dygraph float32/float64 tensors outside auto_cast
     on = autocast()
     if not on and not any(is_half(x) for x in floats):
         return fn(*args)  # the common case
@@ -106,6 +123,14 @@ def float32_op(fn, n, *args):
     with paddle.amp.auto_cast(enable=False) if _level() is not None else contextlib.nullcontext():
         out = fn(*[float32(x) for x in floats], *args[n:])
     return out if on else _cast_floats(out, floats[0].dtype)
+
+
+@paddle.jit.not_to_static
+def _all_plain_floats(tensors) -> bool:
+    for x in tensors:
+        if not is_plain_float(x):
+            return False
+    return True
 
 
 def moved_in_float32(fn, n, *args):

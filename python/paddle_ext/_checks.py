@@ -50,10 +50,68 @@ def check_tensor(x, arg: str, op: str) -> None:
         raise TypeError(f"{op}: {arg} must be a paddle.Tensor, got {type(x).__name__}")
 
 
+@paddle.jit.not_to_static  # (these helpers: plain Python on static values, nothing for to_static's AST to convert)
 def known_dim(*dims) -> bool:
     """Every dimension known when the graph is built: a dynamic one is -1 or None in a static program, a
     Tensor under to_static."""
-    return all(isinstance(d, numbers.Integral) and d >= 0 for d in dims)
+    for d in dims:
+        if d.__class__ is int:  # the usual dim, without the ABC isinstance below (about 1 us each)
+            if d < 0:
+                return False
+        elif not (isinstance(d, numbers.Integral) and d >= 0):
+            return False
+    return True
+
+
+@paddle.jit.not_to_static
+def is_int(value) -> bool:
+    """An integral number that is not a bool (a plain int is told without an ABC isinstance)."""
+    cls = value.__class__
+    if cls is int:
+        return True
+    return cls is not bool and cls is not float and isinstance(value, numbers.Integral)
+
+
+@paddle.jit.not_to_static
+def is_real(value) -> bool:
+    """A real number that is not a bool (plain floats and ints are told without an ABC isinstance)."""
+    cls = value.__class__
+    if cls is float or cls is int:
+        return True
+    return cls is not bool and isinstance(value, numbers.Real)
+
+
+_FLOAT32, _FLOAT64 = DataType.FLOAT32, DataType.FLOAT64
+
+
+@paddle.jit.not_to_static
+def is_floating(dtype) -> bool:
+    """dtype in FLOATING_DTYPES, float32 and float64 by identity first (hashing a dtype costs about a microsecond)."""
+    return dtype is _FLOAT32 or dtype is _FLOAT64 or dtype in FLOATING_DTYPES
+
+
+_INT64, _INT32 = DataType.INT64, DataType.INT32
+
+
+@paddle.jit.not_to_static
+def is_integer(dtype) -> bool:
+    """dtype in INTEGER_DTYPES, int64 and int32 by identity first."""
+    return dtype is _INT64 or dtype is _INT32 or dtype in INTEGER_DTYPES
+
+
+@paddle.jit.not_to_static
+def is_plain_dtype(dtype) -> bool:
+    """float32 or float64 (of dygraph and PIR), by identity: the dtypes a float op takes without a cast."""
+    return dtype is _FLOAT32 or dtype is _FLOAT64
+
+
+@paddle.jit.not_to_static
+def is_plain_float(x) -> bool:
+    """A dygraph tensor of dtype float32 or float64, by identity (the common call, which needs no cast)."""
+    if not isinstance(x, paddle.Tensor):
+        return False
+    dtype = x.dtype
+    return dtype is _FLOAT32 or dtype is _FLOAT64
 
 
 def same_dtype(a, b) -> bool:
@@ -89,7 +147,9 @@ def floating_dtype(dtype, arg: str, op: str, allow_complex: bool = False):
 
 
 def check_int(value, arg: str, op: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if value.__class__ is int:
+        return value
+    if not is_int(value):
         raise TypeError(f"{op}: {arg} must be an int, got {value!r}")
     return int(value)
 

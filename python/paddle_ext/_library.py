@@ -119,6 +119,45 @@ def dygraph_op(name: str):
     return lambda *args: _as_list(generated(*args))
 
 
+def direct_call_fits(*tensors) -> bool:
+    """Whether a call may go to ``dygraph_op``: dygraph with grads enabled (the registered grad op is then
+    recorded just as by the generated function), or no input wanting a grad (else, under no_grad, the call
+    needs _respecting_no_grad). ``tensors``: the op's tensor inputs, None for an absent optional one."""
+    if not paddle.in_dynamic_mode():
+        return False
+    if paddle.is_grad_enabled():
+        return True
+    for t in tensors:
+        if t is not None and not t.stop_gradient:
+            return False
+    return True
+
+
+try:
+    from paddle.base.dygraph.base import in_sot_simulation_mode
+except ImportError:  # a Paddle release without it: every dygraph call is taken as possibly traced by SOT
+    def in_sot_simulation_mode() -> bool:
+        return True
+
+
+def _only_cpu() -> bool:
+    """Whether this Paddle has no device but the CPU (no CUDA, ROCm, XPU or custom-device plugin)."""
+    try:
+        custom = paddle.device.get_all_custom_device_type()
+    except Exception:  # noqa: BLE001  (a build without custom devices)
+        custom = []
+    return not (paddle.is_compiled_with_cuda() or paddle.is_compiled_with_rocm() or paddle.is_compiled_with_xpu()
+                or custom)
+
+
+_ONLY_CPU = _only_cpu()
+
+
+def is_cpu(t) -> bool:
+    """Whether dygraph tensor t is on the CPU; without a device in this Paddle, without reading its place."""
+    return _ONLY_CPU or t.place.is_cpu_place()
+
+
 def _as_list(out):
     return list(out) if isinstance(out, (list, tuple)) else [out]
 

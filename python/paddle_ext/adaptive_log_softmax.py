@@ -31,9 +31,11 @@ from paddle.autograd import PyLayer
 from . import _amp, _fill, _library
 from .put_along_axis import _apply as _pair_apply
 from .put_along_axis import _grads, _ordered
-from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_int, check_tensor, dtype_name, known_dim, same_dtype
+from ._checks import (FLOATING_DTYPES, INTEGER_DTYPES, check_int, check_tensor, dtype_name, is_floating, is_integer,
+                      known_dim, same_dtype)
 
 _OP = "adaptive_log_softmax_with_loss"
+_INT64 = paddle.int64
 REDUCTIONS = ("mean", "sum", "none")
 
 
@@ -46,18 +48,22 @@ class LabelOutOfRangeError(IndexError, ValueError):
 
 
 def _check_logits(logits, op):
+    """-> logits' shape [M, K]."""
     check_tensor(logits, "logits", op)
-    if logits.dtype not in FLOATING_DTYPES:
+    if not is_floating(logits.dtype):
         raise TypeError(f"{op}: logits must be float16, bfloat16, float32 or float64, got {dtype_name(logits.dtype)}")
-    if len(logits.shape) != 2:
-        raise ValueError(f"{op}: logits must be 2-D [M, K], got shape {list(logits.shape)}")
+    shape = logits.shape
+    if len(shape) != 2:
+        raise ValueError(f"{op}: logits must be 2-D [M, K], got shape {list(shape)}")
+    return shape
 
 
 def _as_int64(label, arg, op):
     check_tensor(label, arg, op)
-    if label.dtype not in INTEGER_DTYPES:
-        raise TypeError(f"{op}: {arg} must be an integer tensor, got {dtype_name(label.dtype)}")
-    return label if same_dtype(label.dtype, paddle.int64) else paddle.cast(label, "int64")
+    dtype = label.dtype
+    if not is_integer(dtype):
+        raise TypeError(f"{op}: {arg} must be an integer tensor, got {dtype_name(dtype)}")
+    return label if same_dtype(dtype, _INT64) else paddle.cast(label, "int64")
 
 
 def adaptive_log_softmax_target(logits, target, name=None):
@@ -71,21 +77,41 @@ def adaptive_log_softmax_target(logits, target, name=None):
         Tensor [M] in ``logits``' dtype: the target log-probabilities. Differentiable in ``logits``.
     """
     op = "adaptive_log_softmax_target"
-    _check_logits(logits, op)
+    m, k = _check_logits(logits, op)
     logits = _amp.float32_at_o1(logits)  # log_softmax-like: a float32 op at O1, as in Paddle's AMP lists
     target = _as_int64(target, "target", op)
-    if len(target.shape) != 1:
-        raise ValueError(f"{op}: target must be 1-D [M], got shape {list(target.shape)}")
-    m, k = logits.shape
-    if known_dim(m, target.shape[0]) and m != target.shape[0]:
-        raise ValueError(f"{op}: target has {target.shape[0]} rows but logits has {m}")
-    if paddle.in_dynamic_mode() and target.shape[0] > 0:
-        values = target.numpy()  # (one copy; paddle's min and max would be two ops and two syncs)
-        lo, hi = int(values.min()), int(values.max())
-        if lo < 0 or hi >= k:
-            bad = lo if lo < 0 else hi
-            raise LabelOutOfRangeError(f"{op}: target value {bad} is out of range [0, {k})")
+    target_shape = target.shape
+    if len(target_shape) != 1:
+        raise ValueError(f"{op}: target must be 1-D [M], got shape {list(target_shape)}")
+    if known_dim(m, target_shape[0]) and m != target_shape[0]:
+        raise ValueError(f"{op}: target has {target_shape[0]} rows but logits has {m}")
+    if paddle.in_dynamic_mode() and target_shape[0] != 0:
+        return _target_with_values_checked(logits, target, k, op)
     return _target(logits, target)
+
+
+@paddle.jit.not_to_static
+def _target_with_values_checked(logits, target, k, op):
+    """_target in dygraph, with target's values checked: by the op's CPU kernel (an IndexError), and only when
+    it fails read here, to raise this function's error (a NumPy read and two reductions saved on every call
+    with good targets); elsewhere read first."""
+    if not _library.is_cpu(target):
+        _check_target_values(target, k, op)
+        return _target(logits, target)
+    try:
+        return _target(logits, target)
+    except (ValueError, IndexError) as err:  # (the check below runs outside the handler: no chained traceback)
+        failure = err
+    _check_target_values(target, k, op)
+    raise failure
+
+
+def _check_target_values(target, k, op):
+    values = target.numpy()  # (one copy; paddle's min and max would be two ops and two syncs)
+    lo, hi = int(values.min()), int(values.max())
+    if lo < 0 or hi >= k:
+        bad = lo if lo < 0 else hi
+        raise LabelOutOfRangeError(f"{op}: target value {bad} is out of range [0, {k})")
 
 
 def adaptive_log_softmax_full(logits, offset=None, name=None):
@@ -95,19 +121,21 @@ def adaptive_log_softmax_full(logits, offset=None, name=None):
     Differentiable in ``logits`` and ``offset``.
     """
     op = "adaptive_log_softmax_full"
-    _check_logits(logits, op)
+    m = _check_logits(logits, op)[0]
     logits = _amp.float32_at_o1(logits)  # log_softmax-like: a float32 op at O1, as in Paddle's AMP lists
     if offset is None:
         offset = _fill.zeros_like(logits[:, 0])
         offset.stop_gradient = True
     else:
         check_tensor(offset, "offset", op)
-        if len(offset.shape) != 1:
-            raise ValueError(f"{op}: offset must be 1-D [M], got shape {list(offset.shape)}")
-        if known_dim(logits.shape[0], offset.shape[0]) and logits.shape[0] != offset.shape[0]:
-            raise ValueError(f"{op}: offset has {offset.shape[0]} rows but logits has {logits.shape[0]}")
-        if not same_dtype(offset.dtype, logits.dtype):
-            offset = paddle.cast(offset, logits.dtype)
+        offset_shape = offset.shape
+        if len(offset_shape) != 1:
+            raise ValueError(f"{op}: offset must be 1-D [M], got shape {list(offset_shape)}")
+        if known_dim(m, offset_shape[0]) and m != offset_shape[0]:
+            raise ValueError(f"{op}: offset has {offset_shape[0]} rows but logits has {m}")
+        dtype = logits.dtype
+        if not same_dtype(offset.dtype, dtype):
+            offset = paddle.cast(offset, dtype)
     return _full(logits, offset)
 
 
@@ -141,8 +169,8 @@ class _Target(PyLayer):
     @staticmethod
     def backward(ctx, out_grad):
         logits, target, lse = ctx.saved_tensor()
-        if not paddle.is_grad_enabled():
-            return _library.ops().pe_adaptive_log_softmax_target_vjp(logits, target, lse, out_grad), None
+        if not paddle.is_grad_enabled():  # (an op without a grad op: no _respecting_no_grad needed)
+            return _library.dygraph_op("pe_adaptive_log_softmax_target_vjp")(logits, target, lse, out_grad)[0], None
         onehot = F.one_hot(target, logits.shape[1]).astype(logits.dtype)
         return (onehot - F.softmax(logits, axis=1)) * out_grad.unsqueeze(1), None
 
@@ -160,8 +188,9 @@ class _Full(PyLayer):
     @staticmethod
     def backward(ctx, out_grad):
         logits, offset, lse = ctx.saved_tensor()
-        if not paddle.is_grad_enabled():
-            logits_grad, offset_grad = _library.ops().pe_adaptive_log_softmax_full_vjp(logits, offset, lse, out_grad)
+        if not paddle.is_grad_enabled():  # (an op without a grad op: no _respecting_no_grad needed)
+            logits_grad, offset_grad = _library.dygraph_op("pe_adaptive_log_softmax_full_vjp")(logits, offset, lse,
+                                                                                               out_grad)
         else:
             offset_grad = out_grad.sum(axis=1)
             logits_grad = out_grad - F.softmax(logits, axis=1) * offset_grad.unsqueeze(1)

@@ -8,7 +8,7 @@ from paddle.base.core import DataType
 
 from . import _amp, _library
 from ._checks import (COMPLEX_DTYPES, FLOATING_DTYPES, INTEGER_DTYPES, check_axis, check_tensor, dtype_name,
-                      floating_dtype)
+                      floating_dtype, is_plain_dtype)
 
 
 @_library.unified
@@ -44,8 +44,10 @@ def logcumsumexp(x, axis=None, dtype=None, name=None, *, exclusive=False, revers
 def _plain_attrs(x, axis, dtype, exclusive, reverse):
     """The op's attrs for the common dygraph call that needs no cast and no check beyond these (an int axis in
     range, a float32/float64/complex tensor); None for anything else, which _checked then handles."""
-    if dtype is not None or x.__class__ is not paddle.Tensor or axis.__class__ is not int or \
-            x.dtype not in _PLAIN_DTYPES:
+    if dtype is not None or x.__class__ is not paddle.Tensor or axis.__class__ is not int:
+        return None
+    x_dtype = x.dtype
+    if not is_plain_dtype(x_dtype) and x_dtype not in _PLAIN_DTYPES:  # (float32/float64 by identity first)
         return None
     rank = len(x.shape) or 1  # a 0-d tensor takes axis 0 and -1
     if not -rank <= axis < rank:
@@ -96,8 +98,8 @@ class _Logcumsumexp(PyLayer):
             raise RuntimeError("logcumsumexp: its output was modified by an inplace operation before the "
                                f"backward (version {out._inplace_version()}, expected {ctx.out_version}); "
                                "the grad needs it")
-        if not paddle.is_grad_enabled():
-            return _library.ops().pe_logcumsumexp_vjp(x, out, out_grad, *ctx.attrs)
+        if not paddle.is_grad_enabled():  # (an op without a grad op: no _respecting_no_grad needed)
+            return _library.dygraph_op("pe_logcumsumexp_vjp")(x, out, out_grad, *ctx.attrs)[0]
         # A higher-order graph needs out's own dependence on x (the saved alias is detached): recompute it
         # on the graph, through this same PyLayer.
         axis, flatten, exclusive, reverse = ctx.attrs

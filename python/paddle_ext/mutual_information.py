@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import paddle
-from paddle.autograd import PyLayer
 
 from . import _amp, _fill, _library
-from ._checks import FLOATING_DTYPES, check_tensor, dtype_name, known_dim, same_dtype
+from ._checks import check_tensor, dtype_name, is_floating, is_plain_dtype, known_dim, same_dtype
 
 
 @paddle.jit.not_to_static
@@ -19,17 +19,17 @@ def check_boundary(boundary, B, S, T, op, arg="boundary"):
     if not same_dtype(boundary.dtype, paddle.int64):
         raise TypeError(f"{op}: {arg} must be int64, got {dtype_name(boundary.dtype)}")
     shape = list(boundary.shape)
-    if len(shape) != 2 or shape[1] != 4 or (known_dim(shape[0]) and known_dim(B) and shape[0] != B):
+    if len(shape) != 2 or shape[1] != 4 or (known_dim(shape[0], B) and shape[0] != B):
         raise ValueError(f"{op}: {arg} must have shape [B, 4] = [{B}, 4], got {shape}")
     if paddle.in_dynamic_mode():
         rows = boundary.numpy()
-        for b, (s_begin, t_begin, s_end, t_end) in enumerate(rows.tolist()):
-            if not 0 <= s_begin <= s_end <= S:
-                raise ValueError(f"{op}: {arg} row {b} = {[s_begin, t_begin, s_end, t_end]} breaks "
-                                 f"0 <= s_begin <= s_end <= S (S = {S})")
-            if not 0 <= t_begin <= t_end <= T:
-                raise ValueError(f"{op}: {arg} row {b} = {[s_begin, t_begin, s_end, t_end]} breaks "
-                                 f"0 <= t_begin <= t_end <= T (T = {T})")
+        s_begin, t_begin, s_end, t_end = rows.T
+        bad_s = ~((0 <= s_begin) & (s_begin <= s_end) & (s_end <= S))
+        bad_t = ~((0 <= t_begin) & (t_begin <= t_end) & (t_end <= T))
+        if bad_s.any() or bad_t.any():  # the first bad row, its s rule before its t rule
+            b = int(np.flatnonzero(bad_s | bad_t)[0])
+            rule = f"0 <= s_begin <= s_end <= S (S = {S})" if bad_s[b] else f"0 <= t_begin <= t_end <= T (T = {T})"
+            raise ValueError(f"{op}: {arg} row {b} = {rows[b].tolist()} breaks {rule}")
     return boundary
 
 
@@ -39,22 +39,24 @@ def check_px_py(px, py, op):
     py's last dims are not known (a dynamic T in a static graph)."""
     check_tensor(px, "px", op)
     check_tensor(py, "py", op)
-    if len(px.shape) != 3 or len(py.shape) != 3:
+    px_shape, py_shape = px.shape, py.shape  # (each read costs a fraction of a microsecond)
+    if len(px_shape) != 3 or len(py_shape) != 3:
         raise ValueError(f"{op}: px and py must be 3-D ([B, S, T+1] or [B, S, T], and [B, S+1, T]); "
-                         f"got px {list(px.shape)}, py {list(py.shape)}")
-    if px.dtype not in FLOATING_DTYPES:
-        raise TypeError(f"{op}: px must be a floating tensor, got {dtype_name(px.dtype)}")
-    if not same_dtype(py.dtype, px.dtype):
-        raise TypeError(f"{op}: py must have px's dtype {dtype_name(px.dtype)}, got {dtype_name(py.dtype)}")
-    B, S, T1 = px.shape
-    By, S1, T = py.shape
-    if known_dim(B) and known_dim(By) and B != By:
+                         f"got px {list(px_shape)}, py {list(py_shape)}")
+    dtype = px.dtype
+    if not is_floating(dtype):
+        raise TypeError(f"{op}: px must be a floating tensor, got {dtype_name(dtype)}")
+    if not same_dtype(py.dtype, dtype):
+        raise TypeError(f"{op}: py must have px's dtype {dtype_name(dtype)}, got {dtype_name(py.dtype)}")
+    B, S, T1 = px_shape
+    By, S1, T = py_shape
+    if known_dim(B, By) and B != By:
         raise ValueError(f"{op}: px and py must have the same batch size, got {B} and {By}")
-    if known_dim(S) and known_dim(S1) and S1 != S + 1:
-        raise ValueError(f"{op}: py must have shape [B, S+1, T] for px of shape {list(px.shape)}, got {list(py.shape)}")
-    if not (known_dim(T1) and known_dim(T)):  # a dynamic T (static graph): the kernel checks at run time
+    if known_dim(S, S1) and S1 != S + 1:
+        raise ValueError(f"{op}: py must have shape [B, S+1, T] for px of shape {list(px_shape)}, got {list(py_shape)}")
+    if not known_dim(T1, T):  # a dynamic T (static graph): the kernel checks at run time
         return B, S, T, None
-    if T1 not in (T, T + 1):
+    if T1 != T and T1 != T + 1:
         raise ValueError(f"{op}: px's last dim must be T+1 = {T + 1} (regular) or T = {T} (modified), got {T1}")
     return B, S, T, T1 == T
 
@@ -82,29 +84,33 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, *, na
         ``ans`` of shape ``[B]`` = ``p[b, s_end, t_end]``, or ``(ans, (px_grad, py_grad))``, in px's dtype;
         float32 under ``paddle.amp.auto_cast``, which is off inside (docs/mutual_information.md).
 
-    First-order grads only: a higher-order graph (``paddle.grad(..., create_graph=True)``) raises
-    NotImplementedError in dygraph (Paddle re-raises it from the backward as OSError, message kept).
+    First-order grads only: a backward through grads taken with ``paddle.grad(..., create_graph=True)``
+    raises NotImplementedError (the registered grad op's double-grad op refuses; docs/mutual_information.md).
     """
     # 16-bit inputs and auto_cast: float32 inside
     return _amp.float32_op(_recursion, 2, px, py, boundary, return_grad, "mutual_information_recursion")
 
 
-def _recursion(px, py, boundary, return_grad, op):
-    """mutual_information_recursion for ``op``, the public function the user called (named in every error)."""
-    _B, S, T, _modified = check_px_py(px, py, op)
-    boundary = check_boundary(boundary, px.shape[0], S, T, op)
+def _recursion(px, py, boundary, return_grad, op, boundary_checked=False):
+    """mutual_information_recursion for ``op``, the public function the user called (named in every error);
+    boundary_checked: a loss's own checks have checked boundary against these B, S, T."""
+    B, S, T, _modified = check_px_py(px, py, op)
+    if not boundary_checked:
+        check_boundary(boundary, B, S, T, op)
     dtype = px.dtype
-    if dtype in _amp.HALF_DTYPES:
+    half = not is_plain_dtype(dtype) and dtype in _amp.HALF_DTYPES
+    if half:
         px, py = px.astype("float32"), py.astype("float32")
-    ans, p = _library.ops().pe_mutual_information(px, py, boundary)
-    if not same_dtype(dtype, ans.dtype):
+    if _library.direct_call_fits(px, py):
+        ans, p = _library.dygraph_op("pe_mutual_information")(px, py, boundary)
+    else:
+        ans, p = _library.ops().pe_mutual_information(px, py, boundary)
+    if half:
         ans = ans.astype(dtype)
-    if paddle.in_dynamic_mode() and not ans.stop_gradient:
-        ans = _FirstOrderOnly.apply(ans, op)
     if not return_grad:
         return ans
     px_grad, py_grad = _library.ops().pe_mutual_information_occupation(px.detach(), py.detach(), boundary, p.detach())
-    if not same_dtype(dtype, px_grad.dtype):
+    if half:
         px_grad, py_grad = px_grad.astype(dtype), py_grad.astype(dtype)
     px_grad.stop_gradient = True
     py_grad.stop_gradient = True
@@ -165,23 +171,6 @@ def _joint(px, py, boundary):
     prods = inner(px, x_occ) + inner(py, y_occ)
     first = prods[:1] + (ans - _library.sum_along(prods.detach(), 0))  # the log-of-sum minus sum-of-log offset
     return first if len(px) == 1 else paddle.concat([first, prods[1:]], axis=0)
-
-
-class _FirstOrderOnly(PyLayer):
-    """Identity whose backward refuses to be recorded: the registered grad op has no grad of its own,
-    so Paddle would otherwise build a silently wrong (or unusable) higher-order graph through it."""
-
-    @staticmethod
-    def forward(ctx, x, op):
-        ctx.op = op
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        if paddle.is_grad_enabled():
-            raise NotImplementedError(f"{ctx.op}: higher-order grads are not supported (paddle.grad with "
-                                      f"create_graph=True through it); first-order grads are")
-        return grad
 
 
 __all__ = ["joint_mutual_information_recursion", "mutual_information_recursion"]

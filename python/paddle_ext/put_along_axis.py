@@ -172,17 +172,17 @@ def _checked(arr, indices, values, axis, reduce, include_self, broadcast, determ
     """-> (indices, values, block, attrs): _prepare's, with attrs = (axis, reduce, include_self, deterministic).
     A dygraph call like one seen before (shapes, dtypes, arguments) that _prepare passed through unchanged is
     looked up instead of checked again."""
-    key = _plan_key(arr, indices, values, axis, reduce, include_self, broadcast, deterministic)
-    attrs = _PLANS.get(key)
-    if attrs is not None:
-        return indices, values, None, attrs
+    key, dtypes = _plan_key(arr, indices, values, axis, reduce, include_self, broadcast, deterministic)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return indices, values, None, plan[0]
     new_indices, new_values, axis, reduce, include_self, block = _prepare(
         arr, indices, values, axis, reduce, include_self, broadcast, op)
     attrs = (axis, reduce, include_self, _check_bool(deterministic, "deterministic", op))
     if key is not None and block is None and new_indices is indices and new_values is values:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
-        _PLANS[key] = attrs
+        _PLANS[key] = (attrs, dtypes)  # the dtypes kept alive: no other object can take their ids in a key
     return new_indices, new_values, block, attrs
 
 
@@ -193,17 +193,20 @@ def _same_dtype_tensors(arr, values) -> bool:
 
 
 def _plan_key(arr, indices, values, axis, reduce, include_self, broadcast, deterministic):
-    """What _prepare's outcome depends on, for dygraph tensors and arguments of exactly the default types
-    (so that no two keys that compare equal, such as axis=True and axis=1, differ in validity); else None."""
+    """(key, dtypes): what _prepare's outcome depends on, for dygraph tensors and arguments of exactly the
+    default types (so that no two keys that compare equal, such as axis=True and axis=1, differ in validity),
+    else (None, None). The key holds the dtypes' ids (hashing a dtype costs about a microsecond); the plan
+    stored under it keeps those dtype objects alive, so an id found in a key is that very dtype."""
     if not (arr.__class__ is indices.__class__ is values.__class__ is paddle.Tensor and axis.__class__ is int
             and reduce.__class__ is str and include_self.__class__ is broadcast.__class__ is deterministic.__class__
             is bool and paddle.in_dynamic_mode()):
-        return None
-    return (tuple(arr.shape), tuple(indices.shape), tuple(values.shape), arr.dtype, indices.dtype, values.dtype,
-            axis, reduce, include_self, broadcast, deterministic)
+        return None, None
+    dtypes = (arr.dtype, indices.dtype, values.dtype)
+    return (tuple(arr.shape), tuple(indices.shape), tuple(values.shape), id(dtypes[0]), id(dtypes[1]), id(dtypes[2]),
+            axis, reduce, include_self, broadcast, deterministic), dtypes
 
 
-_PLANS = {}  # _plan_key -> attrs, for calls whose arguments _prepare returned as they were
+_PLANS = {}  # _plan_key's key -> (attrs, dtypes), for calls whose arguments _prepare returned as they were
 _MAX_PLANS = 4096
 
 
@@ -449,8 +452,8 @@ class _PutAlongAxis(PyLayer):
         _check_saved_output(ctx, out)
         counts, ctx.counts = ctx.counts, None
         if counts is not None and not paddle.is_grad_enabled():
-            return _grads(ctx, *_library.ops().pe_put_along_axis_counted_vjp(arr, indices, values, out_grad, counts,
-                                                                              *ctx.attrs[:1], ctx.attrs[2]))
+            return _grads(ctx, *_library.dygraph_op("pe_put_along_axis_counted_vjp")(
+                arr, indices, values, out_grad, counts, *ctx.attrs[:1], ctx.attrs[2]))
         return _grads(ctx, *_vjp(arr, indices, values, out, out_grad, *ctx.attrs[:3]))
 
 
@@ -500,8 +503,9 @@ _NEEDS_OUT = ("mul", "amin", "amax")
 
 
 def _vjp(arr, indices, values, out, out_grad, axis, reduce, include_self):
-    if not paddle.is_grad_enabled():
-        return _library.ops().pe_put_along_axis_vjp(arr, indices, values, out, out_grad, axis, reduce, include_self)
+    if not paddle.is_grad_enabled():  # (an op without a grad op: no _respecting_no_grad needed)
+        return _library.dygraph_op("pe_put_along_axis_vjp")(arr, indices, values, out, out_grad, axis, reduce,
+                                                            include_self)
     return _differentiable_grads(arr, indices, values, out, out_grad, axis, reduce, include_self)
 
 

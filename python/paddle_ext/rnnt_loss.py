@@ -18,7 +18,6 @@ called: every error names it (a loss calls the twins of the get_rnnt_logprobs* i
 
 from __future__ import annotations
 
-import numbers
 import warnings
 
 import numpy as np
@@ -26,17 +25,28 @@ import paddle
 from paddle.autograd import PyLayer
 
 from . import _amp, _fill, _library
-from ._checks import FLOATING_DTYPES, INTEGER_DTYPES, check_tensor, dtype_name, same_dtype
+from ._library import in_sot_simulation_mode
+from ._checks import (check_tensor, dtype_name, is_floating, is_int, is_integer, is_real,
+                      same_dtype)
 from ._checks import known_dim as _known
-from .mutual_information import _FirstOrderOnly, _recursion, check_boundary
+from .mutual_information import _recursion, check_boundary
 
 RNNT_TYPES = ("regular", "modified", "constrained")
 UNIGRAM_FLOOR = 1e-20  # added to the smoothed loss's unigram LM (k2's constant)
 REDUCTIONS = ("none", "mean", "sum")
+_INF = float("inf")
 
 
 # ---------------------------------------------------------------------------------------------
 # shapes and argument checks
+
+
+def _no_elements(x) -> bool:
+    """Whether dygraph tensor x is empty: from its shape (no op, no sync), and under to_static's SOT, which
+    traces this, by Paddle's numel as before (the graph breaks stay where they were)."""
+    if in_sot_simulation_mode():
+        return bool(x.numel() == 0)
+    return 0 in x.shape
 
 
 def _agree(d, e) -> bool:
@@ -56,36 +66,66 @@ def _dims(x):
 
 
 @paddle.jit.not_to_static
-def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type):
-    """B, S, T, C are static dims (-1 where dynamic)."""
+def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type, kernel_checks=False):
+    """B, S, T, C are static dims (-1 where dynamic). With kernel_checks (the op run next checks the symbols'
+    values on CPU), the values of a CPU tensor in dygraph are left to it: returns True then, and the caller
+    runs this again without kernel_checks if the op fails (see _run_kernel_checked)."""
     check_tensor(symbols, "symbols", op)
-    if symbols.dtype not in INTEGER_DTYPES:
+    if not is_integer(symbols.dtype):
         raise TypeError(f"{op}: symbols must be an integer tensor, got {dtype_name(symbols.dtype)}")
-    if len(symbols.shape) != 2 or not (_agree(symbols.shape[0], B) and _agree(symbols.shape[1], S)):
-        raise ValueError(f"{op}: symbols must have shape [B, S] = [{B}, {S}], got {list(symbols.shape)}")
-    if isinstance(termination_symbol, bool) or not isinstance(termination_symbol, numbers.Integral) \
-            or not 0 <= termination_symbol < C:
+    shape = symbols.shape
+    if len(shape) != 2 or not ((shape[0] == B or not _known(shape[0], B)) and (shape[1] == S or not _known(shape[1], S))):
+        raise ValueError(f"{op}: symbols must have shape [B, S] = [{B}, {S}], got {list(shape)}")
+    if not is_int(termination_symbol) or not 0 <= termination_symbol < C:
         raise ValueError(f"{op}: termination_symbol must be an int in [0, {C}), got {termination_symbol!r}")
     if rnnt_type not in RNNT_TYPES:
         raise ValueError(f"{op}: rnnt_type must be one of {RNNT_TYPES}, got {rnnt_type!r}")
-    check_boundary(boundary, B, S, T, op)
+    if boundary is not None:
+        check_boundary(boundary, B, S, T, op)
     # an item without alignment (modified/constrained with T_b < S_b) is no error: its loss is inf
-    # (min and max, not .numpy(): under to_static's SOT a .numpy() moves the graph break, and the loss compiled
-    # around it then drifts from dygraph's in the last digits)
-    if paddle.in_dynamic_mode() and symbols.numel() > 0:
+    if not paddle.in_dynamic_mode():
+        return False
+    if in_sot_simulation_mode():
+        # min and max, not .numpy(): under to_static's SOT a .numpy() moves the graph break, and the loss
+        # compiled around it then drifts from dygraph's in the last digits
+        if symbols.numel() == 0:
+            return False
         lo, hi = int(symbols.min()), int(symbols.max())
-        if lo < 0 or hi >= C:
-            raise ValueError(f"{op}: symbols must lie in [0, {C}), got values in [{lo}, {hi}]")
+    elif 0 in shape:
+        return False
+    elif kernel_checks and _library.is_cpu(symbols):
+        return True  # (a NumPy read and two reductions saved on every call that has good symbols)
+    else:
+        values = symbols.numpy()  # (one copy: Paddle's min and max would be two ops and two syncs)
+        lo, hi = values.min(), values.max()
+    if lo < 0 or hi >= C:
+        raise ValueError(f"{op}: symbols must lie in [0, {C}), got values in [{lo}, {hi}]")
+    return False
+
+
+def _run_kernel_checked(deferred, check, check_args, fn, *args):
+    """fn(*args), whose op checks what ``check(*check_args, kernel_checks=True)`` left to it (``deferred``):
+    if it fails, check runs again in full, so bad input raises the Python error the checks raise in their
+    order (and any other failure fn's own error)."""
+    if not deferred:
+        return fn(*args)
+    try:
+        return fn(*args)
+    except (TypeError, ValueError, IndexError) as err:  # (the check below runs outside the handler: no chained traceback)
+        failure = err
+    check(*check_args, kernel_checks=False)
+    raise failure
 
 
 @paddle.jit.not_to_static
 def _check_float(x, arg, op, ndim):
     check_tensor(x, arg, op)
-    if x.dtype not in FLOATING_DTYPES:
+    if not is_floating(x.dtype):
         raise TypeError(f"{op}: {arg} must be a floating tensor, got {dtype_name(x.dtype)}")
-    if len(x.shape) != ndim:
-        raise ValueError(f"{op}: {arg} must be {ndim}-D, got shape {list(x.shape)}")
-    return list(x.shape)
+    shape = x.shape
+    if len(shape) != ndim:
+        raise ValueError(f"{op}: {arg} must be {ndim}-D, got shape {list(shape)}")
+    return shape
 
 
 def _times(x, c):
@@ -153,8 +193,11 @@ def _logsumexp_last(x):
     return paddle.log(paddle.sum(paddle.exp(x - m), axis=-1)) + m.squeeze(-1)
 
 
+_INT64 = paddle.int64
+
+
 def _symbols64(symbols):
-    return symbols if same_dtype(symbols.dtype, paddle.int64) else symbols.astype("int64")
+    return symbols if same_dtype(symbols.dtype, _INT64) else symbols.astype("int64")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,11 +207,10 @@ def _symbols64(symbols):
 @paddle.jit.not_to_static
 def _check_lm_am(lm, am, op):
     """lm [B, S+1, C] and am [B, T, C] of one float dtype -> static (B, S, T, C), -1 where dynamic."""
-    _check_float(lm, "lm", op, 3)
-    _check_float(am, "am", op, 3)
-    B, T, C = am.shape
-    S = lm.shape[1] - 1 if _known(lm.shape[1]) else -1
-    if not (_agree(lm.shape[0], B) and _agree(lm.shape[2], C)) or lm.dtype != am.dtype:
+    Bl, S1, Cl = _check_float(lm, "lm", op, 3)
+    B, T, C = _check_float(am, "am", op, 3)
+    S = S1 - 1 if _known(S1) else -1
+    if not (_agree(Bl, B) and _agree(Cl, C)) or not same_dtype(lm.dtype, am.dtype):
         raise ValueError(f"{op}: lm must be [B, S+1, C] with am's B = {B}, C = {C} and dtype; got lm "
                          f"{list(lm.shape)} {dtype_name(lm.dtype)}, am {list(am.shape)} {dtype_name(am.dtype)}")
     return B, S, T, C
@@ -193,8 +235,10 @@ def get_rnnt_logprobs(lm, am, symbols, termination_symbol, rnnt_type="regular", 
 
 def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type, op):
     B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
-    _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
-    px, py = _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type)
+    check_args = (op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    deferred = _check_common(*check_args, kernel_checks=True)
+    px, py = _run_kernel_checked(deferred, _check_common, check_args, _simple_logprobs, lm, am, symbols,
+                                 termination_symbol, rnnt_type)
     return _finish_px(px, py, boundary, rnnt_type), py
 
 
@@ -202,8 +246,11 @@ def _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type):
     """The fused op pe_rnnt_simple_logprobs on lm ``[B, S+1, C]`` (or ``[B, 1, C]``: one row for every s): px
     ``[B, S, T+1]`` (regular; column T is -inf) or ``[B, S, T]``, and py ``[B, S+1, T]``, exact for any finite
     logits (float32/float64: the public functions' _amp gate has cast 16-bit inputs)."""
-    px, py, _ = _library.ops().pe_rnnt_simple_logprobs(lm, am, _symbols64(symbols), int(termination_symbol),
-                                                       rnnt_type != "regular")
+    args = (lm, am, _symbols64(symbols), int(termination_symbol), rnnt_type != "regular")
+    if _library.direct_call_fits(lm, am):
+        px, py, _ = _library.dygraph_op("pe_rnnt_simple_logprobs")(*args)
+    else:
+        px, py, _ = _library.ops().pe_rnnt_simple_logprobs(*args)
     return px, py
 
 
@@ -250,7 +297,7 @@ def _check_loss_args(op, delay_penalty, reduction, fastemit_lambda):
     if reduction not in REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
     for arg, v in (("delay_penalty", delay_penalty), ("fastemit_lambda", fastemit_lambda)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 <= v < float("inf"):
+        if not is_real(v) or not 0 <= v < _INF:
             raise ValueError(f"{op}: {arg} must be a finite float >= 0, got {v!r}")
     return float(delay_penalty), float(fastemit_lambda)
 
@@ -283,7 +330,7 @@ def _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad
     """What every loss does with its (px, py): delay penalty, FastEmit, the recursion, the reduction. An item
     with no path gets ans = -inf and zero grads from the recursion, so an inf loss (and 'sum'/'mean' inf)."""
     px = _fastemit(_add_delay_penalty(px, boundary, rnnt_type, delay_penalty), fastemit_lambda)
-    out = _recursion(px, py, boundary, return_grad, op)
+    out = _recursion(px, py, boundary, return_grad, op, boundary_checked=True)  # (by the loss's _check_common)
     if return_grad:  # occupation probabilities: the recursion's own, before FastEmit's scaling
         return _reduce(out[0], reduction), out[1]
     return _reduce(out, reduction)
@@ -293,13 +340,15 @@ def _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad
 # the full-joiner loss
 
 
-def _joint_logprobs(logits, symbols, ranges, termination_symbol, op, guard=True):
+def _joint_logprobs(logits, symbols, ranges, termination_symbol):
     """px [B, S, T], py [B, S+1, T] from joiner logits [B, T, R, C] by the fused op (ops/rnnt_joint_logprobs.yaml):
     the log-softmax over C of the symbol and termination columns only (never the [B, T, R, C] log-softmax);
     row r of frame t is context r (ranges None, R = S+1) or ranges[b, t, r], other (s, t) cells -inf."""
-    px, py, _ = _library.ops().pe_rnnt_joint_logprobs(logits, symbols, ranges, int(termination_symbol))
-    if guard and paddle.in_dynamic_mode() and not logits.stop_gradient:  # the registered grad op is first-order only
-        px, py = _FirstOrderOnly.apply(px, op), _FirstOrderOnly.apply(py, op)
+    args = (logits, symbols, ranges, int(termination_symbol))
+    if _library.direct_call_fits(logits):
+        px, py, _ = _library.dygraph_op("pe_rnnt_joint_logprobs")(*args)
+    else:
+        px, py, _ = _library.ops().pe_rnnt_joint_logprobs(*args)
     return px, py
 
 
@@ -310,12 +359,14 @@ def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, 
                            "get_rnnt_logprobs_joint")
 
 
-def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op, guard=True):
+def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op):
     B, T, S1, C = _check_float(logits, "logits", op, 4)
-    _check_common(op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
-    B, S = _dims(symbols)
-    px, py = _joint_logprobs(logits, _symbols64(symbols), None, termination_symbol, op, guard)
+    check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
+    deferred = _check_common(*check_args, kernel_checks=True)
+    px, py = _run_kernel_checked(deferred, _check_common, check_args, _joint_logprobs, logits, _symbols64(symbols),
+                                 None, termination_symbol)
     if rnnt_type == "regular":
+        B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)  # no symbol on frame T
     return _finish_px(px, py, boundary, rnnt_type), py
 
@@ -337,8 +388,7 @@ def _rnnt_loss(logits, symbols, termination_symbol, boundary, rnnt_type, delay_p
                fastemit_lambda):
     op = "rnnt_loss"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    # (guard=False: the recursion refuses higher-order grads at ans, which every grad of the loss passes)
-    px, py = _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op, guard=False)
+    px, py = _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op)
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
@@ -375,7 +425,7 @@ def _check_prune_ranges(op, px_grad, py_grad, boundary, s_range):
     if boundary is None:
         raise ValueError(f"{op}: boundary is required (int64 [B, 4])")
     check_boundary(boundary, B, S, T, op)
-    if isinstance(s_range, bool) or not isinstance(s_range, numbers.Integral):
+    if not is_int(s_range):
         raise TypeError(f"{op}: s_range must be an int, got {s_range!r}")
     if s_range < 0:
         raise ValueError(f"{op}: s_range must be >= 0, got {s_range}")
@@ -460,7 +510,7 @@ def _check_pruning(op, am, lm, ranges):
     if len(r) != 3 or not (_agree(r[0], am.shape[0]) and _agree(r[0], lm.shape[0]) and _agree(r[1], am.shape[1])):
         raise ValueError(f"{op}: ranges must be [B, T, s_range] matching am {list(am.shape)} and lm "
                          f"{list(lm.shape)}; got {r}")
-    if ranges.dtype not in INTEGER_DTYPES:
+    if not is_integer(ranges.dtype):
         raise TypeError(f"{op}: ranges must be an integer tensor, got {dtype_name(ranges.dtype)}")
     if paddle.in_dynamic_mode() and ranges.numel() > 0 and _known(lm.shape[1]):
         lo, hi = int(ranges.min()), int(ranges.max())
@@ -487,15 +537,18 @@ def _do_rnnt_pruning(am, lm, ranges):
 
 
 @paddle.jit.not_to_static
-def _check_ranges(op, ranges, S):
+def _check_ranges(op, ranges, S, kernel_checks=False):
     """k2's ranges: ranges[b, t] = s_begin[b, t] + arange(s_range) within [0, S], s_begin non-decreasing
     in t. Values are checked in dygraph only. Windows that leave an item no path are no error (its loss
-    is inf, as in k2)."""
-    if ranges.dtype not in INTEGER_DTYPES:
+    is inf, as in k2). With kernel_checks, the joint op's CPU kernel checks all three rules: a CPU
+    tensor's values are left to it, and True returned (see _check_common)."""
+    if not is_integer(ranges.dtype):
         raise TypeError(f"{op}: ranges must be an integer tensor, got {dtype_name(ranges.dtype)}")
-    if not paddle.in_dynamic_mode() or ranges.numel() == 0:
-        return
-    r = ranges.numpy().astype(np.int64)
+    if not paddle.in_dynamic_mode() or _no_elements(ranges):
+        return False
+    if kernel_checks and _library.is_cpu(ranges):
+        return True  # (a NumPy read and a dozen small NumPy ops saved on every call with good ranges)
+    r = ranges.numpy().astype(np.int64, copy=False)
     B, T, R = r.shape
     begin = r[:, :, 0]
     steps = r - begin[:, :, None] != np.arange(R)
@@ -512,20 +565,32 @@ def _check_ranges(op, ranges, S):
         b, t = np.argwhere(down)[0]
         raise ValueError(f"{op}: ranges must be non-decreasing along T, but ranges[{b}, {t + 1}, 0] = "
                          f"{begin[b, t + 1]} < ranges[{b}, {t}, 0] = {begin[b, t]}")
+    return False
 
 
 @paddle.jit.not_to_static
-def _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type):
+def _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type, kernel_checks=False):
+    """The pruned functions' checks; kernel_checks as in _check_common (the joint op checks symbols and ranges)."""
     B, T, R, C = _check_float(logits, "logits", op, 4)
     check_tensor(symbols, "symbols", op)
-    S = symbols.shape[1] if len(symbols.shape) == 2 else -1
-    _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    symbols_shape = symbols.shape
+    S = symbols_shape[1] if len(symbols_shape) == 2 else -1
+    common_args = (op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    deferred = _check_common(*common_args, kernel_checks=kernel_checks)
+    # the ranges' checks come after the symbols' (a failure there also runs the symbols' deferred check first)
+    return _run_kernel_checked(deferred, _check_common, common_args, _check_pruned_ranges, op, ranges, B, T, R, S,
+                               kernel_checks) or deferred
+
+
+@paddle.jit.not_to_static
+def _check_pruned_ranges(op, ranges, B, T, R, S, kernel_checks):
     check_tensor(ranges, "ranges", op)
-    if len(ranges.shape) != 3 or not all(_agree(d, e) for d, e in zip(ranges.shape, (B, T, R))):
-        raise ValueError(f"{op}: ranges must have shape [B, T, s_range] = {[B, T, R]}, got {list(ranges.shape)}")
+    r = ranges.shape
+    if len(r) != 3 or not (_agree(r[0], B) and _agree(r[1], T) and _agree(r[2], R)):
+        raise ValueError(f"{op}: ranges must have shape [B, T, s_range] = {[B, T, R]}, got {list(r)}")
     if _known(R) and _known(S) and R > S + 1:
         raise ValueError(f"{op}: s_range = {R} exceeds S+1 = {S + 1}")
-    _check_ranges(op, ranges, S)
+    return _check_ranges(op, ranges, S, kernel_checks)
 
 
 def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
@@ -534,11 +599,13 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
                            rnnt_type, "get_rnnt_logprobs_pruned")
 
 
-def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op, guard=True):
-    _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
-    B, S = _dims(symbols)
-    px, py = _joint_logprobs(logits, _symbols64(symbols), _symbols64(ranges), termination_symbol, op, guard)
+def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op):
+    check_args = (op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
+    deferred = _check_pruned(*check_args, kernel_checks=True)
+    px, py = _run_kernel_checked(deferred, _check_pruned, check_args, _joint_logprobs, logits, _symbols64(symbols),
+                                 _symbols64(ranges), termination_symbol)
     if rnnt_type == "regular":
+        B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
     return _finish_px(px, py, boundary, rnnt_type), py
 
@@ -557,8 +624,7 @@ def _rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary, rnn
                       return_grad, fastemit_lambda):
     op = "rnnt_loss_pruned"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op,
-                                       guard=False)  # (as in _rnnt_loss)
+    px, py = _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op)
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
@@ -578,7 +644,7 @@ def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_sca
                                 rnnt_type, op):
     B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
     for arg, v in (("lm_only_scale", lm_only_scale), ("am_only_scale", am_only_scale)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0.0 <= v <= 1.0:
+        if not is_real(v) or not 0.0 <= v <= 1.0:
             raise ValueError(f"{op}: {arg} must be a float in [0, 1], got {v!r}")
     if lm_only_scale + am_only_scale > 1.0:
         raise ValueError(f"{op}: lm_only_scale + am_only_scale must be <= 1, got {lm_only_scale + am_only_scale}")

@@ -10,26 +10,23 @@ name the function called, an item with no path gets an inf loss and zero grads.
 
 from __future__ import annotations
 
-import numbers
 import struct
 
 import paddle
 
 from . import _amp, _library
+from ._checks import is_int as _is_int
+from ._checks import is_real
 from ._checks import known_dim as _known
-from .mutual_information import _FirstOrderOnly
-from .rnnt_loss import REDUCTIONS, _check_common, _check_float, _symbols64
+from .rnnt_loss import REDUCTIONS, _check_common, _check_float, _run_kernel_checked, _symbols64
 
 MAX_DURATIONS = 16  # the kernels' fixed arc table
+_INF = float("inf")
 
 
 def _real_bits(value: float) -> int:
     """value's float64 bit pattern: the op takes sigma and fastemit_lambda exactly (float attributes are float32)."""
     return struct.unpack("<q", struct.pack("<d", float(value)))[0]
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 @paddle.jit.not_to_static
@@ -59,10 +56,9 @@ def _check_durations(op, arg, durations, minimum, must_hold=()):
 def _check_reals(op, reduction, sigma, fastemit_lambda):
     if reduction not in REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not abs(sigma) < float("inf"):
+    if not is_real(sigma) or not abs(sigma) < _INF:
         raise ValueError(f"{op}: sigma must be a finite float, got {sigma!r}")
-    if isinstance(fastemit_lambda, bool) or not isinstance(fastemit_lambda, numbers.Real) \
-            or not 0 <= fastemit_lambda < float("inf"):
+    if not is_real(fastemit_lambda) or not 0 <= fastemit_lambda < _INF:
         raise ValueError(f"{op}: fastemit_lambda must be a finite float >= 0, got {fastemit_lambda!r}")
     return float(sigma), float(fastemit_lambda)
 
@@ -70,11 +66,12 @@ def _check_reals(op, reduction, sigma, fastemit_lambda):
 def _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, durations,
                multiblank):
     """The fused op for checked arguments, then the reduction."""
-    loss, _, _, _ = _library.ops().pe_transducer_jump_loss(
-        logits, _symbols64(symbols), boundary, int(termination_symbol), bool(multiblank),
-        [_real_bits(sigma), _real_bits(fastemit_lambda)], list(durations))
-    if paddle.in_dynamic_mode() and not logits.stop_gradient:  # the registered grad op is first-order only
-        loss = _FirstOrderOnly.apply(loss, op)
+    args = (logits, _symbols64(symbols), boundary, int(termination_symbol), bool(multiblank),
+            [_real_bits(sigma), _real_bits(fastemit_lambda)], list(durations))
+    if _library.direct_call_fits(logits):
+        loss = _library.dygraph_op("pe_transducer_jump_loss")(*args)[0]
+    else:
+        loss = _library.ops().pe_transducer_jump_loss(*args)[0]
     if reduction == "none":
         return loss
     return paddle.mean(loss) if reduction == "mean" else _library.sum_along(loss, 0)
@@ -116,10 +113,11 @@ def _tdt_loss(logits, symbols, durations, termination_symbol, boundary, reductio
     if _known(X) and C < 1:
         raise ValueError(f"{op}: logits' last dim must be C + D with C >= 1 token units and D = {len(durations)} "
                          f"durations, got {X}")
-    _check_common(op, symbols, termination_symbol, C if C >= 0 else X, B, S1 - 1 if _known(S1) else -1, T, boundary,
+    check_args = (op, symbols, termination_symbol, C if C >= 0 else X, B, S1 - 1 if _known(S1) else -1, T, boundary,
                   "regular")
-    return _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, durations,
-                      False)
+    deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
+    return _run_kernel_checked(deferred, _check_common, check_args, _jump_loss, op, logits, symbols, termination_symbol,
+                               boundary, reduction, sigma, fastemit_lambda, durations, False)
 
 
 @_library.unified
@@ -142,7 +140,13 @@ def _multiblank_rnnt_loss(logits, symbols, big_blank_durations, termination_symb
     sigma, fastemit_lambda = _check_reals(op, reduction, sigma, fastemit_lambda)
     big = _check_durations(op, "big_blank_durations", big_blank_durations, 2)
     B, T, S1, C = _check_float(logits, "logits", op, 4)
-    _check_common(op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, "regular")
+    check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, "regular")
+    deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
+    return _run_kernel_checked(deferred, _check_common, check_args, _multiblank_checked_loss, op, logits, symbols,
+                               termination_symbol, boundary, reduction, sigma, fastemit_lambda, big)
+
+
+def _multiblank_checked_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, big):
     if termination_symbol - len(big) < 0:
         raise ValueError(f"{op}: {len(big)} big blanks take units termination_symbol - 1 ... termination_symbol - "
                          f"{len(big)}, so termination_symbol must be >= {len(big)}, got {termination_symbol}")

@@ -1,7 +1,8 @@
 """The per-call floor: each public function on tiny tensors (dygraph, float32) against the registered ops it
 is built on, called directly, and Paddle's built-in where there is one.
 
-A row times a loop of calls and reports µs per call (median of the repeats). "raw op" is the chain of
+A row times a loop of calls and reports µs per call (median of the repeats; the candidates of a row are
+timed in turns). "raw op" is the chain of
 registered ops (``_library.ops().pe_*``) the function runs for these arguments, plus the Paddle ops it
 cannot avoid (a loss's reduction); its fwd+bwd goes through the registered grad ops. Ratios are
 other / raw op: how much the Python wrapper adds to the dispatch floor (1.00x = nothing).
@@ -42,8 +43,9 @@ def _fwd_bwd(fn, inputs, grad_outputs=None):
 
 
 def _case(family, kind, candidates, calls, note=""):
+    # candidates timed in turns: the ratio is the point, and a shared machine's drift then hits them alike
     return Case("overhead", f"{family} {kind}", {k: _loop(f, calls) for k, f in candidates.items() if f},
-                baseline="raw op", note=note, calls=calls, unit="us")
+                baseline="raw op", note=note, calls=calls, unit="us", alternate=True)
 
 
 def _pair(family, calls, fwd, bwd, note=""):

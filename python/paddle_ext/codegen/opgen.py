@@ -16,7 +16,10 @@ The YAML follows Paddle's ops.yaml / backward.yaml::
 Optional keys: ``inplace : (arr -> out)``, ``infer_shape : Fn`` and ``infer_dtype : Fn`` (functions in
 the binding; by default every output takes the shape and dtype of the first input, and an output
 ``<name>_grad`` those of input ``<name>``, in grad ops and in plain ops that expose a grad kernel).
-Inputs may be optional (``Tensor? boundary``).
+Inputs may be optional (``Tensor? boundary``). A backward op whose kernel has no derivative of its own
+takes ``refuse_higher_order : <the public functions on it>``: a double-grad op (``PD_BUILD_DOUBLE_GRAD_OP``)
+is registered whose kernel raises NotImplementedError naming them, so a second backward through the grads
+of ``create_graph=True`` fails clearly instead of giving wrong (or no) grads, at no cost to first order.
 
 For each ``ops/<family>.yaml`` the generator writes the translation unit ``<family>.ops.cc``: it
 includes ``paddle_ext/binding/<family>.cc`` (the kernels) and then registers them. Every kernel is
@@ -92,6 +95,7 @@ class Op:
     inplace: dict[str, str] = dataclasses.field(default_factory=dict)
     infer_shape: str | None = None
     infer_dtype: str | None = None
+    refuse_higher_order: str | None = None  # backward ops: the public functions named by the refusal
 
     @property
     def is_backward(self) -> bool:
@@ -107,6 +111,7 @@ class Op:
             "backward": self.backward,
             "forward": self.forward,
             "inplace": self.inplace,
+            "double_grad": f"{self.name}_grad" if self.refuse_higher_order else None,
         }
 
 
@@ -215,7 +220,11 @@ def load_ops(ops_dir: pathlib.Path) -> list[Op]:
                 inplace=parse_inplace(entry["inplace"], where) if "inplace" in entry else {},
                 infer_shape=entry.get("infer_shape"),
                 infer_dtype=entry.get("infer_dtype"),
+                refuse_higher_order=entry.get("refuse_higher_order"),
             )
+            if op.refuse_higher_order is not None and not (op.is_backward and str(op.refuse_higher_order).strip()):
+                raise OpSpecError(f"{where}: refuse_higher_order belongs to a backward_op and names the public "
+                                  "functions built on it")
             ops.append(op)
     _check_links(ops)
     return ops
@@ -381,8 +390,42 @@ def emit_family(ops: list[Op], family: str) -> str:
         lines.append(f"    .SetInferShapeFn(PD_INFER_SHAPE({infer_shape}))")
         lines.append(f"    .SetInferDtypeFn(PD_INFER_DTYPE({infer_dtype}));")
         lines.append("")
+        if op.refuse_higher_order:
+            lines += _emit_refused_double_grad(op)
     lines += _emit_kernel_signatures([o for o in ops if o.family == family], family)
     return "\n".join(lines)
+
+
+def _emit_refused_double_grad(op: Op) -> list[str]:
+    """The double-grad op of a first-order-only grad op: its inputs are the grad op's and the grads of the
+    grad op's outputs (optional: a second backward may reach some of them only), its outputs the grads of the
+    grad op's differentiable inputs; its kernel raises Paddle's Unimplemented (a Python NotImplementedError)."""
+    ident = re.sub(r"\W", "_", op.name)
+    grads_of_outputs = [o[: -len("_grad")] for o in op.outputs]
+    inputs = [_input_decl(op, a) for a in op.inputs]
+    inputs += [f'paddle::Optional(paddle::Grad(paddle::Grad("{x}")))' for x in grads_of_outputs]
+    outputs = [f'paddle::Grad("{x}")' for x in grads_of_outputs]
+    outputs += [f'paddle::Grad(paddle::Grad("{a.name[: -len("_grad")]}"))' for a in op.inputs
+                if a.name.endswith("_grad")]
+    params = ["const paddle::optional<paddle::Tensor>&" if a.optional else "const paddle::Tensor&" for a in op.inputs]
+    params += ["const paddle::optional<paddle::Tensor>&"] * len(grads_of_outputs)
+    params += [ATTR_TYPES[a.type][1] for a in op.attrs]
+    functions = " ".join(str(op.refuse_higher_order).split())
+    message = (f"{functions}: higher-order grads are not supported (the grad of op {op.forward} has none of its "
+               f"own: a backward through grads taken with create_graph=True reaches it); first-order grads are")
+    lines = [
+        f"static std::vector<paddle::Tensor> {ident}_refused({', '.join(params)}) {{",
+        f'  PE_THROW_CODE(::common::ErrorCode::UNIMPLEMENTED, "{message}");',
+        "}",
+        f"PD_BUILD_DOUBLE_GRAD_OP({op.forward})",
+        f"    .Inputs({{{', '.join(inputs)}}})",
+        f"    .Outputs({{{', '.join(outputs)}}})",
+    ]
+    if op.attrs:
+        attrs = ", ".join(f'"{a.name}: {ATTR_TYPES[a.type][0]}"' for a in op.attrs)
+        lines.append(f"    .Attrs({{{attrs}}})")
+    lines += [f"    .SetKernelFn(PD_KERNEL({ident}_refused));", ""]
+    return lines
 
 
 def op_proto_names(op: Op) -> tuple[list[str], list[str], list[str]]:
