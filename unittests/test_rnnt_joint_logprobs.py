@@ -287,3 +287,22 @@ def test_gather_half_grads_sum_in_float32(dtype):
     want = refs.rnnt_prune_gather_grad(x.shape, index, g.astype("float32").numpy())
     unit = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}[dtype]
     np.testing.assert_allclose(grad.astype("float32").numpy(), want, rtol=1.01 * unit)
+
+
+@pytest.mark.parametrize("pruned", [False, True])
+@pytest.mark.parametrize("used", ["px", "py"])
+def test_grads_of_one_output_count_the_other_as_zero(pruned, used):
+    """paddle.grad of px alone (or py alone): Paddle hands the grad op no grad for the unused output."""
+    logits, symbols, ranges = problem(2, 4, 3, 6, 2 if pruned else None, seed=5)
+    x = paddle.to_tensor(logits, stop_gradient=False)
+    sym = paddle.to_tensor(symbols)
+    if pruned:
+        px, py = paddle_ext.get_rnnt_logprobs_pruned(x, sym, paddle.to_tensor(ranges), TERM, rnnt_type="modified")
+    else:
+        px, py = paddle_ext.get_rnnt_logprobs_joint(x, sym, TERM, rnnt_type="modified")
+    out = px if used == "px" else py
+    g = np.random.default_rng(6).normal(size=out.shape)
+    (grad,) = paddle.grad(out, x, paddle.to_tensor(g))
+    gx, gy = (g, np.zeros(py.shape)) if used == "px" else (np.zeros(px.shape), g)
+    np.testing.assert_allclose(grad.numpy(), refs.rnnt_joint_logprobs_grad(logits, symbols, ranges, TERM, gx, gy),
+                               rtol=1e-12, atol=1e-14)

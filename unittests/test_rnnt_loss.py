@@ -764,3 +764,22 @@ def test_prune_ranges_with_a_dynamic_frame_count_need_the_regular_minimum_s_rang
              paddle.static.InputSpec([None, 4], "int64")]
     with pytest.raises(ValueError, match=r"s_range must be >= 2 for regular \(or, with a dynamic T, unknown\) RNN-T"):
         paddle.jit.to_static(fn, input_spec=specs, full_graph=True).concrete_program  # noqa: B018
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("used", ["px", "py"])
+def test_simple_logprobs_grads_of_one_output_count_the_other_as_zero(rnnt_type, used):
+    """paddle.grad of px alone (or py alone): Paddle hands the grad op no grad for the unused output; the
+    result equals the grads of both outputs with a zero upstream grad for the unused one."""
+    lm, am, symbols, boundary = PROBLEMS[sorted(PROBLEMS)[0]]
+    lm_t, am_t = t(lm, stop_gradient=False), t(am, stop_gradient=False)
+    bd = None if boundary is None else t(boundary)
+    px, py = paddle_ext.get_rnnt_logprobs(lm_t, am_t, t(symbols), 0, rnnt_type, bd)
+    out = px if used == "px" else py
+    g = np.random.default_rng(7).normal(size=out.shape)
+    alone = paddle.grad(out, [lm_t, am_t], t(g), retain_graph=True)
+    zeros = [t(np.zeros(o.shape)) for o in (px, py)]
+    zeros[0 if used == "px" else 1] = t(g)
+    both = paddle.grad([px, py], [lm_t, am_t], zeros)
+    for a, b in zip(alone, both):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

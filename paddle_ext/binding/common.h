@@ -193,6 +193,14 @@ inline paddle::Tensor dense(const paddle::Tensor& t) {
   return view.contiguous();
 }
 
+// The grad of an output that nothing downstream used (paddle.grad w.r.t. one of px and py): Paddle hands the
+// grad kernel an undefined tensor there, which counts as zeros of the output's shape.
+inline paddle::Tensor grad_or_zeros(const paddle::Tensor& grad, const std::vector<int64_t>& shape, phi::DataType dtype,
+                                    const phi::Place& place) {
+  if (grad.defined() && (grad.initialized() || grad.numel() == 0)) return dense(grad);
+  return paddle::experimental::full(shape, 0, dtype, place);
+}
+
 // The last line of defence: the Python API has already validated the axis with a clear error.
 inline int64_t normalize_axis(int64_t axis, int64_t rank, const char* op) {
   const int64_t r = rank == 0 ? 1 : rank;  // a 0-d tensor has one axis of length 1 here

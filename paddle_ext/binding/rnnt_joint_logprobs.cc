@@ -109,9 +109,10 @@ std::vector<paddle::Tensor> RnntJointGradKernel(const paddle::Tensor& logits_in,
                                                 const paddle::Tensor& lse_in, const paddle::Tensor& px_grad_in,
                                                 const paddle::Tensor& py_grad_in, int termination_symbol) {
   const char* op = "rnnt_joint_logprobs_grad";
-  const paddle::Tensor logits = dense(logits_in), symbols = dense(symbols_in), lse = dense(lse_in),
-                       px_grad = dense(px_grad_in), py_grad = dense(py_grad_in);
+  const paddle::Tensor logits = dense(logits_in), symbols = dense(symbols_in), lse = dense(lse_in);
   const JointShape d = joint_shape(logits, symbols, ranges_in, termination_symbol, op);
+  const paddle::Tensor px_grad = grad_or_zeros(px_grad_in, {d.B, d.S, d.T}, logits.dtype(), logits.place()),
+                       py_grad = grad_or_zeros(py_grad_in, {d.B, d.S + 1, d.T}, logits.dtype(), logits.place());
   paddle::Tensor ranges = ranges_in ? dense(*ranges_in) : paddle::Tensor();
   check_values(symbols, ranges_in ? &ranges : nullptr, d, op);
   PE_CHECK(px_grad.shape() == std::vector<int64_t>({d.B, d.S, d.T}) &&

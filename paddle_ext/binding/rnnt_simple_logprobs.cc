@@ -84,8 +84,9 @@ std::vector<paddle::Tensor> RnntSimpleLogprobsGradKernel(const paddle::Tensor& l
                                                          bool modified) {
   const char* op = "rnnt_simple_logprobs_grad";
   const paddle::Tensor lm = dense(lm_in), am = dense(am_in), symbols = dense(symbols_in), approx = dense(approx_in);
-  const paddle::Tensor px_grad = dense(px_grad_in), py_grad = dense(py_grad_in);
   const SimpleShape d = simple_shape(lm, am, symbols, termination_symbol, op);
+  const paddle::Tensor px_grad = grad_or_zeros(px_grad_in, {d.B, d.S, modified ? d.T : d.T + 1}, am.dtype(), am.place()),
+                       py_grad = grad_or_zeros(py_grad_in, {d.B, d.S + 1, d.T}, am.dtype(), am.place());
   PE_CHECK(approx.shape() == std::vector<int64_t>({d.B, d.L, d.T}), op, ": approx must be [B, L, T] (lm's L rows)");
   PE_CHECK(py_grad.shape() == std::vector<int64_t>({d.B, d.S + 1, d.T}), op, ": py_grad must be [B, S+1, T]");
   PE_CHECK(px_grad.shape() == std::vector<int64_t>({d.B, d.S, modified ? d.T : d.T + 1}), op,
