@@ -161,3 +161,17 @@ def check_axis(axis, rank: int, op: str, arg: str = "axis") -> int:
     if not -r <= axis < r:
         raise IndexError(f"{op}: {arg}={axis} is out of range for a tensor of rank {rank} (expected {-r} <= {arg} < {r})")
     return axis + r if axis < 0 else axis
+
+
+def run_kernel_checked(deferred, check, check_args, fn, *args):
+    """fn(*args), whose op's kernel checks input values that ``check(*check_args)`` would read here (``deferred``:
+    they were left to it). If fn fails, check runs in full, so bad input raises the Python error the checks
+    raise, in their order (and any other failure fn's own error). Not deferred: fn(*args) as is."""
+    if not deferred:
+        return fn(*args)
+    try:
+        return fn(*args)
+    except (TypeError, ValueError, IndexError) as err:  # (the check below runs outside the handler: no chained traceback)
+        failure = err
+    check(*check_args)
+    raise failure

@@ -133,6 +133,14 @@ def direct_call_fits(*tensors) -> bool:
     return True
 
 
+def call_op(name: str, grad_inputs, *args):
+    """The registered op ``name`` on ``args``: through ``dygraph_op`` where ``direct_call_fits(*grad_inputs)``
+    (``grad_inputs``: its inputs that may want grads), else through the generated function."""
+    if direct_call_fits(*grad_inputs):
+        return dygraph_op(name)(*args)
+    return getattr(ops(), name)(*args)
+
+
 try:
     from paddle.base.dygraph.base import in_sot_simulation_mode
 except ImportError:  # a Paddle release without it: every dygraph call is taken as possibly traced by SOT

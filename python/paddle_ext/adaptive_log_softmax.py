@@ -32,7 +32,7 @@ from . import _amp, _fill, _library
 from .put_along_axis import _apply as _pair_apply
 from .put_along_axis import _grads, _ordered
 from ._checks import (FLOATING_DTYPES, INTEGER_DTYPES, check_int, check_tensor, dtype_name, is_floating, is_integer,
-                      known_dim, same_dtype)
+                      known_dim, run_kernel_checked, same_dtype)
 
 _OP = "adaptive_log_softmax_with_loss"
 _INT64 = paddle.int64
@@ -95,15 +95,10 @@ def _target_with_values_checked(logits, target, k, op):
     """_target in dygraph, with target's values checked: by the op's CPU kernel (an IndexError), and only when
     it fails read here, to raise this function's error (a NumPy read and two reductions saved on every call
     with good targets); elsewhere read first."""
-    if not _library.is_cpu(target):
+    deferred = _library.is_cpu(target)
+    if not deferred:
         _check_target_values(target, k, op)
-        return _target(logits, target)
-    try:
-        return _target(logits, target)
-    except (ValueError, IndexError) as err:  # (the check below runs outside the handler: no chained traceback)
-        failure = err
-    _check_target_values(target, k, op)
-    raise failure
+    return run_kernel_checked(deferred, _check_target_values, (target, k, op), _target, logits, target)
 
 
 def _check_target_values(target, k, op):

@@ -101,10 +101,7 @@ def _recursion(px, py, boundary, return_grad, op, boundary_checked=False):
     half = not is_plain_dtype(dtype) and dtype in _amp.HALF_DTYPES
     if half:
         px, py = px.astype("float32"), py.astype("float32")
-    if _library.direct_call_fits(px, py):
-        ans, p = _library.dygraph_op("pe_mutual_information")(px, py, boundary)
-    else:
-        ans, p = _library.ops().pe_mutual_information(px, py, boundary)
+    ans, p = _library.call_op("pe_mutual_information", (px, py), px, py, boundary)
     if half:
         ans = ans.astype(dtype)
     if not return_grad:

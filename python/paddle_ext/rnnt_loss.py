@@ -26,7 +26,7 @@ from paddle.autograd import PyLayer
 
 from . import _amp, _fill, _library
 from ._library import in_sot_simulation_mode
-from ._checks import (check_tensor, dtype_name, is_floating, is_int, is_integer, is_real,
+from ._checks import (check_tensor, dtype_name, is_floating, is_int, is_integer, is_real, run_kernel_checked,
                       same_dtype)
 from ._checks import known_dim as _known
 from .mutual_information import _recursion, check_boundary
@@ -69,12 +69,12 @@ def _dims(x):
 def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type, kernel_checks=False):
     """B, S, T, C are static dims (-1 where dynamic). With kernel_checks (the op run next checks the symbols'
     values on CPU), the values of a CPU tensor in dygraph are left to it: returns True then, and the caller
-    runs this again without kernel_checks if the op fails (see _run_kernel_checked)."""
+    runs this again without kernel_checks if the op fails (see run_kernel_checked)."""
     check_tensor(symbols, "symbols", op)
     if not is_integer(symbols.dtype):
         raise TypeError(f"{op}: symbols must be an integer tensor, got {dtype_name(symbols.dtype)}")
     shape = symbols.shape
-    if len(shape) != 2 or not ((shape[0] == B or not _known(shape[0], B)) and (shape[1] == S or not _known(shape[1], S))):
+    if len(shape) != 2 or not (_agree(shape[0], B) and _agree(shape[1], S)):
         raise ValueError(f"{op}: symbols must have shape [B, S] = [{B}, {S}], got {list(shape)}")
     if not is_int(termination_symbol) or not 0 <= termination_symbol < C:
         raise ValueError(f"{op}: termination_symbol must be an int in [0, {C}), got {termination_symbol!r}")
@@ -101,20 +101,6 @@ def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_ty
     if lo < 0 or hi >= C:
         raise ValueError(f"{op}: symbols must lie in [0, {C}), got values in [{lo}, {hi}]")
     return False
-
-
-def _run_kernel_checked(deferred, check, check_args, fn, *args):
-    """fn(*args), whose op checks what ``check(*check_args, kernel_checks=True)`` left to it (``deferred``):
-    if it fails, check runs again in full, so bad input raises the Python error the checks raise in their
-    order (and any other failure fn's own error)."""
-    if not deferred:
-        return fn(*args)
-    try:
-        return fn(*args)
-    except (TypeError, ValueError, IndexError) as err:  # (the check below runs outside the handler: no chained traceback)
-        failure = err
-    check(*check_args, kernel_checks=False)
-    raise failure
 
 
 @paddle.jit.not_to_static
@@ -237,7 +223,7 @@ def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type,
     B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
     check_args = (op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
     deferred = _check_common(*check_args, kernel_checks=True)
-    px, py = _run_kernel_checked(deferred, _check_common, check_args, _simple_logprobs, lm, am, symbols,
+    px, py = run_kernel_checked(deferred, _check_common, check_args, _simple_logprobs, lm, am, symbols,
                                  termination_symbol, rnnt_type)
     return _finish_px(px, py, boundary, rnnt_type), py
 
@@ -246,11 +232,8 @@ def _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type):
     """The fused op pe_rnnt_simple_logprobs on lm ``[B, S+1, C]`` (or ``[B, 1, C]``: one row for every s): px
     ``[B, S, T+1]`` (regular; column T is -inf) or ``[B, S, T]``, and py ``[B, S+1, T]``, exact for any finite
     logits (float32/float64: the public functions' _amp gate has cast 16-bit inputs)."""
-    args = (lm, am, _symbols64(symbols), int(termination_symbol), rnnt_type != "regular")
-    if _library.direct_call_fits(lm, am):
-        px, py, _ = _library.dygraph_op("pe_rnnt_simple_logprobs")(*args)
-    else:
-        px, py, _ = _library.ops().pe_rnnt_simple_logprobs(*args)
+    px, py, _ = _library.call_op("pe_rnnt_simple_logprobs", (lm, am), lm, am, _symbols64(symbols),
+                                 int(termination_symbol), rnnt_type != "regular")
     return px, py
 
 
@@ -344,11 +327,7 @@ def _joint_logprobs(logits, symbols, ranges, termination_symbol):
     """px [B, S, T], py [B, S+1, T] from joiner logits [B, T, R, C] by the fused op (ops/rnnt_joint_logprobs.yaml):
     the log-softmax over C of the symbol and termination columns only (never the [B, T, R, C] log-softmax);
     row r of frame t is context r (ranges None, R = S+1) or ranges[b, t, r], other (s, t) cells -inf."""
-    args = (logits, symbols, ranges, int(termination_symbol))
-    if _library.direct_call_fits(logits):
-        px, py, _ = _library.dygraph_op("pe_rnnt_joint_logprobs")(*args)
-    else:
-        px, py, _ = _library.ops().pe_rnnt_joint_logprobs(*args)
+    px, py, _ = _library.call_op("pe_rnnt_joint_logprobs", (logits,), logits, symbols, ranges, int(termination_symbol))
     return px, py
 
 
@@ -363,7 +342,7 @@ def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt
     B, T, S1, C = _check_float(logits, "logits", op, 4)
     check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
     deferred = _check_common(*check_args, kernel_checks=True)
-    px, py = _run_kernel_checked(deferred, _check_common, check_args, _joint_logprobs, logits, _symbols64(symbols),
+    px, py = run_kernel_checked(deferred, _check_common, check_args, _joint_logprobs, logits, _symbols64(symbols),
                                  None, termination_symbol)
     if rnnt_type == "regular":
         B, S = _dims(symbols)
@@ -578,7 +557,7 @@ def _check_pruned(op, logits, symbols, ranges, termination_symbol, boundary, rnn
     common_args = (op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
     deferred = _check_common(*common_args, kernel_checks=kernel_checks)
     # the ranges' checks come after the symbols' (a failure there also runs the symbols' deferred check first)
-    return _run_kernel_checked(deferred, _check_common, common_args, _check_pruned_ranges, op, ranges, B, T, R, S,
+    return run_kernel_checked(deferred, _check_common, common_args, _check_pruned_ranges, op, ranges, B, T, R, S,
                                kernel_checks) or deferred
 
 
@@ -602,7 +581,7 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
 def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op):
     check_args = (op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
     deferred = _check_pruned(*check_args, kernel_checks=True)
-    px, py = _run_kernel_checked(deferred, _check_pruned, check_args, _joint_logprobs, logits, _symbols64(symbols),
+    px, py = run_kernel_checked(deferred, _check_pruned, check_args, _joint_logprobs, logits, _symbols64(symbols),
                                  _symbols64(ranges), termination_symbol)
     if rnnt_type == "regular":
         B, S = _dims(symbols)

@@ -16,9 +16,9 @@ import paddle
 
 from . import _amp, _library
 from ._checks import is_int as _is_int
-from ._checks import is_real
+from ._checks import is_real, run_kernel_checked
 from ._checks import known_dim as _known
-from .rnnt_loss import REDUCTIONS, _check_common, _check_float, _run_kernel_checked, _symbols64
+from .rnnt_loss import REDUCTIONS, _check_common, _check_float, _symbols64
 
 MAX_DURATIONS = 16  # the kernels' fixed arc table
 _INF = float("inf")
@@ -66,12 +66,9 @@ def _check_reals(op, reduction, sigma, fastemit_lambda):
 def _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, durations,
                multiblank):
     """The fused op for checked arguments, then the reduction."""
-    args = (logits, _symbols64(symbols), boundary, int(termination_symbol), bool(multiblank),
-            [_real_bits(sigma), _real_bits(fastemit_lambda)], list(durations))
-    if _library.direct_call_fits(logits):
-        loss = _library.dygraph_op("pe_transducer_jump_loss")(*args)[0]
-    else:
-        loss = _library.ops().pe_transducer_jump_loss(*args)[0]
+    loss = _library.call_op("pe_transducer_jump_loss", (logits,), logits, _symbols64(symbols), boundary,
+                            int(termination_symbol), bool(multiblank),
+                            [_real_bits(sigma), _real_bits(fastemit_lambda)], list(durations))[0]
     if reduction == "none":
         return loss
     return paddle.mean(loss) if reduction == "mean" else _library.sum_along(loss, 0)
@@ -116,7 +113,7 @@ def _tdt_loss(logits, symbols, durations, termination_symbol, boundary, reductio
     check_args = (op, symbols, termination_symbol, C if C >= 0 else X, B, S1 - 1 if _known(S1) else -1, T, boundary,
                   "regular")
     deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
-    return _run_kernel_checked(deferred, _check_common, check_args, _jump_loss, op, logits, symbols, termination_symbol,
+    return run_kernel_checked(deferred, _check_common, check_args, _jump_loss, op, logits, symbols, termination_symbol,
                                boundary, reduction, sigma, fastemit_lambda, durations, False)
 
 
@@ -142,7 +139,7 @@ def _multiblank_rnnt_loss(logits, symbols, big_blank_durations, termination_symb
     B, T, S1, C = _check_float(logits, "logits", op, 4)
     check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, "regular")
     deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
-    return _run_kernel_checked(deferred, _check_common, check_args, _multiblank_checked_loss, op, logits, symbols,
+    return run_kernel_checked(deferred, _check_common, check_args, _multiblank_checked_loss, op, logits, symbols,
                                termination_symbol, boundary, reduction, sigma, fastemit_lambda, big)
 
 
