@@ -161,6 +161,12 @@ def test_errors():
         paddle_ext.adaptive_log_softmax_full(paddle.ones([2, 3], "int64"))
 
 
+def test_target_of_a_shape_the_kernel_takes_is_refused_by_the_api():
+    # the kernel counts target's elements only: the API refuses [M, 1], on the fast lane too
+    with pytest.raises(ValueError, match=r"target must be 1-D \[M\], got shape \[2, 1\]"):
+        paddle_ext.adaptive_log_softmax_target(paddle.ones([2, 3]), paddle.to_tensor([[0], [1]]))
+
+
 def test_static_program_rejects_bad_target_in_cpp():
     # Python cannot see values in a static program: the kernel's check is the last line of defence.
     # (raised as Paddle's OutOfRange error, so the static executor reports an IndexError with the message)

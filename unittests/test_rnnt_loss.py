@@ -307,6 +307,36 @@ def test_symbols_checked_by_the_kernel_raise_the_python_error_alone(loss):
     assert err.value.__context__ is None and err.value.__cause__ is None
 
 
+@pytest.mark.parametrize("fn", ["get_rnnt_logprobs", "rnnt_loss_simple"])
+def test_one_lm_row_for_every_s_is_refused_by_the_api(fn):
+    # the simple op's kernel also takes lm [B, 1, C] (the smoothed loss's AM-only model); the API does not
+    lm, am = paddle.zeros([2, 1, 5]), paddle.zeros([2, 4, 5])
+    with pytest.raises(ValueError, match=rf"^{fn}: symbols must have shape \[B, S\] = \[2, 0\], got \[2, 3\]"):
+        getattr(paddle_ext, fn)(lm, am, paddle.ones([2, 3], "int64"), 0)
+
+
+@pytest.mark.parametrize("fn", ["get_rnnt_logprobs_pruned", "rnnt_loss_pruned"])
+def test_pruned_s_range_beyond_s_plus_one_is_refused_without_frames(fn):
+    # with T = 0 no range value shows it to the kernel
+    logits, ranges = paddle.zeros([2, 0, 6, 4]), paddle.zeros([2, 0, 6], "int64")
+    with pytest.raises(ValueError, match=rf"^{fn}: s_range = 6 exceeds S\+1 = 4"):
+        getattr(paddle_ext, fn)(logits, paddle.ones([2, 3], "int64"), ranges, 0, rnnt_type="modified")
+
+
+@pytest.mark.parametrize("B, T", [(2, 0), (0, 4)])
+def test_pruned_loss_of_empty_logits(B, T):
+    # no frames: no path for an item with symbols (inf), an empty one for an item without; no items: no losses
+    S = 3
+    logits = paddle.zeros([B, T, 2, 4])
+    logits.stop_gradient = False
+    symbols = paddle.ones([B, S], "int64")
+    loss = paddle_ext.rnnt_loss_pruned(logits, symbols, paddle.zeros([B, T, 2], "int64"), 0, rnnt_type="modified",
+                                       reduction="none")
+    np.testing.assert_array_equal(loss.numpy(), np.full([B], np.inf, np.float32))
+    (grad,) = paddle.grad(loss.sum(), logits, allow_unused=True)
+    assert grad is None or (list(grad.shape) == [B, T, 2, 4] and not grad.numpy().any())
+
+
 def test_pruning_errors():
     gx, gy = _lt(np.zeros((2, 3, 6))), _lt(np.zeros((2, 4, 5)))
     boundary = _lt(np.array([[0, 0, 3, 5]] * 2))

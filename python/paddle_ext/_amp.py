@@ -30,6 +30,7 @@ from paddle.base import core
 from paddle.base.core import DataType
 from paddle.base.framework import _dygraph_tracer, in_pir_mode
 
+from . import _library
 from ._checks import FLOATING_DTYPES, TENSOR_TYPES, Dtypes, canonical_dtype, is_plain_float
 
 HALF_DTYPES = Dtypes((DataType.FLOAT16, DataType.BFLOAT16))
@@ -44,9 +45,46 @@ HALF_DTYPES = Dtypes((DataType.FLOAT16, DataType.BFLOAT16))
 _amp_state = getattr(sys.modules.get("paddle.amp.auto_cast"), "amp_state", None)
 
 
+_FLOAT32, _FLOAT64 = DataType.FLOAT32, DataType.FLOAT64
+
+
 def no_auto_cast_entered() -> bool:
     """True when no paddle.amp.auto_cast block is open, so the level is O0 (a cheap test; False where unsure)."""
     return _amp_state is not None and _amp_state() is None
+
+
+def fast_lane(floats, others=()) -> bool:
+    """Whether a call may take its family's fast lane: dygraph outside auto_cast and SOT tracing, ``floats``
+    float32/float64 CPU tensors, ``others`` CPU tensors (or None). The lane leaves shape, dtype and value checks
+    to the CPU kernels; run it with ``first_try`` so that input they refuse goes through the full path, whose
+    checks raise the Python errors."""
+    if not (paddle.in_dynamic_mode() and no_auto_cast_entered() and not _library.in_sot_simulation_mode()):
+        return False
+    for x in floats:
+        if x.__class__ is not paddle.Tensor:
+            return False
+        dtype = x.dtype
+        if not (dtype is _FLOAT32 or dtype is _FLOAT64) or not _library.is_cpu(x):
+            return False
+    for t in others:
+        if t is not None and (t.__class__ is not paddle.Tensor or not _library.is_cpu(t)):
+            return False
+    return True
+
+
+class TakeFullPath(Exception):
+    """Raised by a fast lane for input that its kernels would accept but the full path's checks refuse."""
+
+
+def first_try(fast, full, *args):
+    """fast(*args), or full(*args) where fast raises what bad input raises (a kernel's refusal: ValueError,
+    IndexError; a dispatcher's: TypeError; TakeFullPath). full runs every check first, so the user gets its
+    errors, in its order; fast must have no effect that outlives it (no inplace write)."""
+    try:
+        return fast(*args)
+    except (TypeError, ValueError, IndexError, TakeFullPath):
+        pass
+    return full(*args)
 
 
 def _level():

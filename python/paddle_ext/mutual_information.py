@@ -87,8 +87,19 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, *, na
     First-order grads only: a backward through grads taken with ``paddle.grad(..., create_graph=True)``
     raises NotImplementedError (the registered grad op's double-grad op refuses; docs/mutual_information.md).
     """
+    if not return_grad and _amp.fast_lane((px, py), (boundary,)):
+        return _amp.first_try(_recursion_in_kernel_checks, _checked_recursion, px, py, boundary)
+    return _checked_recursion(px, py, boundary, return_grad)
+
+
+def _checked_recursion(px, py, boundary, return_grad=False):
     # 16-bit inputs and auto_cast: float32 inside
     return _amp.float32_op(_recursion, 2, px, py, boundary, return_grad, "mutual_information_recursion")
+
+
+def _recursion_in_kernel_checks(px, py, boundary):
+    """The recursion on CPU float32/float64 tensors, every check (shapes, dtypes, boundary values) left to the kernel."""
+    return _library.call_op("pe_mutual_information", (px, py), px, py, boundary)[0]
 
 
 def _recursion(px, py, boundary, return_grad, op, boundary_checked=False):

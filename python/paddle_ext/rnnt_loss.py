@@ -18,6 +18,7 @@ called: every error names it (a loss calls the twins of the get_rnnt_logprobs* i
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -29,7 +30,7 @@ from ._library import in_sot_simulation_mode
 from ._checks import (check_tensor, dtype_name, is_floating, is_int, is_integer, is_real, run_kernel_checked,
                       same_dtype)
 from ._checks import known_dim as _known
-from .mutual_information import _recursion, check_boundary
+from .mutual_information import _recursion, _recursion_in_kernel_checks, check_boundary
 
 RNNT_TYPES = ("regular", "modified", "constrained")
 UNIGRAM_FLOOR = 1e-20  # added to the smoothed loss's unigram LM (k2's constant)
@@ -186,6 +187,19 @@ def _symbols64(symbols):
     return symbols if same_dtype(symbols.dtype, _INT64) else symbols.astype("int64")
 
 
+def _fast_lane(floats, symbols, termination_symbol, rnnt_type, others=()):
+    """_amp.fast_lane, and what the lane hands the kernels as it is: an int termination_symbol, a known
+    rnnt_type, int64 symbols (``others``: more int64 tensors, or None)."""
+    if termination_symbol.__class__ is not int or rnnt_type not in RNNT_TYPES or symbols.__class__ is not paddle.Tensor:
+        return False
+    if symbols.dtype is not _INT64:
+        return False
+    for t in others:
+        if t is not None and (t.__class__ is not paddle.Tensor or t.dtype is not _INT64):
+            return False
+    return _amp.fast_lane(floats, (symbols, *others))
+
+
 # ---------------------------------------------------------------------------------------------
 # the simple (additive joiner) loss
 
@@ -215,16 +229,29 @@ def get_rnnt_logprobs(lm, am, symbols, termination_symbol, rnnt_type="regular", 
     Returns: px ``[B, S, T+1]`` (regular) or ``[B, S, T]``, py ``[B, S+1, T]``. Note k2's argument order:
     ``rnnt_type`` comes before ``boundary`` here (and after it in every other function).
     """
-    return _amp.float32_op(_get_rnnt_logprobs, 2, lm, am, symbols, termination_symbol, boundary, rnnt_type,
-                           "get_rnnt_logprobs")
+    args = (lm, am, symbols, termination_symbol, boundary, rnnt_type, "get_rnnt_logprobs")
+    if boundary is None and _fast_lane((lm, am), symbols, termination_symbol, rnnt_type):
+        return _amp.first_try(_get_rnnt_logprobs_in_kernel_checks, _checked(_get_rnnt_logprobs, 2), *args)
+    return _amp.float32_op(_get_rnnt_logprobs, 2, *args)
 
 
-def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type, op):
-    B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
-    check_args = (op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
-    deferred = _check_common(*check_args, kernel_checks=True)
-    px, py = run_kernel_checked(deferred, _check_common, check_args, _simple_logprobs, lm, am, symbols,
-                                 termination_symbol, rnnt_type)
+def _checked(twin, n):
+    """The full path of a function whose twin is ``twin`` (n floating inputs): its checks, its AMP casts."""
+    return functools.partial(_amp.float32_op, twin, n)
+
+
+def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type, op, checked=True):
+    """checked=False: the fast lane's call (see _amp.fast_lane): every check but the scalars' left to the kernels."""
+    if checked:
+        B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
+        check_args = (op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+        deferred = _check_common(*check_args, kernel_checks=True)
+        px, py = run_kernel_checked(deferred, _check_common, check_args, _simple_logprobs, lm, am, symbols,
+                                     termination_symbol, rnnt_type)
+    else:
+        if lm.shape[1] != symbols.shape[1] + 1:  # (the kernel also takes one lm row for all s)
+            raise _amp.TakeFullPath
+        px, py = _simple_logprobs(lm, am, symbols, termination_symbol, rnnt_type)
     return _finish_px(px, py, boundary, rnnt_type), py
 
 
@@ -262,16 +289,19 @@ def rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_ty
         loss, or ``(loss, (px_grad, py_grad))``. An item with no path through its lattice (e.g. modified or
         constrained with T_b < S_b) gets an inf loss and zero grads.
     """
-    return _amp.float32_op(_rnnt_loss_simple, 2, lm, am, symbols, termination_symbol, boundary, rnnt_type,
-                           delay_penalty, reduction, return_grad, fastemit_lambda)
+    args = (lm, am, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
+            fastemit_lambda)
+    if not return_grad and _fast_lane((lm, am), symbols, termination_symbol, rnnt_type, (boundary,)):
+        return _amp.first_try(_rnnt_loss_simple_in_kernel_checks, _checked(_rnnt_loss_simple, 2), *args)
+    return _amp.float32_op(_rnnt_loss_simple, 2, *args)
 
 
 def _rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction,
-                      return_grad, fastemit_lambda):
+                      return_grad, fastemit_lambda, checked=True):
     op = "rnnt_loss_simple"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type, op)
-    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
+    px, py = _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type, op, checked)
+    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda, checked)
 
 
 @paddle.jit.not_to_static
@@ -309,10 +339,13 @@ def _fastemit(px, fastemit_lambda):
     return paddle.static.nn.static_pylayer(paddle.assign, [px], lambda grad: _times(grad, factor))
 
 
-def _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda):
+def _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda, checked=True):
     """What every loss does with its (px, py): delay penalty, FastEmit, the recursion, the reduction. An item
-    with no path gets ans = -inf and zero grads from the recursion, so an inf loss (and 'sum'/'mean' inf)."""
+    with no path gets ans = -inf and zero grads from the recursion, so an inf loss (and 'sum'/'mean' inf).
+    checked=False (the fast lane, without return_grad): the recursion's kernel checks px, py and boundary."""
     px = _fastemit(_add_delay_penalty(px, boundary, rnnt_type, delay_penalty), fastemit_lambda)
+    if not checked:
+        return _reduce(_recursion_in_kernel_checks(px, py, boundary), reduction)
     out = _recursion(px, py, boundary, return_grad, op, boundary_checked=True)  # (by the loss's _check_common)
     if return_grad:  # occupation probabilities: the recursion's own, before FastEmit's scaling
         return _reduce(out[0], reduction), out[1]
@@ -334,16 +367,24 @@ def _joint_logprobs(logits, symbols, ranges, termination_symbol):
 def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) from joiner logits ``[B, T, S+1, C]``: their log-softmax over C at the symbol and termination
     columns (one fused op; the normalised [B, T, S+1, C] tensor is never written)."""
-    return _amp.float32_op(_get_rnnt_logprobs_joint, 1, logits, symbols, termination_symbol, boundary, rnnt_type,
-                           "get_rnnt_logprobs_joint")
+    args = (logits, symbols, termination_symbol, boundary, rnnt_type, "get_rnnt_logprobs_joint")
+    if boundary is None and _fast_lane((logits,), symbols, termination_symbol, rnnt_type):
+        return _amp.first_try(_get_rnnt_logprobs_joint_in_kernel_checks, _checked(_get_rnnt_logprobs_joint, 1), *args)
+    return _amp.float32_op(_get_rnnt_logprobs_joint, 1, *args)
 
 
-def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op):
-    B, T, S1, C = _check_float(logits, "logits", op, 4)
-    check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
-    deferred = _check_common(*check_args, kernel_checks=True)
-    px, py = run_kernel_checked(deferred, _check_common, check_args, _joint_logprobs, logits, _symbols64(symbols),
-                                 None, termination_symbol)
+def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op, checked=True):
+    """checked: as in _get_rnnt_logprobs."""
+    if checked:
+        B, T, S1, C = _check_float(logits, "logits", op, 4)
+        check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, rnnt_type)
+        deferred = _check_common(*check_args, kernel_checks=True)
+        px, py = run_kernel_checked(deferred, _check_common, check_args, _joint_logprobs, logits,
+                                     _symbols64(symbols), None, termination_symbol)
+    else:
+        if logits.shape[2] != symbols.shape[1] + 1:  # (the kernel cannot tell pruned logits without frames)
+            raise _amp.TakeFullPath
+        px, py = _joint_logprobs(logits, symbols, None, termination_symbol)
     if rnnt_type == "regular":
         B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)  # no symbol on frame T
@@ -359,16 +400,19 @@ def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="reg
     ``paddle.nn.functional.rnnt_loss(log_softmax(logits), ..., fastemit_lambda=fastemit_lambda,
     reduction='none')``, values and grads.
     """
-    return _amp.float32_op(_rnnt_loss, 1, logits, symbols, termination_symbol, boundary, rnnt_type, delay_penalty,
-                           reduction, return_grad, fastemit_lambda)
+    args = (logits, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
+            fastemit_lambda)
+    if not return_grad and _fast_lane((logits,), symbols, termination_symbol, rnnt_type, (boundary,)):
+        return _amp.first_try(_rnnt_loss_in_kernel_checks, _checked(_rnnt_loss, 1), *args)
+    return _amp.float32_op(_rnnt_loss, 1, *args)
 
 
 def _rnnt_loss(logits, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
-               fastemit_lambda):
+               fastemit_lambda, checked=True):
     op = "rnnt_loss"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op)
-    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
+    px, py = _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op, checked)
+    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda, checked)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -574,15 +618,24 @@ def _check_pruned_ranges(op, ranges, B, T, R, S, kernel_checks):
 
 def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) from pruned joiner logits ``[B, T, s_range, C]``: entries outside each frame's range are -inf."""
-    return _amp.float32_op(_get_rnnt_logprobs_pruned, 1, logits, symbols, ranges, termination_symbol, boundary,
-                           rnnt_type, "get_rnnt_logprobs_pruned")
+    args = (logits, symbols, ranges, termination_symbol, boundary, rnnt_type, "get_rnnt_logprobs_pruned")
+    if boundary is None and _fast_lane((logits,), symbols, termination_symbol, rnnt_type, (ranges,)):
+        return _amp.first_try(_get_rnnt_logprobs_pruned_in_kernel_checks, _checked(_get_rnnt_logprobs_pruned, 1),
+                              *args)
+    return _amp.float32_op(_get_rnnt_logprobs_pruned, 1, *args)
 
 
-def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op):
-    check_args = (op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
-    deferred = _check_pruned(*check_args, kernel_checks=True)
-    px, py = run_kernel_checked(deferred, _check_pruned, check_args, _joint_logprobs, logits, _symbols64(symbols),
-                                 _symbols64(ranges), termination_symbol)
+def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op, checked=True):
+    """checked: as in _get_rnnt_logprobs."""
+    if checked:
+        check_args = (op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
+        deferred = _check_pruned(*check_args, kernel_checks=True)
+        px, py = run_kernel_checked(deferred, _check_pruned, check_args, _joint_logprobs, logits,
+                                     _symbols64(symbols), _symbols64(ranges), termination_symbol)
+    else:
+        if logits.shape[2] > symbols.shape[1] + 1:  # (with no frames, no range value shows it)
+            raise _amp.TakeFullPath
+        px, py = _joint_logprobs(logits, symbols, ranges, termination_symbol)
     if rnnt_type == "regular":
         B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
@@ -595,16 +648,19 @@ def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None,
     """The RNN-T loss on pruned joiner output ``logits [B, T, s_range, C]`` (k2 ``rnnt_loss_pruned``),
     with ``ranges`` from :func:`get_rnnt_prune_ranges`; other arguments as in :func:`rnnt_loss_simple`.
     Ranges that leave an item no path give it an inf loss and zero grads."""
-    return _amp.float32_op(_rnnt_loss_pruned, 1, logits, symbols, ranges, termination_symbol, boundary, rnnt_type,
-                           delay_penalty, reduction, return_grad, fastemit_lambda)
+    args = (logits, symbols, ranges, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
+            fastemit_lambda)
+    if not return_grad and _fast_lane((logits,), symbols, termination_symbol, rnnt_type, (ranges, boundary)):
+        return _amp.first_try(_rnnt_loss_pruned_in_kernel_checks, _checked(_rnnt_loss_pruned, 1), *args)
+    return _amp.float32_op(_rnnt_loss_pruned, 1, *args)
 
 
 def _rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, delay_penalty, reduction,
-                      return_grad, fastemit_lambda):
+                      return_grad, fastemit_lambda, checked=True):
     op = "rnnt_loss_pruned"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op)
-    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
+    px, py = _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op, checked)
+    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda, checked)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -677,6 +733,14 @@ def _rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_o
                                          rnnt_type, op)
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
+
+# The fast lane's calls of the twins (every check but the scalars' left to the kernels; see _amp.fast_lane).
+_get_rnnt_logprobs_in_kernel_checks = functools.partial(_get_rnnt_logprobs, checked=False)
+_get_rnnt_logprobs_joint_in_kernel_checks = functools.partial(_get_rnnt_logprobs_joint, checked=False)
+_get_rnnt_logprobs_pruned_in_kernel_checks = functools.partial(_get_rnnt_logprobs_pruned, checked=False)
+_rnnt_loss_simple_in_kernel_checks = functools.partial(_rnnt_loss_simple, checked=False)
+_rnnt_loss_in_kernel_checks = functools.partial(_rnnt_loss, checked=False)
+_rnnt_loss_pruned_in_kernel_checks = functools.partial(_rnnt_loss_pruned, checked=False)
 
 __all__ = [
     "do_rnnt_pruning",
