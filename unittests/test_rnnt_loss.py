@@ -307,6 +307,52 @@ def test_symbols_checked_by_the_kernel_raise_the_python_error_alone(loss):
     assert err.value.__context__ is None and err.value.__cause__ is None
 
 
+LANE_CALLS = {  # dygraph float32/float64 CPU calls that take the fast lane, (args, kwargs) as numpy
+    "mutual_information_recursion": lambda lm, am, logits, symbols, boundary, ranges: ((lm[:, 1:, :4], lm[:, :, :3]), {}),
+    "get_rnnt_logprobs": lambda lm, am, logits, symbols, boundary, ranges: ((lm, am, symbols, 0), {}),
+    "get_rnnt_logprobs_joint": lambda lm, am, logits, symbols, boundary, ranges: ((logits, symbols, 0), {}),
+    "get_rnnt_logprobs_pruned": lambda lm, am, logits, symbols, boundary, ranges: (
+        (logits[:, :, :2], symbols, ranges, 0), {}),
+    "rnnt_loss_simple": lambda lm, am, logits, symbols, boundary, ranges: ((lm, am, symbols, 0, boundary), {}),
+    "rnnt_loss": lambda lm, am, logits, symbols, boundary, ranges: ((logits, symbols, 0, boundary), {}),
+    "rnnt_loss_pruned": lambda lm, am, logits, symbols, boundary, ranges: (
+        (logits[:, :, :2], symbols, ranges, 0, boundary), {"rnnt_type": "modified"}),
+}
+
+
+@pytest.mark.parametrize("fn", sorted(LANE_CALLS))
+@pytest.mark.parametrize("wants_grad", [False, True])
+def test_fast_lane_leaves_the_checks_to_the_kernels(fn, wants_grad, monkeypatch):
+    """A dygraph float32/float64 CPU call runs no Python check of its tensors (the kernels check them), and
+    gives what the checked path gives; a float16 call still takes the checked path."""
+    import sys
+
+    B, T, S, C = 2, 4, 3, 5
+    lm, am, symbols, boundary = problem(B=B, T=T, S=S, C=C, seed=7)
+    logits = lm[:, None] + am[:, :, None]
+    ranges = _with_start(np.zeros((B, T), np.int64), 2)
+    args, kwargs = LANE_CALLS[fn](lm, am, logits, symbols, boundary, ranges)
+    tensors = [t(a, stop_gradient=not (wants_grad and a.dtype == np.float64)) for a in args if isinstance(a, np.ndarray)]
+    it = iter(tensors)
+    call_args = [next(it) if isinstance(a, np.ndarray) else a for a in args]
+    expected = getattr(paddle_ext, fn)(*call_args, **kwargs)
+
+    def refused(*a, **k):
+        raise AssertionError("a Python check ran")
+
+    for module, name in (("paddle_ext.rnnt_loss", "_check_common"), ("paddle_ext.rnnt_loss", "_check_float"),
+                         ("paddle_ext.rnnt_loss", "_check_lm_am"), ("paddle_ext.rnnt_loss", "_check_pruned"),
+                         ("paddle_ext.mutual_information", "check_px_py")):
+        monkeypatch.setattr(sys.modules[module], name, refused)
+    got = getattr(paddle_ext, fn)(*call_args, **kwargs)
+    for g, e in zip(paddle.utils.flatten(got), paddle.utils.flatten(expected)):
+        np.testing.assert_array_equal(g.numpy(), e.numpy())
+    halves = [x.astype("float16") if isinstance(x, paddle.Tensor) and x.dtype == paddle.float64 else x
+              for x in call_args]
+    with pytest.raises(AssertionError, match="a Python check ran"):
+        getattr(paddle_ext, fn)(*halves, **kwargs)
+
+
 @pytest.mark.parametrize("fn", ["get_rnnt_logprobs", "rnnt_loss_simple"])
 def test_one_lm_row_for_every_s_is_refused_by_the_api(fn):
     # the simple op's kernel also takes lm [B, 1, C] (the smoothed loss's AM-only model); the API does not
