@@ -45,7 +45,7 @@ HALF_DTYPES = Dtypes((DataType.FLOAT16, DataType.BFLOAT16))
 _amp_state = getattr(sys.modules.get("paddle.amp.auto_cast"), "amp_state", None)
 
 
-_FLOAT32, _FLOAT64 = DataType.FLOAT32, DataType.FLOAT64
+_FLOAT32, _FLOAT64, _INT64 = DataType.FLOAT32, DataType.FLOAT64, DataType.INT64
 
 
 def no_auto_cast_entered() -> bool:
@@ -55,9 +55,10 @@ def no_auto_cast_entered() -> bool:
 
 def fast_lane(floats, others=()) -> bool:
     """Whether a call may take its family's fast lane: dygraph outside auto_cast and SOT tracing, ``floats``
-    float32/float64 CPU tensors, ``others`` CPU tensors (or None). The lane leaves shape, dtype and value checks
-    to the CPU kernels; run it with ``first_try`` so that input they refuse goes through the full path, whose
-    checks raise the Python errors."""
+    float32/float64 CPU tensors, ``others`` int64 CPU tensors (or None). The lane leaves shape, dtype and value
+    checks to the CPU kernels; run it with ``first_try`` so that input they refuse goes through the full path,
+    whose checks raise the Python errors. The mode comes first: under SOT no tensor attribute is read here
+    (a read moves the graph breaks, and the compiled loss's last digits with them)."""
     if not (paddle.in_dynamic_mode() and no_auto_cast_entered() and not _library.in_sot_simulation_mode()):
         return False
     for x in floats:
@@ -67,7 +68,7 @@ def fast_lane(floats, others=()) -> bool:
         if not (dtype is _FLOAT32 or dtype is _FLOAT64) or not _library.is_cpu(x):
             return False
     for t in others:
-        if t is not None and (t.__class__ is not paddle.Tensor or not _library.is_cpu(t)):
+        if t is not None and (t.__class__ is not paddle.Tensor or t.dtype is not _INT64 or not _library.is_cpu(t)):
             return False
     return True
 

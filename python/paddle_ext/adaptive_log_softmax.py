@@ -76,8 +76,7 @@ def adaptive_log_softmax_target(logits, target, name=None):
     Returns:
         Tensor [M] in ``logits``' dtype: the target log-probabilities. Differentiable in ``logits``.
     """
-    if (logits.__class__ is paddle.Tensor and logits.stop_gradient and target.__class__ is paddle.Tensor
-            and target.dtype is _INT64 and _amp.fast_lane((logits,), (target,))):
+    if _amp.fast_lane((logits,), (target,)) and logits.stop_gradient:
         return _amp.first_try(_target_in_kernel_checks, _checked_target, logits, target)
     return _checked_target(logits, target)
 

@@ -190,14 +190,8 @@ def _symbols64(symbols):
 def _fast_lane(floats, symbols, termination_symbol, rnnt_type, others=()):
     """_amp.fast_lane, and what the lane hands the kernels as it is: an int termination_symbol, a known
     rnnt_type, int64 symbols (``others``: more int64 tensors, or None)."""
-    if termination_symbol.__class__ is not int or rnnt_type not in RNNT_TYPES or symbols.__class__ is not paddle.Tensor:
-        return False
-    if symbols.dtype is not _INT64:
-        return False
-    for t in others:
-        if t is not None and (t.__class__ is not paddle.Tensor or t.dtype is not _INT64):
-            return False
-    return _amp.fast_lane(floats, (symbols, *others))
+    return (termination_symbol.__class__ is int and rnnt_type in RNNT_TYPES
+            and _amp.fast_lane(floats, (symbols, *others)))
 
 
 # ---------------------------------------------------------------------------------------------
