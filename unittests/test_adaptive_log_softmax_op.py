@@ -162,7 +162,7 @@ def test_errors():
 
 
 def test_target_of_a_shape_the_kernel_takes_is_refused_by_the_api():
-    # the kernel counts target's elements only: the API refuses [M, 1], on the fast lane too
+    # the kernel counts target's elements only: the API refuses [M, 1]
     with pytest.raises(ValueError, match=r"target must be 1-D \[M\], got shape \[2, 1\]"):
         paddle_ext.adaptive_log_softmax_target(paddle.ones([2, 3]), paddle.to_tensor([[0], [1]]))
 

@@ -76,19 +76,6 @@ def adaptive_log_softmax_target(logits, target, name=None):
     Returns:
         Tensor [M] in ``logits``' dtype: the target log-probabilities. Differentiable in ``logits``.
     """
-    if _amp.fast_lane((logits,), (target,)) and logits.stop_gradient:
-        return _amp.first_try(_target_in_kernel_checks, _checked_target, logits, target)
-    return _checked_target(logits, target)
-
-
-def _target_in_kernel_checks(logits, target):
-    """The fast lane (_amp.fast_lane) of a call without grads: the kernel checks shapes and target values."""
-    if len(target.shape) != 1:  # (the kernel counts target's elements only)
-        raise _amp.TakeFullPath
-    return _library.call_op("pe_adaptive_log_softmax_target", (logits,), logits, target)[0]
-
-
-def _checked_target(logits, target):
     op = "adaptive_log_softmax_target"
     m, k = _check_logits(logits, op)
     logits = _amp.float32_at_o1(logits)  # log_softmax-like: a float32 op at O1, as in Paddle's AMP lists
