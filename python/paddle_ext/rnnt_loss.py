@@ -225,8 +225,8 @@ def get_rnnt_logprobs(lm, am, symbols, termination_symbol, rnnt_type="regular", 
     """
     args = (lm, am, symbols, termination_symbol, boundary, rnnt_type, "get_rnnt_logprobs")
     if boundary is None and _fast_lane((lm, am), symbols, termination_symbol, rnnt_type):
-        return _amp.first_try(_get_rnnt_logprobs_in_kernel_checks, _get_rnnt_logprobs_checked, *args)
-    return _amp.float32_op(_get_rnnt_logprobs, 2, *args)
+        return _amp.first_try(*_get_rnnt_logprobs_paths, *args)
+    return _get_rnnt_logprobs_paths[1](*args)
 
 
 def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type, op, checked=True):
@@ -281,8 +281,8 @@ def rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_ty
     args = (lm, am, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
             fastemit_lambda)
     if not return_grad and _fast_lane((lm, am), symbols, termination_symbol, rnnt_type, (boundary,)):
-        return _amp.first_try(_rnnt_loss_simple_in_kernel_checks, _rnnt_loss_simple_checked, *args)
-    return _amp.float32_op(_rnnt_loss_simple, 2, *args)
+        return _amp.first_try(*_rnnt_loss_simple_paths, *args)
+    return _rnnt_loss_simple_paths[1](*args)
 
 
 def _rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction,
@@ -358,8 +358,8 @@ def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, 
     columns (one fused op; the normalised [B, T, S+1, C] tensor is never written)."""
     args = (logits, symbols, termination_symbol, boundary, rnnt_type, "get_rnnt_logprobs_joint")
     if boundary is None and _fast_lane((logits,), symbols, termination_symbol, rnnt_type):
-        return _amp.first_try(_get_rnnt_logprobs_joint_in_kernel_checks, _get_rnnt_logprobs_joint_checked, *args)
-    return _amp.float32_op(_get_rnnt_logprobs_joint, 1, *args)
+        return _amp.first_try(*_get_rnnt_logprobs_joint_paths, *args)
+    return _get_rnnt_logprobs_joint_paths[1](*args)
 
 
 def _get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary, rnnt_type, op, checked=True):
@@ -392,8 +392,8 @@ def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="reg
     args = (logits, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
             fastemit_lambda)
     if not return_grad and _fast_lane((logits,), symbols, termination_symbol, rnnt_type, (boundary,)):
-        return _amp.first_try(_rnnt_loss_in_kernel_checks, _rnnt_loss_checked, *args)
-    return _amp.float32_op(_rnnt_loss, 1, *args)
+        return _amp.first_try(*_rnnt_loss_paths, *args)
+    return _rnnt_loss_paths[1](*args)
 
 
 def _rnnt_loss(logits, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
@@ -609,9 +609,8 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
     """(px, py) from pruned joiner logits ``[B, T, s_range, C]``: entries outside each frame's range are -inf."""
     args = (logits, symbols, ranges, termination_symbol, boundary, rnnt_type, "get_rnnt_logprobs_pruned")
     if boundary is None and _fast_lane((logits,), symbols, termination_symbol, rnnt_type, (ranges,)):
-        return _amp.first_try(_get_rnnt_logprobs_pruned_in_kernel_checks, _get_rnnt_logprobs_pruned_checked,
-                              *args)
-    return _amp.float32_op(_get_rnnt_logprobs_pruned, 1, *args)
+        return _amp.first_try(*_get_rnnt_logprobs_pruned_paths, *args)
+    return _get_rnnt_logprobs_pruned_paths[1](*args)
 
 
 def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op, checked=True):
@@ -640,8 +639,8 @@ def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None,
     args = (logits, symbols, ranges, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
             fastemit_lambda)
     if not return_grad and _fast_lane((logits,), symbols, termination_symbol, rnnt_type, (ranges, boundary)):
-        return _amp.first_try(_rnnt_loss_pruned_in_kernel_checks, _rnnt_loss_pruned_checked, *args)
-    return _amp.float32_op(_rnnt_loss_pruned, 1, *args)
+        return _amp.first_try(*_rnnt_loss_pruned_paths, *args)
+    return _rnnt_loss_pruned_paths[1](*args)
 
 
 def _rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, delay_penalty, reduction,
@@ -723,20 +722,18 @@ def _rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale, am_o
     return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
 
-# Each twin's two paths: the fast lane's (every check but the scalars' left to the kernels; _amp.fast_lane),
-# and the full one (its checks, its AMP casts).
-_get_rnnt_logprobs_in_kernel_checks = functools.partial(_get_rnnt_logprobs, checked=False)
-_get_rnnt_logprobs_checked = functools.partial(_amp.float32_op, _get_rnnt_logprobs, 2)
-_rnnt_loss_simple_in_kernel_checks = functools.partial(_rnnt_loss_simple, checked=False)
-_rnnt_loss_simple_checked = functools.partial(_amp.float32_op, _rnnt_loss_simple, 2)
-_get_rnnt_logprobs_joint_in_kernel_checks = functools.partial(_get_rnnt_logprobs_joint, checked=False)
-_get_rnnt_logprobs_joint_checked = functools.partial(_amp.float32_op, _get_rnnt_logprobs_joint, 1)
-_rnnt_loss_in_kernel_checks = functools.partial(_rnnt_loss, checked=False)
-_rnnt_loss_checked = functools.partial(_amp.float32_op, _rnnt_loss, 1)
-_get_rnnt_logprobs_pruned_in_kernel_checks = functools.partial(_get_rnnt_logprobs_pruned, checked=False)
-_get_rnnt_logprobs_pruned_checked = functools.partial(_amp.float32_op, _get_rnnt_logprobs_pruned, 1)
-_rnnt_loss_pruned_in_kernel_checks = functools.partial(_rnnt_loss_pruned, checked=False)
-_rnnt_loss_pruned_checked = functools.partial(_amp.float32_op, _rnnt_loss_pruned, 1)
+def _paths(twin, n):
+    """A twin's two paths: the fast lane's (every check but the scalars' left to the kernels; _amp.fast_lane),
+    and the full one (its checks, its AMP casts; ``n``: its floating inputs)."""
+    return functools.partial(twin, checked=False), functools.partial(_amp.float32_op, twin, n)
+
+
+_get_rnnt_logprobs_paths = _paths(_get_rnnt_logprobs, 2)
+_rnnt_loss_simple_paths = _paths(_rnnt_loss_simple, 2)
+_get_rnnt_logprobs_joint_paths = _paths(_get_rnnt_logprobs_joint, 1)
+_rnnt_loss_paths = _paths(_rnnt_loss, 1)
+_get_rnnt_logprobs_pruned_paths = _paths(_get_rnnt_logprobs_pruned, 1)
+_rnnt_loss_pruned_paths = _paths(_rnnt_loss_pruned, 1)
 
 __all__ = [
     "do_rnnt_pruning",
