@@ -38,6 +38,9 @@ the last three planted through the Python API):
     list: caught only by the PADDLE_EXT_PUT_TILE=small subprocesses (38 cases fail at 1 thread, 30 at 2:
     put-path-bucket_columns, -bucket_outer, -scattered, -row_uniform with negative indices), not by this
     process (234 put_along_axis cases pass).
+  * put_along_axis partition split by index rows (bucket_rows), the threads' lists of a block applied in
+    reverse thread order: caught only by the PADDLE_EXT_PUT_TILE=small subprocess at 2 threads (4 cases:
+    put-path-bucket_columns and -bucket_hot with assign).
   * mutual_information banded wavefront, a row skipped at each band boundary (two threads, B = 1):
     mi-band-B1S127T1100 (the other band cases fail for known bug 1 on spread700 data).
   * mutual_information scan_block without the non-finite py check: -inf / +inf mixtures (mi-18, mi-19,
