@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <type_traits>
+#include <utility>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -255,6 +256,17 @@ void zero_rows(const Geometry& g, index_t o0, index_t o1, index_t i0, index_t i1
       for (index_t t = i0; t < i1; ++t) out[(o * g.m + j) * g.inner + t] = zero;
 }
 
+// Applies block b's entries: each entry's (slot, stat row) from at(offset); a scatter calls fn(slot, value,
+// stat_row), a gather stores its result back into the entry (for the un-partition).
+template <bool Gather, bool Reverse, typename T, typename Fn, typename At>
+void apply_block(BlockLists<T>& lists, index_t b, const Fn& fn, const At& at) {
+  lists.template each<Reverse>(b, [&](Entry<T>& e) {
+    const auto [s, r] = at(e.off);
+    if constexpr (Gather) e.v = fn(s, e.v, r);
+    else fn(s, e.v, r);
+  });
+}
+
 // The partitioned pass over one part (outer rows [o0, o1), columns [i0, i1); stat rows from rb, as
 // visit_part's), round by round. A round appends an (offset, value) entry per in-range position to its
 // destination block's list, then applies the lists block by block while the block sits in L2:
@@ -294,10 +306,8 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
     for (index_t b = 0; b < bl.count; ++b) {  // apply, block by block
       const index_t base = (o0 * g.n + (b << bl.shift)) * inner + i0, rbase = rb + (b << bl.shift);
       if (!Gather && rr == 0) hooks.begin(base, bl.rows_in(b), len, rbase);
-      lists.template each<Reverse>(b, [&](Entry<T>& e) {
-        const index_t s = base + bl.row_of(e.off) * inner + bl.column_of(e.off), r = rbase + bl.row_of(e.off);
-        if constexpr (Gather) e.v = fn(s, e.v, r);
-        else fn(s, e.v, r);
+      apply_block<Gather, Reverse>(lists, b, fn, [&](uint32_t off) {
+        return std::pair<index_t, index_t>(base + bl.row_of(off) * inner + bl.column_of(off), rbase + bl.row_of(off));
       });
       if (!Gather && rr == rounds - 1) hooks.end(base, bl.rows_in(b), len, rbase);
     }
@@ -318,7 +328,7 @@ bool bucket_rows(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
                  index_t elem, const Fn& fn_in, const Hooks& hooks) {
   const Fn fn = fn_in;
   const index_t inner = g.inner, rows = g.outer * g.n, total_rows = g.outer * g.m, parts = plan.nblocks;
-  const index_t cols = plan.block, part_rows = g.outer * g.n;  // a column part's stat rows
+  const index_t cols = plan.block;  // a column part's columns; its stat rows are `rows`
   const int threads = plan.threads;
   if (rows == 0) {
     if (Gather) zero_rows(g, 0, g.outer, 0, inner, out, zero);
@@ -336,7 +346,7 @@ bool bucket_rows(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
   }
   auto parts_of_block = [&](index_t b, auto&& f) {  // f(first slot, columns, first stat row) per column part
     for (index_t c = 0; c < parts; ++c)
-      f((b << bl.shift) * inner + c * cols, std::min(inner, (c + 1) * cols) - c * cols, c * part_rows + (b << bl.shift));
+      f((b << bl.shift) * inner + c * cols, std::min(inner, (c + 1) * cols) - c * cols, c * rows + (b << bl.shift));
   };
   std::atomic<bool> ok{true};
   for (index_t rr = 0; rr < rounds; ++rr) {
@@ -358,11 +368,9 @@ bool bucket_rows(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
       if (!Gather && rr == 0)
         parts_of_block(b, [&](index_t s, index_t len, index_t r) { hooks.begin(s, bl.rows_in(b), len, r); });
       for (int kk = 0; kk < threads; ++kk)
-        lists[Reverse ? threads - 1 - kk : kk]->template each<Reverse>(b, [&](Entry<T>& e) {
-          const index_t col = bl.column_of(e.off), row = (b << bl.shift) + bl.row_of(e.off);
-          const index_t s = base + bl.row_of(e.off) * inner + col, r = (col / cols) * part_rows + row;
-          if constexpr (Gather) e.v = fn(s, e.v, r);
-          else fn(s, e.v, r);
+        apply_block<Gather, Reverse>(*lists[Reverse ? threads - 1 - kk : kk], b, fn, [&](uint32_t off) {
+          const index_t col = bl.column_of(off), row = bl.row_of(off);
+          return std::pair<index_t, index_t>(base + row * inner + col, (col / cols) * rows + (b << bl.shift) + row);
         });
       if (!Gather && rr == rounds - 1)
         parts_of_block(b, [&](index_t s, index_t len, index_t r) { hooks.end(s, bl.rows_in(b), len, r); });
