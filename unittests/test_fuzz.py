@@ -302,6 +302,42 @@ def test_mutual_information_bands(case):
     _check_mi(case)
 
 
+@pytest.mark.parametrize("case", MI)
+def test_joint_mutual_information(case):
+    """The case's lattice split into two terms (px - d and d, d finite where px is): the fused joint op's rows
+    and grads against the float64 recursion on the terms' sum (the reference sees the terms as the dtype holds them)."""
+    px, py, boundary, dtype = case["px"], case["py"], case["boundary"], case["dtype"]
+    rng = np.random.default_rng(px.size)
+    terms = []
+    for a in (px, py):
+        d = fc.round_to(np.where(np.isfinite(a), rng.normal(size=a.shape), 0.0), dtype)
+        terms.append(np.stack([fc.round_to(a - d, dtype), d]))
+    (pxs, pys), B = terms, px.shape[0]
+    xs, ys = [_tensor(t, dtype, grad=True) for t in pxs], [_tensor(t, dtype, grad=True) for t in pys]
+    tb = None if boundary is None else paddle.to_tensor(boundary)
+    rows = paddle_ext.joint_mutual_information_recursion(xs, ys, tb)
+    occ_x, occ_y = refs.mutual_information_grad_wavefront(pxs.sum(0), pys.sum(0), boundary)
+    ans, _ = refs.mutual_information_wavefront(pxs.sum(0), pys.sum(0), boundary)
+
+    def inner(t, occ):
+        with np.errstate(invalid="ignore"):
+            return np.where(occ != 0, t * occ, 0.0).reshape(2, B, -1).sum(2)
+
+    with np.errstate(invalid="ignore"):
+        want = inner(pxs, occ_x) + inner(pys, occ_y)
+        want[0] += ans - want.sum(0)
+        magnitude = inner(np.abs(pxs), np.abs(occ_x)) + inner(np.abs(pys), np.abs(occ_y))
+    S, T = px.shape[1], py.shape[2]
+    scale = fc.finite_scale(pxs.sum(0), pys.sum(0)) * (S + T + 1)
+    fc.assert_matches(_np(rows), want, dtype, scale, "rows", abs_scale=np.nan_to_num(magnitude) * (S + T + 1))
+    out_grad = rng.normal(size=(2, B))
+    grads = paddle.grad(rows, xs + ys, grad_outputs=paddle.to_tensor(out_grad).astype(dtype))
+    for i, (g, occ) in enumerate(zip(grads, [occ_x] * 2 + [occ_y] * 2)):
+        with np.errstate(invalid="ignore"):
+            ref = np.where(occ != 0, out_grad[i % 2][:, None, None] * occ, 0.0)
+        fc.assert_matches(_np(g), ref, dtype, scale, f"grad {i}")
+
+
 def test_wavefront_references_equal_the_loop_references():
     """The vectorised references are the loop references, bit for bit (and the dense lcse grad)."""
     for c in fc.mutual_information_cases(24):

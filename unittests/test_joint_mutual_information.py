@@ -154,3 +154,27 @@ def test_to_static_matches_dygraph():
         outs.append([rows.numpy()] + [x.grad.numpy() for x in xs])
     for a, b in zip(*outs):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+
+
+def test_higher_order_grads_are_refused_first_order_still_work():
+    """The grad op holds the occupations constant and has no grad of its own: its double-grad op refuses."""
+    pxs, pys, boundary = terms(2, seed=11)
+    xs, ys = [_t(x, False) for x in pxs], [_t(y, False) for y in pys]
+    rows = paddle_ext.joint_mutual_information_recursion(xs, ys, _t(boundary))
+    (g,) = paddle.grad(rows.sum(), [xs[0]], create_graph=True)
+    occ_x, _ = refs.mutual_information_grad(pxs.sum(0), pys.sum(0), boundary)
+    np.testing.assert_allclose(g.numpy(), occ_x, rtol=1e-10, atol=1e-14)
+    with pytest.raises(NotImplementedError, match=r"joint_mutual_information_recursion\b.*: higher-order grads"):
+        paddle.grad((g * g).sum(), [xs[0]])
+
+
+@pytest.mark.parametrize("modified", [False, True])
+def test_empty_batch_and_non_contiguous_terms(modified):
+    pxs, pys, _ = terms(2, modified=modified, seed=12)
+    rows = paddle_ext.joint_mutual_information_recursion([_t(x[:0]) for x in pxs], [_t(y[:0]) for y in pys])
+    assert rows.shape == [2, 0]
+    # terms that are transposed views of [B, T, S] tensors
+    xs = [_t(np.ascontiguousarray(x.transpose(0, 2, 1))).transpose([0, 2, 1]) for x in pxs]
+    ys = [_t(np.ascontiguousarray(y.transpose(0, 2, 1))).transpose([0, 2, 1]) for y in pys]
+    np.testing.assert_allclose(paddle_ext.joint_mutual_information_recursion(xs, ys).numpy(),
+                               refs.joint_mutual_information(pxs, pys), rtol=1e-12)

@@ -137,4 +137,112 @@ std::vector<paddle::Tensor> MutualInformationOccupationKernel(const paddle::Tens
   return run_backward(px, py, boundary, p, nullptr, "mutual_information_occupation");
 }
 
+// ---------------------------------------------------------------------------------------------------
+// joint_mutual_information_recursion: px [N, B, S, T1] and py [N, B, S+1, T], the terms stacked. The recursion
+// runs on their sums; out [N, B] and the occupations (kept for the grad) as the header describes.
+
+namespace {
+
+struct JointShape {
+  int64_t N;
+  std::vector<int64_t> x, y;  // one term's shapes
+};
+
+JointShape joint_shape(const std::vector<int64_t>& px, const std::vector<int64_t>& py, const char* op) {
+  PE_CHECK(px.size() == 4 && py.size() == 4, op, ": px and py must be 4-D (the terms stacked), got ranks ",
+           px.size(), " and ", py.size());
+  PE_CHECK(px[0] < 0 || py[0] < 0 || px[0] == py[0], op, ": px and py must stack as many terms, got ", px[0],
+           " and ", py[0]);
+  return {px[0], {px.begin() + 1, px.end()}, {py.begin() + 1, py.end()}};
+}
+
+int64_t cells_of(const std::vector<int64_t>& shape) { return numel_of(shape); }
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> JointMutualInformationInferShape(const std::vector<int64_t>& px_shape,
+                                                                   const std::vector<int64_t>& py_shape,
+                                                                   const paddle::optional<std::vector<int64_t>>&) {
+  const JointShape j = joint_shape(px_shape, py_shape, "joint_mutual_information");
+  return {{j.N, j.x[0]}, j.x, j.y};
+}
+
+std::vector<paddle::Tensor> JointMutualInformationKernel(const paddle::Tensor& px_in, const paddle::Tensor& py_in,
+                                                         const paddle::optional<paddle::Tensor>& boundary) {
+  const char* op = "joint_mutual_information";
+  const paddle::Tensor px = dense(px_in), py = dense(py_in);
+  const JointShape j = joint_shape(px.shape(), py.shape(), op);
+  PE_CHECK(j.N >= 1, op, ": px and py must stack at least one term");
+  paddle::Tensor x_tot = new_output(j.x, px.dtype(), px.place()), y_tot = new_output(j.y, py.dtype(), py.place());
+  const MIShape m = mi_shape(x_tot, y_tot, boundary, op);
+  check_same_place(px, py, op, "px", "py");
+  paddle::Tensor bholder;
+  const int64_t* bptr = boundary_ptr(boundary, &bholder, m, op);
+  const int64_t cx = cells_of(j.x) / std::max<int64_t>(1, m.B), cy = cells_of(j.y) / std::max<int64_t>(1, m.B);
+  paddle::Tensor out = new_output({j.N, m.B}, px.dtype(), px.place());
+  paddle::Tensor ans = new_output({m.B}, px.dtype(), px.place());
+  paddle::Tensor p = new_output({m.B, m.S + 1, m.T + 1}, paddle::DataType::FLOAT64, px.place());
+  paddle::Tensor occ_x = new_output(j.x, px.dtype(), px.place()), occ_y = new_output(j.y, py.dtype(), py.place());
+  dispatch_float_double(px.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T *xt = mutable_ptr<T>(x_tot), *yt = mutable_ptr<T>(y_tot);
+    if (px.is_cpu()) {
+      cpu::joint_mutual_information_sum<T>(ptr<T>(px), xt, j.N, m.B * cx);
+      cpu::joint_mutual_information_sum<T>(ptr<T>(py), yt, j.N, m.B * cy);
+      cpu::mutual_information_forward<T>(xt, yt, bptr, mutable_ptr<mi_acc_t>(p), mutable_ptr<T>(ans), m.B, m.S, m.T,
+                                         m.modified);
+      cpu::mutual_information_backward<T>(xt, yt, bptr, ptr<mi_acc_t>(p), nullptr, mutable_ptr<T>(occ_x),
+                                          mutable_ptr<T>(occ_y), m.B, m.S, m.T, m.modified);
+      cpu::joint_mutual_information_rows<T>(ptr<T>(px), ptr<T>(py), ptr<T>(occ_x), ptr<T>(occ_y), ptr<T>(ans),
+                                            mutable_ptr<T>(out), j.N, m.B, cx, cy);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      const auto stream = px.stream();
+      gpu::joint_mutual_information_sum<T>(ptr<T>(px), xt, j.N, m.B * cx, stream);
+      gpu::joint_mutual_information_sum<T>(ptr<T>(py), yt, j.N, m.B * cy, stream);
+      gpu::mutual_information_forward<T>(xt, yt, bptr, mutable_ptr<mi_acc_t>(p), mutable_ptr<T>(ans), m.B, m.S, m.T,
+                                         m.modified, stream);
+      gpu::mutual_information_backward<T>(xt, yt, bptr, ptr<mi_acc_t>(p), nullptr, mutable_ptr<T>(occ_x),
+                                          mutable_ptr<T>(occ_y), m.B, m.S, m.T, m.modified, stream);
+      gpu::joint_mutual_information_rows<T>(ptr<T>(px), ptr<T>(py), ptr<T>(occ_x), ptr<T>(occ_y), ptr<T>(ans),
+                                            mutable_ptr<T>(out), j.N, m.B, cx, cy, stream);
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {out, occ_x, occ_y};
+}
+
+std::vector<paddle::Tensor> JointMutualInformationGradKernel(const paddle::Tensor& px_in, const paddle::Tensor& py_in,
+                                                             const paddle::Tensor& occ_x_in,
+                                                             const paddle::Tensor& occ_y_in,
+                                                             const paddle::Tensor& out_grad_in) {
+  const char* op = "joint_mutual_information_grad";
+  const paddle::Tensor occ_x = dense(occ_x_in), occ_y = dense(occ_y_in), out_grad = dense(out_grad_in);
+  const JointShape j = joint_shape(px_in.shape(), py_in.shape(), op);
+  PE_CHECK(occ_x.shape() == j.x && occ_y.shape() == j.y && out_grad.numel() == j.N * (j.x.empty() ? 0 : j.x[0]), op,
+           ": the occupations and out_grad must match px and py");
+  const int64_t B = j.x[0], cx = cells_of(j.x) / std::max<int64_t>(1, B), cy = cells_of(j.y) / std::max<int64_t>(1, B);
+  paddle::Tensor px_grad = new_output(px_in.shape(), px_in.dtype(), occ_x.place());
+  paddle::Tensor py_grad = new_output(py_in.shape(), py_in.dtype(), occ_x.place());
+  dispatch_float_double(occ_x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (occ_x.is_cpu()) {
+      cpu::joint_mutual_information_grad<T>(ptr<T>(occ_x), ptr<T>(out_grad), mutable_ptr<T>(px_grad), j.N, B, cx);
+      cpu::joint_mutual_information_grad<T>(ptr<T>(occ_y), ptr<T>(out_grad), mutable_ptr<T>(py_grad), j.N, B, cy);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      gpu::joint_mutual_information_grad<T>(ptr<T>(occ_x), ptr<T>(out_grad), mutable_ptr<T>(px_grad), j.N, B, cx,
+                                            occ_x.stream());
+      gpu::joint_mutual_information_grad<T>(ptr<T>(occ_y), ptr<T>(out_grad), mutable_ptr<T>(py_grad), j.N, B, cy,
+                                            occ_x.stream());
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {px_grad, py_grad};
+}
+
 }  // namespace paddle_ext

@@ -294,7 +294,57 @@ void mutual_information_backward(const T* px, const T* py, const int64_t* bounda
   });
 }
 
+template <typename T>
+void joint_mutual_information_sum(const T* terms, T* total, index_t N, index_t size) {
+  parallel_for(0, size, index_t(1) << 14, [&](index_t i0, index_t i1) {
+    for (index_t i = i0; i < i1; ++i) {
+      P acc = 0;
+      for (index_t n = 0; n < N; ++n) acc += terms[n * size + i];
+      total[i] = static_cast<T>(acc);
+    }
+  });
+}
+
+template <typename T>
+void joint_mutual_information_rows(const T* px, const T* py, const T* occ_x, const T* occ_y, const T* ans, T* out,
+                                   index_t N, index_t B, index_t cells_x, index_t cells_y) {
+  parallel_for(0, B, std::max<index_t>(1, (index_t(1) << 14) / std::max<index_t>(1, N * (cells_x + cells_y))),
+               [&](index_t b0, index_t b1) {
+    for (index_t b = b0; b < b1; ++b) {
+      const T *ox = occ_x + b * cells_x, *oy = occ_y + b * cells_y;
+      P rows_sum = 0, first = 0;
+      for (index_t n = 0; n < N; ++n) {
+        const T *x = px + (n * B + b) * cells_x, *y = py + (n * B + b) * cells_y;
+        P dot = 0;
+        for (index_t c = 0; c < cells_x; ++c) dot += joint_term(x[c], ox[c]);
+        for (index_t c = 0; c < cells_y; ++c) dot += joint_term(y[c], oy[c]);
+        rows_sum += dot;
+        if (n == 0) first = dot;
+        else out[n * B + b] = static_cast<T>(dot);
+      }
+      out[b] = static_cast<T>(first + (P(ans[b]) - rows_sum));
+    }
+  });
+}
+
+template <typename T>
+void joint_mutual_information_grad(const T* occ, const T* out_grad, T* grad, index_t N, index_t B, index_t cells) {
+  parallel_for(0, N * B, std::max<index_t>(1, (index_t(1) << 14) / std::max<index_t>(1, cells)),
+               [&](index_t r0, index_t r1) {
+    for (index_t r = r0; r < r1; ++r) {
+      const T g = out_grad[r];
+      const T* o = occ + (r % B) * cells;
+      T* d = grad + r * cells;
+      for (index_t c = 0; c < cells; ++c) d[c] = o[c] != T(0) ? g * o[c] : T(0);  // (a NaN out_grad: 0 off the path)
+    }
+  });
+}
+
 #define PE_INSTANTIATE(T)                                                                                     \
+  template void joint_mutual_information_sum<T>(const T*, T*, index_t, index_t);                             \
+  template void joint_mutual_information_rows<T>(const T*, const T*, const T*, const T*, const T*, T*, index_t, \
+                                                 index_t, index_t, index_t);                                  \
+  template void joint_mutual_information_grad<T>(const T*, const T*, T*, index_t, index_t, index_t);         \
   template void mutual_information_forward<T>(const T*, const T*, const int64_t*, P*, T*, index_t, index_t,   \
                                               index_t, bool);                                                 \
   template void mutual_information_backward<T>(const T*, const T*, const int64_t*, const P*, const T*, T*, T*, \

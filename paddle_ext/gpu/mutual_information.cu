@@ -532,7 +532,84 @@ void mutual_information_backward(const T* px, const T* py, const int64_t* bounda
   check_launch("mutual_information_backward");
 }
 
+namespace {
+
+// joint_mutual_information_recursion's passes (mutual_information.h): the sum over the terms, one thread per
+// cell; the rows, one warp per batch item (its N dot products, then row 0's offset); the grad, one thread
+// per element.
+template <typename T>
+__global__ void joint_sum_kernel(const T* terms, T* total, index_t N, index_t size) {
+  for (index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; i < size; i += (index_t)gridDim.x * blockDim.x) {
+    P acc = 0;
+    for (index_t n = 0; n < N; ++n) acc += terms[n * size + i];
+    total[i] = static_cast<T>(acc);
+  }
+}
+
+template <typename T>
+__global__ void joint_rows_kernel(const T* px, const T* py, const T* occ_x, const T* occ_y, const T* ans, T* out,
+                                  index_t N, index_t B, index_t cells_x, index_t cells_y) {
+  const int lane = threadIdx.x % kWarp;
+  const index_t b = blockIdx.x * (index_t)(blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (b >= B) return;
+  const T *ox = occ_x + b * cells_x, *oy = occ_y + b * cells_y;
+  P rows_sum = 0, first = 0;
+  for (index_t n = 0; n < N; ++n) {
+    const T *x = px + (n * B + b) * cells_x, *y = py + (n * B + b) * cells_y;
+    P dot = 0;
+    for (index_t c = lane; c < cells_x; c += kWarp) dot += joint_term(x[c], ox[c]);
+    for (index_t c = lane; c < cells_y; c += kWarp) dot += joint_term(y[c], oy[c]);
+    dot = warp_sum(dot);
+    rows_sum += dot;
+    if (n == 0) first = dot;
+    else if (lane == 0) out[n * B + b] = static_cast<T>(dot);
+  }
+  if (lane == 0) out[b] = static_cast<T>(first + (P(ans[b]) - rows_sum));
+}
+
+template <typename T>
+__global__ void joint_grad_kernel(const T* occ, const T* out_grad, T* grad, index_t N, index_t B, index_t cells) {
+  const index_t size = N * B * cells;
+  for (index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; i < size; i += (index_t)gridDim.x * blockDim.x) {
+    const index_t r = i / cells;
+    const T o = occ[(r % B) * cells + i % cells];
+    grad[i] = o != T(0) ? out_grad[r] * o : T(0);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void joint_mutual_information_sum(const T* terms, T* total, index_t N, index_t size, cudaStream_t stream) {
+  if (size == 0) return;
+  joint_sum_kernel<T><<<grid_size(size, kPassThreads), kPassThreads, 0, stream>>>(terms, total, N, size);
+  check_launch("joint_mutual_information_sum");
+}
+
+template <typename T>
+void joint_mutual_information_rows(const T* px, const T* py, const T* occ_x, const T* occ_y, const T* ans, T* out,
+                                   index_t N, index_t B, index_t cells_x, index_t cells_y, cudaStream_t stream) {
+  if (B == 0) return;
+  constexpr int kWarpsPerBlock = 4;
+  joint_rows_kernel<T><<<(unsigned)((B + kWarpsPerBlock - 1) / kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, stream>>>(
+      px, py, occ_x, occ_y, ans, out, N, B, cells_x, cells_y);
+  check_launch("joint_mutual_information_rows");
+}
+
+template <typename T>
+void joint_mutual_information_grad(const T* occ, const T* out_grad, T* grad, index_t N, index_t B, index_t cells,
+                                   cudaStream_t stream) {
+  if (N * B * cells == 0) return;
+  joint_grad_kernel<T><<<grid_size(N * B * cells, kPassThreads), kPassThreads, 0, stream>>>(occ, out_grad, grad, N, B,
+                                                                                            cells);
+  check_launch("joint_mutual_information_grad");
+}
+
 #define PE_INSTANTIATE(T)                                                                                      \
+  template void joint_mutual_information_sum<T>(const T*, T*, index_t, index_t, cudaStream_t);                \
+  template void joint_mutual_information_rows<T>(const T*, const T*, const T*, const T*, const T*, T*, index_t, \
+                                                 index_t, index_t, index_t, cudaStream_t);                     \
+  template void joint_mutual_information_grad<T>(const T*, const T*, T*, index_t, index_t, index_t, cudaStream_t); \
   template void mutual_information_forward<T>(const T*, const T*, const int64_t*, P*, T*, index_t, index_t,    \
                                               index_t, bool, cudaStream_t);                                    \
   template void mutual_information_backward<T>(const T*, const T*, const int64_t*, const P*, const T*, T*, T*,  \

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 
-from . import _amp, _fill, _library
+from . import _amp, _library
 from ._checks import check_tensor, dtype_name, is_floating, is_plain_dtype, known_dim, same_dtype
 
 
@@ -138,6 +138,9 @@ def joint_mutual_information_recursion(px, py, boundary=None):
         probabilities of the summed lattice (constants: the grad of row i w.r.t. px[i] is occ_x, and 0
         w.r.t. px[j], j != i); row 0 also holds ``ans - sum of the rows`` (no grad), so the rows sum to
         the recursion's ``ans`` on the sums. Cells with zero occupation count 0 (even where px[i] is -inf).
+
+    First-order grads only: a backward through grads taken with ``paddle.grad(..., create_graph=True)``
+    raises NotImplementedError (as for :func:`mutual_information_recursion`).
     """
     n = _check_sequences(px, py)
     return _amp.float32_op(lambda *xy: _joint(xy[:n], xy[n:], boundary), 2 * n, *px, *py)
@@ -164,21 +167,12 @@ def _check_sequences(px, py):
 
 
 def _joint(px, py, boundary):
+    """The fused op on the stacked terms (its grad op holds the occupations constant, as k2 does)."""
     op = "joint_mutual_information_recursion"
-    check_px_py(px[0], py[0], op)
-    x_tot, y_tot = paddle.add_n(list(px)), paddle.add_n(list(py))
-    ans, (x_occ, y_occ) = _recursion(x_tot.detach(), y_tot.detach(), boundary, True, op)
-
-    def inner(terms, occ):  # [N, B]: each term's sum over the cells the lattice occupies
-        terms = paddle.stack(list(terms)).flatten(2)
-        # occ in terms' shape: a static where whose condition broadcasts calls zeros_like, which warns
-        occ = occ.flatten(1).unsqueeze(0).expand([terms.shape[0], -1, -1])
-        terms = paddle.where(occ != 0, terms, _fill.zeros_like(terms))  # 0 * -inf would be NaN
-        return _library.sum_along(terms * occ, 2)
-
-    prods = inner(px, x_occ) + inner(py, y_occ)
-    first = prods[:1] + (ans - _library.sum_along(prods.detach(), 0))  # the log-of-sum minus sum-of-log offset
-    return first if len(px) == 1 else paddle.concat([first, prods[1:]], axis=0)
+    B, S, T, _modified = check_px_py(px[0], py[0], op)
+    check_boundary(boundary, B, S, T, op)
+    stacked = paddle.stack(list(px)), paddle.stack(list(py))
+    return _library.call_op("pe_joint_mutual_information", stacked, *stacked, boundary)[0]
 
 
 __all__ = ["joint_mutual_information_recursion", "mutual_information_recursion"]

@@ -233,3 +233,59 @@ def test_gpu_band_kernels_many_items_at_once():
     else:
         want = _reference(px, py, boundary, "float64")
     _assert_close(got, want, 1e-10)
+
+
+def _gpu_joint(pxs, pys, boundary, out_grad, dtype):
+    """The joint op's passes as the binding runs them: the sums, the recursion and its occupations, the rows;
+    then the grads of the stacked inputs for out_grad."""
+    lib, i64, vp = library(), ctypes.c_int64, ctypes.c_void_p
+    N, B, S, T1 = pxs.shape
+    T = pys.shape[3]
+    code = DTYPE_CODES[dtype]
+    cx, cy = S * T1, (S + 1) * T
+    dpx, dpy = DeviceBuffer(pxs.astype(dtype)), DeviceBuffer(pys.astype(dtype))
+    xt, yt = DeviceBuffer.empty(pxs.shape[1:], dtype), DeviceBuffer.empty(pys.shape[1:], dtype)
+    check(lib.pe_joint_mutual_information_sum(code, vp(dpx.ptr), vp(xt.ptr), i64(N), i64(B * cx)))
+    check(lib.pe_joint_mutual_information_sum(code, vp(dpy.ptr), vp(yt.ptr), i64(N), i64(B * cy)))
+    dbd = DeviceBuffer(boundary)
+    dp, dans = DeviceBuffer.empty((B, S + 1, T + 1), np.float64), DeviceBuffer.empty((B,), dtype)
+    modified = int(T1 == T)
+    check(lib.pe_mutual_information_forward(code, vp(xt.ptr), vp(yt.ptr), vp(dbd.ptr), vp(dp.ptr), vp(dans.ptr),
+                                            i64(B), i64(S), i64(T), modified))
+    ox, oy = DeviceBuffer.empty(pxs.shape[1:], dtype), DeviceBuffer.empty(pys.shape[1:], dtype)
+    check(lib.pe_mutual_information_backward(code, vp(xt.ptr), vp(yt.ptr), vp(dbd.ptr), vp(dp.ptr), vp(0),
+                                             vp(ox.ptr), vp(oy.ptr), i64(B), i64(S), i64(T), modified))
+    out = DeviceBuffer.empty((N, B), dtype)
+    check(lib.pe_joint_mutual_information_rows(code, vp(dpx.ptr), vp(dpy.ptr), vp(ox.ptr), vp(oy.ptr), vp(dans.ptr),
+                                               vp(out.ptr), i64(N), i64(B), i64(cx), i64(cy)))
+    dog = DeviceBuffer(out_grad.astype(dtype))
+    gx, gy = DeviceBuffer(np.full(pxs.shape, 7.0, dtype)), DeviceBuffer(np.full(pys.shape, 7.0, dtype))
+    check(lib.pe_joint_mutual_information_grad(code, vp(ox.ptr), vp(dog.ptr), vp(gx.ptr), i64(N), i64(B), i64(cx)))
+    check(lib.pe_joint_mutual_information_grad(code, vp(oy.ptr), vp(dog.ptr), vp(gy.ptr), i64(N), i64(B), i64(cy)))
+    return [a.astype(np.float64) for a in (out.get(), gx.get(), gy.get())]
+
+
+@pytest.mark.parametrize("modified", [False, True])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_gpu_joint_matches_the_reference(modified, dtype):
+    """Rows, -inf terms off the path (count 0), an unreachable item (row 0 -inf, zero grads) and the grads
+    out_grad[n, b] * occupation, against the float64 reference."""
+    N, B, S, T = 3, 40, 33, 65
+    rng = np.random.default_rng(13)
+    pxs = rng.normal(-1.5, 1.0, size=(N, B, S, T if modified else T + 1))
+    pys = rng.normal(-1.0, 1.0, size=(N, B, S + 1, T))
+    boundary = _boxes(B, S, T, seed=14)
+    pxs[1, 2, 0, :3] = -np.inf
+    if modified:
+        boundary[3] = [0, 0, 20, 10]  # more symbols than frames: unreachable
+    out_grad = rng.normal(size=(N, B))
+    out, gx, gy = _gpu_joint(pxs, pys, boundary, out_grad, dtype)
+    x, y = pxs.astype(dtype).astype(np.float64), pys.astype(dtype).astype(np.float64)
+    want = refs.joint_mutual_information(x, y, boundary)
+    occ_x, occ_y = refs.mutual_information_grad(x.sum(0), y.sum(0), boundary)
+    rtol = 1e-10 if dtype == "float64" else 2e-4
+    np.testing.assert_array_equal(np.isneginf(out), np.isneginf(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(out[fin], want[fin], rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(gx, out_grad[:, :, None, None] * occ_x, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(gy, out_grad[:, :, None, None] * occ_y, rtol=rtol, atol=rtol)

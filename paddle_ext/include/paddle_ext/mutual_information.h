@@ -149,6 +149,17 @@ PE_HOSTDEVICE inline bool mi_box_valid(const MIBox& x, index_t S, index_t T) {
          x.t_end <= T;
 }
 
+// joint_mutual_information_recursion, N terms stacked: px [N, B, S, T1], py [N, B, S+1, T]. The recursion
+// runs on their sums (summed in mi_acc_t); with occ_x, occ_y its occupations (backward with ans_grad null),
+//   out[n, b] = sum over the cells of joint_term(px[n], occ_x) + joint_term(py[n], occ_y), in mi_acc_t,
+//   out[0, b] += ans[b] - sum_n out[n, b]   (the rows sum to ans),
+//   px_grad[n, b] = out_grad[n, b] * occ_x[b], 0 where occ_x is   (occ held constant, as k2 does; likewise py).
+// A cell with zero occupation counts 0 even where its term is -inf (0 * -inf would be NaN).
+template <typename T>
+PE_HOSTDEVICE inline mi_acc_t joint_term(T term, T occ) {
+  return occ != T(0) ? mi_acc_t(term) * mi_acc_t(occ) : mi_acc_t(0);
+}
+
 namespace cpu {
 // Returns the index of the first invalid boundary row, or -1.
 index_t mutual_information_check_boundary(const int64_t* boundary, index_t B, index_t S, index_t T);
@@ -161,6 +172,17 @@ template <typename T>
 void mutual_information_backward(const T* px, const T* py, const int64_t* boundary, const mi_acc_t* p,
                                  const T* ans_grad, T* px_grad, T* py_grad, index_t B, index_t S, index_t T_,
                                  bool modified);
+
+// total[i] = sum over n < N of terms[n * size + i] (accumulated in mi_acc_t).
+template <typename T>
+void joint_mutual_information_sum(const T* terms, T* total, index_t N, index_t size);
+// out [N, B] from the stacked terms, the occupations ([B, cells_x], [B, cells_y]) and ans [B].
+template <typename T>
+void joint_mutual_information_rows(const T* px, const T* py, const T* occ_x, const T* occ_y, const T* ans, T* out,
+                                   index_t N, index_t B, index_t cells_x, index_t cells_y);
+// grad [N, B, cells] = out_grad[n, b] * occ[b].
+template <typename T>
+void joint_mutual_information_grad(const T* occ, const T* out_grad, T* grad, index_t N, index_t B, index_t cells);
 }  // namespace cpu
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
@@ -172,6 +194,14 @@ template <typename T>
 void mutual_information_backward(const T* px, const T* py, const int64_t* boundary, const mi_acc_t* p,
                                  const T* ans_grad, T* px_grad, T* py_grad, index_t B, index_t S, index_t T_,
                                  bool modified, cudaStream_t stream);
+template <typename T>
+void joint_mutual_information_sum(const T* terms, T* total, index_t N, index_t size, cudaStream_t stream);
+template <typename T>
+void joint_mutual_information_rows(const T* px, const T* py, const T* occ_x, const T* occ_y, const T* ans, T* out,
+                                   index_t N, index_t B, index_t cells_x, index_t cells_y, cudaStream_t stream);
+template <typename T>
+void joint_mutual_information_grad(const T* occ, const T* out_grad, T* grad, index_t N, index_t B, index_t cells,
+                                   cudaStream_t stream);
 }  // namespace gpu
 #endif
 

@@ -118,16 +118,18 @@ def _mutual_information(calls):
         "raw op": _fwd_bwd(lambda: ops.pe_mutual_information(pxg, pyg, None)[0], [pxg, pyg]),
     })
     pxs, pys = [pxg, _tensor(px_np * 0.5, True)], [pyg, _tensor(py_np * 0.5, True)]
+    xs, ys = [x.detach() for x in pxs], [y.detach() for y in pys]
 
-    def joint_raw():  # the recursion and its occupation on the summed lattice
-        x, y = paddle.add_n(pxs).detach(), paddle.add_n(pys).detach()
-        ans, p = ops.pe_mutual_information(x, y, None)
-        return ans, ops.pe_mutual_information_occupation(x, y, None, p)
+    def joint_raw(x, y):  # the fused op on the stacked terms
+        return lambda: ops.pe_joint_mutual_information(paddle.stack(x), paddle.stack(y), None)[0]
 
-    rows.append(_case("joint_mutual_information_recursion N=2", "fwd+bwd", {
+    rows += _pair("joint_mutual_information_recursion N=2", calls, {
+        "paddle_ext": lambda: paddle_ext.joint_mutual_information_recursion(xs, ys),
+        "raw op": joint_raw(xs, ys),
+    }, {
         "paddle_ext": _fwd_bwd(lambda: paddle_ext.joint_mutual_information_recursion(pxs, pys), pxs + pys),
-        "raw op": joint_raw,
-    }, calls, note="raw op: the two registered ops on the summed lattice, forward only (the rest is Paddle ops)"))
+        "raw op": _fwd_bwd(joint_raw(pxs, pys), pxs + pys),
+    }, note="raw op: the terms stacked (two paddle.stack) and the fused op")
     return rows
 
 
