@@ -130,11 +130,14 @@ def test_half_inputs_are_computed_in_float32():
     (["x"], ["np"], TypeError, r"py\[0\] must be a paddle.Tensor, got ndarray"),
     (["x", "x_short"], ["y", "y"], ValueError, r"px\[1\] must have the shape and dtype of px\[0\]"),
     (["x"], ["y_bad"], ValueError, "py must have shape"),
+    (["x", "x32"], ["y", "y"], ValueError, r"px\[1\] must have the shape and dtype of px\[0\]"),
+    (["x"], ["y32"], TypeError, "py must have px's dtype"),
 ])
 def test_errors_name_the_argument(px, py, exc, match):
     pxs, pys, _ = terms(2)
     named = {"x": _t(pxs[0]), "x_short": _t(pxs[0][:, :-1]), "y": _t(pys[0]), "y_bad": _t(pys[0][:, :-1]),
-             "np": pys[0], "a": _t(pxs[0]), "b": _t(pxs[1])}
+             "np": pys[0], "a": _t(pxs[0]), "b": _t(pxs[1]),
+             "x32": _t(pxs[0].astype(np.float32)), "y32": _t(pys[0].astype(np.float32))}
     args = [[named.get(v, v) for v in arg] if isinstance(arg, list) else arg for arg in (px, py)]
     with pytest.raises(exc, match=match):
         paddle_ext.joint_mutual_information_recursion(*args)

@@ -1,4 +1,5 @@
-"""mutual_information_recursion and the RNN-T losses vs Paddle's own RNN-T loss (warprnnt) and NumPy.
+"""mutual_information_recursion and the RNN-T losses vs Paddle's own RNN-T loss (warprnnt) and NumPy;
+joint_mutual_information_recursion vs the same computation in Paddle ops.
 
 Paddle has no mutual-information op; the closest built-in is ``paddle.nn.functional.rnnt_loss``,
 which runs the same lattice recursion on joiner log-probs ``[B, T, S+1, C]`` (here C = 4). So each
@@ -84,6 +85,39 @@ def _numpy_case(B, S, T):
                  "numpy": lambda: _numpy_forward(px_np, py_np)}, repeats=3)
 
 
+def _paddle_joint(pxs, pys):
+    """k2's joint recursion as Paddle ops around paddle_ext's recursion: the sums, the occupations, the masked
+    inner products and row 0's offset."""
+    ans, (occ_x, occ_y) = paddle_ext.mutual_information_recursion(paddle.add_n(pxs).detach(),
+                                                                  paddle.add_n(pys).detach(), return_grad=True)
+
+    def inner(terms, occ):
+        t = paddle.stack(terms).flatten(2)
+        o = occ.flatten(1).unsqueeze(0).expand([len(terms), -1, -1])
+        return (paddle.where(o != 0, t, paddle.zeros_like(t)) * o).sum(2)
+
+    rows = inner(pxs, occ_x) + inner(pys, occ_y)
+    return paddle.concat([rows[:1] + (ans - rows.detach().sum(0)), rows[1:]])
+
+
+def _joint_case(N, B, S, T, quick):
+    """joint_mutual_information_recursion (one fused op) against the same computation in Paddle ops."""
+    rng = np.random.default_rng(1)
+    pxs = [paddle.to_tensor(rng.normal(-2.0, 1.0, size=(B, S, T + 1)).astype("float32"), stop_gradient=False)
+           for _ in range(N)]
+    pys = [paddle.to_tensor(rng.normal(-1.0, 1.0, size=(B, S + 1, T)).astype("float32"), stop_gradient=False)
+           for _ in range(N)]
+
+    def step(fn):
+        def run():
+            return paddle.grad(fn().sum(), pxs + pys)
+        return run
+
+    return Case("mutual_information", f"joint fwd+bwd N={N} B={B} S={S} T={T} float32",
+                {"paddle_ext": step(lambda: paddle_ext.joint_mutual_information_recursion(pxs, pys)),
+                 "paddle composition": step(lambda: _paddle_joint(pxs, pys))}, repeats=3 if quick else 5)
+
+
 def cases(quick: bool):
     if quick:
         sizes = [(8, 20, 100), (2, 10, 300)]
@@ -93,4 +127,5 @@ def cases(quick: bool):
     for B, S, T in sizes:
         out += [_case(B, S, T, False, quick), _case(B, S, T, True, quick)]
     out.append(_numpy_case(8, 10, 50) if quick else _numpy_case(32, 20, 100))
+    out.append(_joint_case(3, 8, 20, 100, quick) if quick else _joint_case(3, 32, 100, 500, quick))
     return out
