@@ -8,11 +8,9 @@
 // new_output, and put_along_axis's partition scratch); HugeScratch is kernel scratch on transparent huge
 // pages; advise_huge asks for huge pages under a large output.
 //
-// Why a cache: Paddle's CPU allocator gets its blocks from glibc's malloc, which maps a block of 32 MiB or
-// more afresh and unmaps it when freed, and in a loop often does the same with smaller ones (a 28 MiB
-// output faulted all its pages in again on every call; glibc's mmap threshold moves with what was freed).
-// So an op called in a training loop would first-touch fault its outputs in on every call (a page fault
-// per 4 KiB, ~2 us each on these VMs). Huge pages cut the fault count, but on a VM with free
+// Why a cache: Paddle's CPU allocator gets every block over glibc's mmap threshold (32 MiB) from a fresh
+// mmap and unmaps it when freed, so an op called in a training loop would first-touch fault its large
+// outputs in on every call (a page fault per 4 KiB). Huge pages cut the fault count, but on a VM with free
 // page reporting a 2 MiB block that stayed free a moment has gone back to the host and costs more to fault
 // in again than the 4 KiB pages it replaced.
 //
@@ -96,7 +94,7 @@ using ScratchVector = std::vector<T, ScratchAllocator<T>>;
 
 class BlockCache {
  public:
-  static constexpr size_t kMinBytes = size_t{4} << 20;  // smaller: under ~1k faults, and glibc's heap mostly reuses them
+  static constexpr size_t kMinBytes = size_t{32} << 20;  // smaller blocks: glibc's heap reuses them already
   static constexpr size_t kGranule = size_t{2} << 20;
   static constexpr double kIdleSeconds = 10.0;
 
@@ -261,7 +259,7 @@ class BlockCache {
 // Kernel scratch; from 4 MiB on, its own mapping on transparent huge pages where the kernel offers them
 // (madvise mode): a fresh 4 KiB-page buffer of hundreds of MiB costs more in page faults than a pass over
 // it, and random accesses into it miss the TLB. Zeroed (fresh zero pages, faulted in where touched) unless
-// `zeroed` is false: then a block of 4 MiB or more comes from BlockCache, resident from an earlier call
+// `zeroed` is false: then a block of 32 MiB or more comes from BlockCache, resident from an earlier call
 // (a fresh mapping's huge pages may have gone back to the VM host during a pause between calls). Throws
 // OutOfMemory where there is no memory.
 class HugeScratch {

@@ -221,7 +221,7 @@ void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, const Fn& f
 }
 
 // Fault in a freshly allocated output before a kernel writes all of it. Allocations over 32 MiB are a
-// fresh mmap per call where they do not come from BlockCache (memory.h: outputs of 4 MiB or more), and smaller ones land on fresh pages whenever glibc has trimmed its heap (e.g.
+// fresh mmap per call where they do not come from BlockCache (memory.h), and smaller ones land on fresh pages whenever glibc has trimmed its heap (e.g.
 // after another library freed a big block); first-touch faults cost ~1.2-1.5 us per 4 KiB page on this
 // machine type, and madvise(MADV_POPULATE_WRITE), split over the threads, faults the same pages in
 // ~60% of the time. Memory that is already resident (a reused allocation: its first page is) is left
