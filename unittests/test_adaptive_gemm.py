@@ -140,6 +140,56 @@ def test_layer_float32_same_as_on_paddle_matmul(head_bias, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+def _target_grad_rows(kind, m, k, rng):
+    """logits [m, k] of one kind: plain, ±700 / ±1e4 spreads, or rows with some -inf (masked classes)."""
+    logits = rng.normal(size=(m, k)).astype(np.float32)
+    if kind == "spread":
+        logits *= np.float32(700) if k < 1000 else np.float32(1e4)
+    elif kind == "masked" and m and k >= 3:
+        logits[:, ::3] = -np.inf
+        logits[:, 1] = 0.5  # (each row keeps a finite entry)
+    return logits
+
+
+@needs_onednn
+@pytest.mark.parametrize("m,n_in,k", [
+    (512, 512, 300),  # x of 2^18 elements: one block, the whole logits grad in scratch
+    (64, 8, 40000),   # blocks of 16384 columns, the last one partial
+    (3, 5, 7), (5, 3, 1), (0, 4, 9), (4, 0, 6),
+])
+@pytest.mark.parametrize("kind", ["plain", "spread", "masked"])
+def test_linear_target_vjp_matches_its_composition(m, n_in, k, kind):
+    """pe_adaptive_linear_target_vjp = the target op's grad (pe_adaptive_log_softmax_target_vjp) through both
+    GEMMs of its projection, within the float32 GEMM bound, with targets in every block."""
+    rng = np.random.default_rng(m + 7 * k)
+    x, w = rand((m, n_in), 1), rand((n_in, k), 2)
+    logits = _target_grad_rows(kind, m, k, rng)
+    target = rng.integers(0, k, size=m)
+    if m:
+        target[-1] = k - 1
+    ops = _library.ops()
+    t_logits, t_target, t_og = paddle.to_tensor(logits), paddle.to_tensor(target), paddle.to_tensor(rand((m,), 3))
+    _, lse = ops.pe_adaptive_log_softmax_target(t_logits, t_target)
+    dlogits = ops.pe_adaptive_log_softmax_target_vjp(t_logits, t_target, lse, t_og).numpy()
+    x_grad, w_grad = ops.pe_adaptive_linear_target_vjp(paddle.to_tensor(x), paddle.to_tensor(w), t_target, t_logits,
+                                                       lse, t_og)
+    assert x_grad.shape == [m, n_in] and w_grad.shape == [n_in, k]
+    assert np.isfinite(dlogits).all()
+    np.testing.assert_array_less(np.abs(x_grad.numpy() - dlogits.astype(np.float64) @ w.T.astype(np.float64)),
+                                 bound(dlogits, w.T) + 1e-30 * 2)
+    np.testing.assert_array_less(np.abs(w_grad.numpy() - x.T.astype(np.float64) @ dlogits.astype(np.float64)),
+                                 bound(x.T, dlogits) + 1e-30 * 2)
+
+
+@needs_onednn
+def test_linear_target_vjp_rejects_other_dtypes():
+    f64 = paddle.zeros([2, 3], "float64")
+    with pytest.raises(Exception, match="float32 CPU tensors only"):
+        _library.ops().pe_adaptive_linear_target_vjp(f64, paddle.zeros([3, 4], "float64"), paddle.zeros([2], "int64"),
+                                                     paddle.zeros([2, 4], "float64"), paddle.zeros([2], "float64"),
+                                                     paddle.zeros([2], "float64"))
+
+
 @needs_onednn
 def test_layer_second_order_grads_float32():
     """create_graph=True: the backward runs on Paddle's differentiable matmul, so the grad of a grad is there

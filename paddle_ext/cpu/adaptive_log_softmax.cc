@@ -14,6 +14,8 @@
 #include <type_traits>
 
 #include "paddle_ext/cpu_rows.h"
+#include "paddle_ext/gemm.h"
+#include "paddle_ext/memory.h"
 #include "paddle_ext/parallel.h"
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // wide vectors pass between always_inline functions (vec_math.h)
@@ -74,29 +76,34 @@ struct TargetForward {
   }
 };
 
+// Columns [c0, c0 + cols) of each row's target grad: logits rows of stride ld, logits_grad rows of stride ldo
+// (the whole row: c0 = 0, cols = ld = ldo = k).
 template <typename T>
 struct TargetBackward {
   const T* logits;
-  index_t k;
+  index_t ld;
   const int64_t* target;
   const acc_t<T>* lse;
   const T* out_grad;
   T* logits_grad;
+  index_t ldo, c0, cols;
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
     using A = acc_t<T>;
     using L = Lanes<W, T>;
     for (index_t r = r0; r < r1; ++r) {
-      const T* x = logits + r * k;
-      T* dx = logits_grad + r * k;
+      const T* x = logits + r * ld + c0;
+      T* dx = logits_grad + r * ldo;
       const A l = lse[r], g = load(out_grad[r]);
       if (finite(l)) {
-        map_row<L>(x, dx, k, -kInf, TargetGradLanes<L>{L::splat(l), L::splat(g)});
+        map_row<L>(x, dx, cols, -kInf, TargetGradLanes<L>{L::splat(l), L::splat(g)});
       } else {
-        for (index_t j = 0; j < k; ++j) dx[j] = store<T>(als_target_grad<A>(load(x[j]), l, g, false));
+        for (index_t j = 0; j < cols; ++j) dx[j] = store<T>(als_target_grad<A>(load(x[j]), l, g, false));
       }
       const int64_t t = target[r];
-      if (als_target_ok(t, k)) dx[t] = store<T>(als_target_grad<A>(load(x[t]), l, g, true));
+      if (als_target_ok(t, ld) && t >= c0 && t < c0 + cols) {
+        dx[t - c0] = store<T>(als_target_grad<A>(load(x[t - c0]), l, g, true));
+      }
     }
   }
 };
@@ -163,7 +170,7 @@ void als_target_forward(const T* logits, const int64_t* target, T* out, acc_t<T>
 template <typename T>
 void als_target_backward(const T* logits, const int64_t* target, const acc_t<T>* lse, const T* out_grad,
                          T* logits_grad, index_t m, index_t k) {
-  for_rows(TargetBackward<T>{logits, k, target, lse, out_grad, logits_grad}, m, k);
+  for_rows(TargetBackward<T>{logits, k, target, lse, out_grad, logits_grad, k, 0, k}, m, k);
 }
 
 template <typename T>
@@ -175,6 +182,47 @@ template <typename T>
 void als_full_backward(const T* logits, const acc_t<T>* lse, const T* out_grad, T* logits_grad, T* offset_grad,
                        index_t m, index_t k) {
   for_rows(FullBackward<T>{logits, lse, out_grad, logits_grad, offset_grad, k}, m, k);
+}
+
+void als_linear_target_backward(const float* x, const float* w, const int64_t* target, const float* logits,
+                                const float* lse, const float* out_grad, float* x_grad, float* w_grad, index_t m,
+                                index_t n_in, index_t k) {
+  if (k == 0 || m == 0) {  // no block below: empty sums
+    std::fill(x_grad, x_grad + m * n_in, 0.f);
+    std::fill(w_grad, w_grad + n_in * k, 0.f);
+    return;
+  }
+  // With a large x (the head: [2048, 512]) both GEMMs are compute-bound and fastest whole: one block, its
+  // scratch resident from the output cache (memory.h). Small projections (the tails) are memory-bound:
+  // blocks of ~4 MiB of logits grad (a multiple of 16 columns), which stay in cache between the pass that
+  // writes them and the two GEMMs that read them.
+  const bool whole = m * n_in >= (index_t(1) << 18);
+  const index_t cols = whole ? k : std::min<index_t>(k, std::max<index_t>(16, ((index_t(1) << 20) / m) & ~index_t(15)));
+  const HugeScratch block_scratch(sizeof(float) * size_t(m) * cols, false);
+  const HugeScratch w_scratch(sizeof(float) * size_t(cols) * n_in, false);
+  float* const block = block_scratch.as<float>();
+  float* const w_block = w_scratch.as<float>();
+  for (index_t c0 = 0; c0 < k; c0 += cols) {
+    const index_t c = std::min(cols, k - c0);
+    const TargetBackward<float> grad{logits, k, target, lse, out_grad, block, c, c0, c};
+    parallel_for(0, m, std::max<index_t>(1, (index_t(1) << 16) / c),
+                 [&](index_t r0, index_t r1) { simd::dispatch(grad, r0, r1); });
+    // w_grad[:, c0:c0+c] = x^T @ block
+    sgemm(true, false, n_in, c, m, x, n_in, block, c, 0.f, w_grad + c0, k);
+    // x_grad (+)= block @ w[:, c0:c0+c]^T, with that slice of w transposed first (64 columns at a time, so
+    // that the rows written stay in L1): oneDNN's sgemm runs the plain layout faster than a transposed B of
+    // row stride k.
+    parallel_for(0, (c + 63) / 64, 1, [&](index_t b0, index_t b1) {
+      for (index_t j0 = b0 * 64; j0 < std::min(c, b1 * 64); j0 += 64) {
+        const index_t j1 = std::min(c, j0 + 64);
+        for (index_t i = 0; i < n_in; ++i) {
+          const float* wi = w + i * k + c0;
+          for (index_t j = j0; j < j1; ++j) w_block[j * n_in + i] = wi[j];
+        }
+      }
+    });
+    sgemm(false, false, m, n_in, c, block, c, w_block, n_in, c0 == 0 ? 0.f : 1.f, x_grad, n_in);
+  }
 }
 
 #define PE_INSTANTIATE(T)                                                                                     \

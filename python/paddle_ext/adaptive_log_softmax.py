@@ -417,6 +417,45 @@ class _Gemm(PyLayer):
         return _grads(ctx, a_grad, b_grad)
 
 
+def _projected_target(x, weight, target, dtype, bias=None):
+    """_target(x @ weight + bias, target) with the logits in ``dtype``. In dygraph with grads, where the product
+    runs on pe_adaptive_matmul, one PyLayer (_LinearTarget) whose backward is one op for both grads."""
+    if bias is None and paddle.in_dynamic_mode() and not (x.stop_gradient and weight.stop_gradient) \
+            and _gemm_fits(x, weight):
+        return _pair_apply(_LinearTarget, x, weight, {"target": target})
+    return _target(_cast(_linear(x, weight, bias), dtype), target)
+
+
+class _LinearTarget(PyLayer):
+    """Dygraph autograd of pe_adaptive_log_softmax_target(x @ w): first-order grads from
+    pe_adaptive_linear_target_vjp (one op for both, the logits grad in its scratch); when the backward is recorded
+    (create_graph=True), the same grads from differentiable ops on logits recomputed from x and w, so that
+    higher-order grads see how the logits depend on them."""
+
+    @staticmethod
+    def forward(ctx, pair, spec):
+        ctx.swap = spec["swap"]
+        x, w = _ordered(ctx, pair)
+        target = spec["target"]
+        logits = _library.ops().pe_adaptive_matmul(x, w, False, False)
+        out, lse = _library.ops().pe_adaptive_log_softmax_target(logits, target)
+        ctx.save_for_backward(x, w, target, logits, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, out_grad):
+        x, w, target, logits, lse = ctx.saved_tensor()
+        if not paddle.is_grad_enabled():
+            x_grad, w_grad = _library.dygraph_op("pe_adaptive_linear_target_vjp")(x, w, target, logits, lse, out_grad)
+        else:
+            logits = paddle.matmul(x, w)
+            onehot = F.one_hot(target, logits.shape[1]).astype(logits.dtype)
+            logits_grad = (onehot - F.softmax(logits, axis=1)) * out_grad.unsqueeze(1)
+            x_grad = paddle.matmul(logits_grad, w, transpose_y=True)
+            w_grad = paddle.matmul(x, logits_grad, transpose_x=True)
+        return _grads(ctx, x_grad, w_grad)
+
+
 def _argmax_rows(x):
     """paddle.argmax(x, axis=1); in a legacy-IR program the first position of the row's maximum (or of its
     first NaN), from max, where and min."""
@@ -462,13 +501,12 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
     """[N] log p(label | input) for a 2-D input, in the compute dtype."""
     shortlist = cutoffs[0]
     dtype = _compute_dtype(input.dtype)
-    head = _cast(_linear(input, head_weight, head_bias), dtype)
     # The head column of each row: its label in the shortlist, else shortlist + (cluster index - 1).
     cluster = _fill.zeros_like(label)
     for c in cutoffs[:-1]:
         cluster = cluster + (label >= c).astype("int64")
     head_target = paddle.where(cluster == 0, label, cluster + (shortlist - 1))
-    output = _target(head, head_target)
+    output = _projected_target(input, head_weight, head_target, dtype, head_bias)
     for i in range(len(cutoffs) - 1):
         low, high = cutoffs[i], cutoffs[i + 1]
         rows = paddle.nonzero((label >= low) & (label < high))  # [k, 1]
@@ -480,9 +518,7 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
             continue
         flat = rows.reshape([-1])
         x, y = _with_zero_row(paddle.gather(input, flat), paddle.gather(label, flat) - low)
-        hidden = _gemm(x, tail_weights[i][0])
-        logits = _cast(_gemm(hidden, tail_weights[i][1]), dtype)
-        local = _target(logits, y)
+        local = _projected_target(_gemm(x, tail_weights[i][0]), tail_weights[i][1], y, dtype)
         output = _index_add(output, flat, local, padded=True)
     return output
 
