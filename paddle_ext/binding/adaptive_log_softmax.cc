@@ -193,7 +193,7 @@ paddle::Tensor sgemm_of(const paddle::Tensor& a, bool ta, const paddle::Tensor& 
            ": float32 only (the Python API uses Paddle's matmul for the other dtypes)");
   PE_CHECK(a.is_cpu() && b.is_cpu(), op, ": CPU tensors only (the Python API uses Paddle's matmul elsewhere)");
   const Gemm g = gemm_dims(a.shape(), b.shape(), ta, tb, op);
-  paddle::Tensor out = new_output({g.m, g.n}, paddle::DataType::FLOAT32, a.place());
+  paddle::Tensor out = new_output({g.m, g.n}, paddle::DataType::FLOAT32, a.place(), BlockCache::kGemmMinBytes);
   cpu::sgemm(ta, tb, g.m, g.n, g.k, ptr<float>(a), a.shape()[1], ptr<float>(b), b.shape()[1], 0.f,
              mutable_ptr<float>(out), g.n);
   return out;
@@ -256,8 +256,8 @@ std::vector<paddle::Tensor> AlsLinearTargetVjpKernel(const paddle::Tensor& x_in,
   check_rows(lse, r.m, op, "lse");
   check_rows(out_grad, r.m, op, "out_grad");
   PE_CHECK(target.dtype() == paddle::DataType::INT64, op, ": target must be int64");
-  paddle::Tensor x_grad = new_output(x.shape(), x.dtype(), x.place());
-  paddle::Tensor w_grad = new_output(w.shape(), w.dtype(), w.place());
+  paddle::Tensor x_grad = new_output(x.shape(), x.dtype(), x.place(), BlockCache::kGemmMinBytes);
+  paddle::Tensor w_grad = new_output(w.shape(), w.dtype(), w.place(), BlockCache::kGemmMinBytes);
   cpu::als_linear_target_backward(ptr<float>(x), ptr<float>(w), target.data<int64_t>(), ptr<float>(logits),
                                   ptr<float>(lse), ptr<float>(out_grad), mutable_ptr<float>(x_grad),
                                   mutable_ptr<float>(w_grad), g.m, g.k, g.n);

@@ -157,9 +157,10 @@ inline int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// An output tensor (contents unset, as paddle::empty's). A CPU one of BlockCache::kMinBytes or more comes
-// from BlockCache (see there: no first-touch page faults on every call), returned to it when Paddle frees it.
-inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::DataType dtype, const paddle::Place& place) {
+// An output tensor (contents unset, as paddle::empty's). A CPU one of `cache_from` bytes (BlockCache::kMinBytes)
+// or more comes from BlockCache (see there: no first-touch page faults on every call), returned to it when Paddle frees it.
+inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::DataType dtype, const paddle::Place& place,
+                                 size_t cache_from = BlockCache::kMinBytes) {
 #ifdef PADDLE_EXT_HAS_DENSE_TENSOR
   if (numel_of(shape) == 0) {
     // Paddle 3.0's custom-op runner rejects an output without memory ("not initialized"), as
@@ -172,7 +173,7 @@ inline paddle::Tensor new_output(const std::vector<int64_t>& shape, paddle::Data
   if (place.GetType() == phi::AllocationType::CPU) {
     const size_t bytes = static_cast<size_t>(numel_of(shape)) * phi::SizeOf(dtype);
     size_t capacity = 0;
-    if (void* block = BlockCache::instance().take(bytes, &capacity))
+    if (void* block = BlockCache::instance().take(bytes, &capacity, cache_from))
       return paddle::from_blob(block, shape, dtype, phi::DataLayout::NCHW, place,
                                [capacity](void* data) { BlockCache::instance().give(data, capacity); });
   }

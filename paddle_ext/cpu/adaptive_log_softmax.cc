@@ -192,14 +192,14 @@ void als_linear_target_backward(const float* x, const float* w, const int64_t* t
     std::fill(w_grad, w_grad + n_in * k, 0.f);
     return;
   }
-  // With a large x (the head: [2048, 512]) both GEMMs are compute-bound and fastest whole: one block, its
-  // scratch resident from the output cache (memory.h). Small projections (the tails) are memory-bound:
+  // With a large x (the head: [2048, 512]) both GEMMs are compute-bound and fastest whole: one block. The
+  // scratch comes resident from the output cache (memory.h). Small projections (the tails) are memory-bound:
   // blocks of ~4 MiB of logits grad (a multiple of 16 columns), which stay in cache between the pass that
   // writes them and the two GEMMs that read them.
   const bool whole = m * n_in >= (index_t(1) << 18);
   const index_t cols = whole ? k : std::min<index_t>(k, std::max<index_t>(16, ((index_t(1) << 20) / m) & ~index_t(15)));
-  const HugeScratch block_scratch(sizeof(float) * size_t(m) * cols, false);
-  const HugeScratch w_scratch(sizeof(float) * size_t(cols) * n_in, false);
+  const HugeScratch block_scratch(sizeof(float) * size_t(m) * cols, false, BlockCache::kGemmMinBytes);
+  const HugeScratch w_scratch(sizeof(float) * size_t(cols) * n_in, false, BlockCache::kGemmMinBytes);
   float* const block = block_scratch.as<float>();
   float* const w_block = w_scratch.as<float>();
   for (index_t c0 = 0; c0 < k; c0 += cols) {

@@ -95,6 +95,10 @@ using ScratchVector = std::vector<T, ScratchAllocator<T>>;
 class BlockCache {
  public:
   static constexpr size_t kMinBytes = size_t{32} << 20;  // smaller blocks: glibc's heap reuses them already
+  // GEMM outputs and scratch (the adaptive softmax's projections) are cached from this size on: written whole
+  // at compute speed, a 16-32 MiB one that glibc's heap returned to the system between calls costs as much in
+  // page faults as the product itself.
+  static constexpr size_t kGemmMinBytes = size_t{4} << 20;
   static constexpr size_t kGranule = size_t{2} << 20;
   static constexpr double kIdleSeconds = 10.0;
 
@@ -107,10 +111,10 @@ class BlockCache {
   bool enabled() const { return limit_ > 0; }
 
   // A block of at least `bytes` (a cached one, else a fresh mapping), its size in *capacity; nullptr when
-  // the cache is off or no mapping could be made (the caller allocates as usual).
-  void* take(size_t bytes, size_t* capacity) noexcept {
+  // the cache is off, `bytes` is under `min_bytes`, or no mapping could be made (the caller allocates as usual).
+  void* take(size_t bytes, size_t* capacity, size_t min_bytes = kMinBytes) noexcept {
 #ifdef __linux__
-    if (!enabled() || bytes < kMinBytes) return nullptr;
+    if (!enabled() || bytes < min_bytes) return nullptr;
     const size_t want = (bytes + kGranule - 1) / kGranule * kGranule;
     std::vector<Block> idle;
     if (!reserve(idle)) return nullptr;
@@ -138,6 +142,7 @@ class BlockCache {
 #else
     (void)bytes;
     (void)capacity;
+    (void)min_bytes;
     return nullptr;
 #endif
   }
@@ -259,14 +264,15 @@ class BlockCache {
 // Kernel scratch; from 4 MiB on, its own mapping on transparent huge pages where the kernel offers them
 // (madvise mode): a fresh 4 KiB-page buffer of hundreds of MiB costs more in page faults than a pass over
 // it, and random accesses into it miss the TLB. Zeroed (fresh zero pages, faulted in where touched) unless
-// `zeroed` is false: then a block of 32 MiB or more comes from BlockCache, resident from an earlier call
-// (a fresh mapping's huge pages may have gone back to the VM host during a pause between calls). Throws
-// OutOfMemory where there is no memory.
+// `zeroed` is false: then a block of `cache_from` bytes (32 MiB) or more comes from BlockCache, resident from an
+// earlier call (a fresh mapping's huge pages may have gone back to the VM host during a pause between calls).
+// Throws OutOfMemory where there is no memory.
 class HugeScratch {
  public:
-  explicit HugeScratch(size_t bytes, bool zeroed = true) : bytes_(std::max<size_t>(bytes, 1)) {
+  explicit HugeScratch(size_t bytes, bool zeroed = true, size_t cache_from = BlockCache::kMinBytes)
+      : bytes_(std::max<size_t>(bytes, 1)) {
 #ifdef __linux__
-    if (!zeroed && (ptr_ = BlockCache::instance().take(bytes_, &cached_))) {
+    if (!zeroed && (ptr_ = BlockCache::instance().take(bytes_, &cached_, cache_from))) {
       madvise(ptr_, cached_, MADV_HUGEPAGE);  // a fresh block: huge pages from its first touch on
       return;
     }
@@ -279,6 +285,7 @@ class HugeScratch {
     }
 #else
     (void)zeroed;
+    (void)cache_from;
 #endif
     ptr_ = scratch_alloc(bytes_, 1, true);
   }
