@@ -156,8 +156,6 @@ JointShape joint_shape(const std::vector<int64_t>& px, const std::vector<int64_t
   return {px[0], {px.begin() + 1, px.end()}, {py.begin() + 1, py.end()}};
 }
 
-int64_t cells_of(const std::vector<int64_t>& shape) { return numel_of(shape); }
-
 }  // namespace
 
 std::vector<std::vector<int64_t>> JointMutualInformationInferShape(const std::vector<int64_t>& px_shape,
@@ -178,7 +176,7 @@ std::vector<paddle::Tensor> JointMutualInformationKernel(const paddle::Tensor& p
   check_same_place(px, py, op, "px", "py");
   paddle::Tensor bholder;
   const int64_t* bptr = boundary_ptr(boundary, &bholder, m, op);
-  const int64_t cx = cells_of(j.x) / std::max<int64_t>(1, m.B), cy = cells_of(j.y) / std::max<int64_t>(1, m.B);
+  const int64_t cx = numel_of(j.x) / std::max<int64_t>(1, m.B), cy = numel_of(j.y) / std::max<int64_t>(1, m.B);
   paddle::Tensor out = new_output({j.N, m.B}, px.dtype(), px.place());
   paddle::Tensor ans = new_output({m.B}, px.dtype(), px.place());
   paddle::Tensor p = new_output({m.B, m.S + 1, m.T + 1}, paddle::DataType::FLOAT64, px.place());
@@ -223,7 +221,7 @@ std::vector<paddle::Tensor> JointMutualInformationGradKernel(const paddle::Tenso
   const JointShape j = joint_shape(px_in.shape(), py_in.shape(), op);
   PE_CHECK(occ_x.shape() == j.x && occ_y.shape() == j.y && out_grad.numel() == j.N * (j.x.empty() ? 0 : j.x[0]), op,
            ": the occupations and out_grad must match px and py");
-  const int64_t B = j.x[0], cx = cells_of(j.x) / std::max<int64_t>(1, B), cy = cells_of(j.y) / std::max<int64_t>(1, B);
+  const int64_t B = j.x[0], cx = numel_of(j.x) / std::max<int64_t>(1, B), cy = numel_of(j.y) / std::max<int64_t>(1, B);
   paddle::Tensor px_grad = new_output(px_in.shape(), px_in.dtype(), occ_x.place());
   paddle::Tensor py_grad = new_output(py_in.shape(), py_in.dtype(), occ_x.place());
   dispatch_float_double(occ_x.dtype(), op, [&](auto tag) {
