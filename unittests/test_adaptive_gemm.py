@@ -153,8 +153,11 @@ def _target_grad_rows(kind, m, k, rng):
 
 @needs_onednn
 @pytest.mark.parametrize("m,n_in,k", [
-    (512, 512, 300),  # x of 2^18 elements: one block, the whole logits grad in scratch
-    (64, 8, 40000),   # blocks of 16384 columns, the last one partial
+    (512, 512, 300),   # n_in >= 128: one block, the whole logits grad in scratch; m >= 512: w copied transposed
+    (300, 1024, 50),   # w read in place (n_in >= 1024)
+    (256, 128, 900),   # w read in place (m < 512)
+    (64, 8, 40000),    # n_in < 128: blocks of 16384 columns, the last one partial; w read in place
+    (600, 16, 5000),   # blocks of 1744 columns, w's slices copied transposed
     (3, 5, 7), (5, 3, 1), (0, 4, 9), (4, 0, 6),
 ])
 @pytest.mark.parametrize("kind", ["plain", "spread", "masked"])

@@ -192,14 +192,18 @@ void als_linear_target_backward(const float* x, const float* w, const int64_t* t
     std::fill(w_grad, w_grad + n_in * k, 0.f);
     return;
   }
-  // With a large x (the head: [2048, 512]) both GEMMs are compute-bound and fastest whole: one block. The
-  // scratch comes resident from the output cache (memory.h). Small projections (the tails) are memory-bound:
-  // blocks of ~4 MiB of logits grad (a multiple of 16 columns), which stay in cache between the pass that
-  // writes them and the two GEMMs that read them.
-  const bool whole = m * n_in >= (index_t(1) << 18);
+  // From n_in = 128 on (the head, most tails) both GEMMs are compute-bound and fastest whole: one block. Below
+  // they are memory-bound (a tail of [2048, 32] x [32, 140000]): blocks of ~4 MiB of logits grad (a multiple of
+  // 16 columns), which stay in cache between the pass that writes them and the two GEMMs that read them.
+  // The scratch comes resident from the output cache (memory.h).
+  const bool whole = n_in >= 128;
   const index_t cols = whole ? k : std::min<index_t>(k, std::max<index_t>(16, ((index_t(1) << 20) / m) & ~index_t(15)));
   const HugeScratch block_scratch(sizeof(float) * size_t(m) * cols, false, BlockCache::kGemmMinBytes);
-  const HugeScratch w_scratch(sizeof(float) * size_t(cols) * n_in, false, BlockCache::kGemmMinBytes);
+  // x_grad's GEMM reads w transposed (its B of row stride k): oneDNN runs the plain layout up to ~25 % faster
+  // for n_in < 1024 (as fast from 1024 on), which repays copying w transposed where m >= 512 (measured: [2048,
+  // 512] x [512, 20003] 194 against 221 ms; with m = 256 and k = 140000 the copy cost more than it saved).
+  const bool transpose_w = n_in < 1024 && m >= 512;
+  const HugeScratch w_scratch(transpose_w ? sizeof(float) * size_t(cols) * n_in : 1, false, BlockCache::kGemmMinBytes);
   float* const block = block_scratch.as<float>();
   float* const w_block = w_scratch.as<float>();
   for (index_t c0 = 0; c0 < k; c0 += cols) {
@@ -209,9 +213,12 @@ void als_linear_target_backward(const float* x, const float* w, const int64_t* t
                  [&](index_t r0, index_t r1) { simd::dispatch(grad, r0, r1); });
     // w_grad[:, c0:c0+c] = x^T @ block
     sgemm(true, false, n_in, c, m, x, n_in, block, c, 0.f, w_grad + c0, k);
-    // x_grad (+)= block @ w[:, c0:c0+c]^T, with that slice of w transposed first (64 columns at a time, so
-    // that the rows written stay in L1): oneDNN's sgemm runs the plain layout faster than a transposed B of
-    // row stride k.
+    // x_grad (+)= block @ w[:, c0:c0+c]^T, that slice of w copied transposed first where transpose_w (64
+    // columns at a time, so that the rows written stay in L1).
+    if (!transpose_w) {
+      sgemm(false, true, m, n_in, c, block, c, w + c0, k, c0 == 0 ? 0.f : 1.f, x_grad, n_in);
+      continue;
+    }
     parallel_for(0, (c + 63) / 64, 1, [&](index_t b0, index_t b1) {
       for (index_t j0 = b0 * 64; j0 < std::min(c, b1 * 64); j0 += 64) {
         const index_t j1 = std::min(c, j0 + 64);
