@@ -148,6 +148,10 @@ def _target_grad_rows(kind, m, k, rng):
     elif kind == "masked" and m and k >= 3:
         logits[:, ::3] = -np.inf
         logits[:, 1] = 0.5  # (each row keeps a finite entry)
+    elif kind == "nonfinite" and m >= 3:  # rows of only -inf, with +inf, with NaN: NaN grads (the header's rules)
+        logits[0] = -np.inf
+        logits[1, k // 2] = np.inf
+        logits[2, k - 1] = np.nan
     return logits
 
 
@@ -160,7 +164,7 @@ def _target_grad_rows(kind, m, k, rng):
     (600, 16, 5000),   # blocks of 1744 columns, w's slices copied transposed
     (3, 5, 7), (5, 3, 1), (0, 4, 9), (4, 0, 6),
 ])
-@pytest.mark.parametrize("kind", ["plain", "spread", "masked"])
+@pytest.mark.parametrize("kind", ["plain", "spread", "masked", "nonfinite"])
 def test_linear_target_vjp_matches_its_composition(m, n_in, k, kind):
     """pe_adaptive_linear_target_vjp = the target op's grad (pe_adaptive_log_softmax_target_vjp) through both
     GEMMs of its projection, within the float32 GEMM bound, with targets in every block."""
@@ -177,11 +181,13 @@ def test_linear_target_vjp_matches_its_composition(m, n_in, k, kind):
     x_grad, w_grad = ops.pe_adaptive_linear_target_vjp(paddle.to_tensor(x), paddle.to_tensor(w), t_target, t_logits,
                                                        lse, t_og)
     assert x_grad.shape == [m, n_in] and w_grad.shape == [n_in, k]
-    assert np.isfinite(dlogits).all()
-    np.testing.assert_array_less(np.abs(x_grad.numpy() - dlogits.astype(np.float64) @ w.T.astype(np.float64)),
-                                 bound(dlogits, w.T) + 1e-30 * 2)
-    np.testing.assert_array_less(np.abs(w_grad.numpy() - x.T.astype(np.float64) @ dlogits.astype(np.float64)),
-                                 bound(x.T, dlogits) + 1e-30 * 2)
+    assert np.isfinite(dlogits).all() == (kind != "nonfinite" or m < 3)
+    d64 = dlogits.astype(np.float64)
+    for got, want, limit in ((x_grad.numpy(), d64 @ w.T.astype(np.float64), bound(dlogits, w.T)),
+                             (w_grad.numpy(), x.T.astype(np.float64) @ d64, bound(x.T, dlogits))):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        finite = ~np.isnan(want)
+        np.testing.assert_array_less(np.abs(got - want)[finite], limit[finite] + 1e-30 * 2)
 
 
 @needs_onednn
