@@ -200,6 +200,32 @@ def test_linear_target_vjp_rejects_other_dtypes():
 
 
 @needs_onednn
+def test_layer_grads_of_the_weights_alone_float32():
+    """A frozen input (x needs no grad) and paddle.grad of one weight: the shared projection + target PyLayer
+    returns the weights' grads only, equal to the layer's on Paddle's matmul."""
+    paddle.seed(1)
+    layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(32, 100, [10, 40], div_value=2.0)
+    rng = np.random.default_rng(0)
+    x = paddle.to_tensor(rng.normal(size=(50, 32)).astype(np.float32))
+    y = paddle.to_tensor(rng.integers(0, 100, size=50))
+
+    def grads(fits):
+        als_fits = als._gemm_fits
+        als._gemm_fits = als_fits if fits else (lambda *args: False)
+        try:
+            layer(x, y)[1].backward()
+            out = [p.grad.numpy().copy() for p in layer.parameters()]
+            layer.clear_gradients()
+            (head_grad,) = paddle.grad(layer(x, y)[1], layer.parameters()[0])
+            return out + [head_grad.numpy()]
+        finally:
+            als._gemm_fits = als_fits
+
+    for a, b in zip(grads(True), grads(False)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@needs_onednn
 def test_layer_second_order_grads_float32():
     """create_graph=True: the backward runs on Paddle's differentiable matmul, so the grad of a grad is there
     (and equals the fallback's)."""
