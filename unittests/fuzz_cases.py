@@ -484,6 +484,23 @@ def adaptive_log_softmax_thread_cases():
                                                                           "normal", dtype), dtype=dtype, view=None)
 
 
+def adaptive_projection_grad_cases(n=None):
+    """pe_adaptive_linear_target_vjp (float32): logits of every mix with x [M, n_in], w [n_in, K] on each of the
+    op's paths: whole (n_in >= 128) or in column blocks (the last one partial), w copied transposed (M >= 512,
+    n_in < 1024) or read in place."""
+    name = "adaptive_projection_grad"
+    shapes = ((5, 8, 300), (600, 16, 4000), (520, 8, 2000), (64, 4, 33000), (512, 128, 300), (3, 128, 17),
+              (7, 1024, 50), (0, 16, 40), (9, 3, 1), (520, 256, 700))
+    n = count(2 * len(shapes)) if n is None else n
+    for seed in range(n):
+        rng = rng_for(name, seed)
+        m, n_in, k = shapes[seed % len(shapes)]
+        mix = MIXES[(seed // len(shapes) + seed) % len(MIXES)]
+        yield dict(id=f"als-proj-{seed}-{mix}-{m}x{n_in}x{k}", logits=values(rng, (m, k), mix, "float32"),
+                   x=values(rng, (m, n_in), "normal", "float32"), w=values(rng, (n_in, k), "normal", "float32"),
+                   target=rng.integers(0, k, size=m).astype(np.int64), g=values(rng, (m,), "normal", "float32"))
+
+
 def adaptive_ignore_cases(n=None):
     """The adaptive softmax's layer math with ignore_index / reduction: random cluster layouts, inputs of
     every finite mix, some / no / all rows ignored (ignore_index -100, -1 or a class)."""

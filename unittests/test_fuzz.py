@@ -394,6 +394,28 @@ def test_adaptive_log_softmax_threads(case):
     _check_als(case)
 
 
+@pytest.mark.parametrize("case", _params(fc.adaptive_projection_grad_cases()))
+def test_adaptive_projection_grad(case):
+    """The layer's fused first-order backward: x_grad = d @ w^T and w_grad = x^T @ d with d the target grad
+    (float64 reference), within the target grad's float32 bound carried through the product plus the float32
+    GEMM bound (K terms)."""
+    c = case
+    ops = paddle_ext._library.ops()
+    if paddle_ext._library.gemm_backend() != "onednn":
+        pytest.skip("this Paddle has no oneDNN loaded")
+    logits, target = paddle.to_tensor(c["logits"].astype("float32")), paddle.to_tensor(c["target"])
+    _, lse = ops.pe_adaptive_log_softmax_target(logits, target)
+    x_grad, w_grad = ops.pe_adaptive_linear_target_vjp(paddle.to_tensor(c["x"].astype("float32")),
+                                                       paddle.to_tensor(c["w"].astype("float32")), target, logits,
+                                                       lse, paddle.to_tensor(c["g"].astype("float32")))
+    d = refs.adaptive_log_softmax_target_grad(fc.round_to(c["logits"], "float32"), c["target"], c["g"])
+    x, w = fc.round_to(c["x"], "float32"), fc.round_to(c["w"], "float32")
+    k = max(d.shape[1], 1)
+    d_mag = np.abs(np.nan_to_num(d)) + fc.finite_scale(c["g"])  # the target grad's own bound, per element
+    for got, ref, mag in ((x_grad, d @ w.T, d_mag @ np.abs(w.T)), (w_grad, x.T @ d, np.abs(x.T) @ d_mag)):
+        fc.assert_matches(_np(got), ref, "float32", 0.0, "projection grad", abs_scale=mag * (1 + k * 2.0**-24 / 1e-5))
+
+
 @pytest.mark.parametrize("case", _params(fc.adaptive_ignore_cases()))
 def test_adaptive_log_softmax_ignore_index(case):
     c = case
