@@ -151,6 +151,12 @@ def _full(logits, offset):
     return _library.ops().pe_adaptive_log_softmax_full(*_library.legacy_grad_inputs(logits, offset))[0]
 
 
+def _target_grad_composed(logits, target, out_grad):
+    """The target op's grad as differentiable Paddle ops (for grads of higher order)."""
+    onehot = F.one_hot(target, logits.shape[1]).astype(logits.dtype)
+    return (onehot - F.softmax(logits, axis=1)) * out_grad.unsqueeze(1)
+
+
 class _Target(PyLayer):
     """Dygraph autograd: the fused grad kernel for first-order grads; when the backward is recorded
     (create_graph=True), the same grad as differentiable ops, so higher-order grads are right."""
@@ -166,8 +172,7 @@ class _Target(PyLayer):
         logits, target, lse = ctx.saved_tensor()
         if not paddle.is_grad_enabled():  # (an op without a grad op: no _respecting_no_grad needed)
             return _library.dygraph_op("pe_adaptive_log_softmax_target_vjp")(logits, target, lse, out_grad)[0], None
-        onehot = F.one_hot(target, logits.shape[1]).astype(logits.dtype)
-        return (onehot - F.softmax(logits, axis=1)) * out_grad.unsqueeze(1), None
+        return _target_grad_composed(logits, target, out_grad), None
 
 
 class _Full(PyLayer):
@@ -448,9 +453,7 @@ class _LinearTarget(PyLayer):
         if not paddle.is_grad_enabled():
             x_grad, w_grad = _library.dygraph_op("pe_adaptive_linear_target_vjp")(x, w, target, logits, lse, out_grad)
         else:
-            logits = paddle.matmul(x, w)
-            onehot = F.one_hot(target, logits.shape[1]).astype(logits.dtype)
-            logits_grad = (onehot - F.softmax(logits, axis=1)) * out_grad.unsqueeze(1)
+            logits_grad = _target_grad_composed(paddle.matmul(x, w), target, out_grad)
             x_grad = paddle.matmul(logits_grad, w, transpose_y=True)
             w_grad = paddle.matmul(x, logits_grad, transpose_x=True)
         return _grads(ctx, x_grad, w_grad)
