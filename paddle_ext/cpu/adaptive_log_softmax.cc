@@ -199,9 +199,8 @@ void als_linear_target_backward(const float* x, const float* w, const int64_t* t
   const bool whole = n_in >= 128;
   const index_t cols = whole ? k : std::min<index_t>(k, std::max<index_t>(16, ((index_t(1) << 20) / m) & ~index_t(15)));
   const HugeScratch block_scratch(sizeof(float) * size_t(m) * cols, false, BlockCache::kGemmMinBytes);
-  // x_grad's GEMM reads w transposed (its B of row stride k): oneDNN runs the plain layout up to ~25 % faster
-  // for n_in < 1024 (as fast from 1024 on), which repays copying w transposed where m >= 512 (measured: [2048,
-  // 512] x [512, 20003] 194 against 221 ms; with m = 256 and k = 140000 the copy cost more than it saved).
+  // x_grad's GEMM reads w transposed (a B of row stride k), which oneDNN runs slower than the plain layout for
+  // n_in < 1024; copying w transposed repays itself where the GEMM has m >= 512 rows to spread it over.
   const bool transpose_w = n_in < 1024 && m >= 512;
   const HugeScratch w_scratch(transpose_w ? sizeof(float) * size_t(cols) * n_in : 1, false, BlockCache::kGemmMinBytes);
   float* const block = block_scratch.as<float>();

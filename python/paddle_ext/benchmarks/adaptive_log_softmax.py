@@ -244,6 +244,42 @@ def _fused_op_case(m, k, quick):
     return Case("adaptive_log_softmax", f"target op fwd+bwd [{m}, {k}] f32", candidates, repeats=5 if quick else 7)
 
 
+def _projection_grad_case(m, n_in, k, quick):
+    """The layer's first-order backward through one projection (logits = x @ w, then the target op): the fused
+    op (pe_adaptive_linear_target_vjp) against the same grads from the target grad op and two
+    pe_adaptive_matmul calls (what a static program runs), Paddle's ops (softmax, one_hot, matmul) and NumPy."""
+    ops = paddle_ext._library.ops()
+    rng = np.random.default_rng(2)
+    x_np, w_np = rng.normal(size=(m, n_in)).astype(np.float32), rng.normal(size=(n_in, k)).astype(np.float32)
+    target_np, g_np = rng.integers(0, k, size=m), rng.normal(size=m).astype(np.float32)
+    x, w, target, g = (paddle.to_tensor(a) for a in (x_np, w_np, target_np, g_np))
+    logits = ops.pe_adaptive_matmul(x, w, False, False)
+    lse = ops.pe_adaptive_log_softmax_target(logits, target)[1]
+    logits_np = logits.numpy()
+
+    def composed():
+        d = ops.pe_adaptive_log_softmax_target_vjp(logits, target, lse, g)
+        return ops.pe_adaptive_matmul(d, w, False, True), ops.pe_adaptive_matmul(x, d, True, False)
+
+    def paddle_ops():
+        d = (paddle.nn.functional.one_hot(target, k) - paddle.nn.functional.softmax(logits, axis=1)) * g.unsqueeze(1)
+        return paddle.matmul(d, w, transpose_y=True), paddle.matmul(x, d, transpose_x=True)
+
+    def numpy_fn():
+        p = np.exp(logits_np - logits_np.max(axis=1, keepdims=True))
+        d = -p / p.sum(axis=1, keepdims=True)
+        d[np.arange(m), target_np] += 1
+        d *= g_np[:, None]
+        return d @ w_np.T, x_np.T @ d
+
+    threads = math_threads()
+    candidates = {"paddle_ext": lambda: ops.pe_adaptive_linear_target_vjp(x, w, target, logits, lse, g),
+                  "paddle_ext_composed": composed, "paddle": with_paddle_threads(paddle_ops, threads),
+                  "numpy": numpy_fn}
+    return Case("adaptive_log_softmax", f"projection grad [{m}, {n_in}] x [{n_in}, {k}] f32", candidates,
+                repeats=5 if quick else 7)
+
+
 def _padded_case(in_features, n_classes, cutoffs, batch, padding, quick):
     """A batch whose last `padding` share of rows is padding (label -100): the layer with ignore_index
     against the same layer on the real rows only (what slicing the padding out before the layer gives)
@@ -322,7 +358,9 @@ def _embedding_case(n_classes, dim, cutoffs, tokens, quick):
 def cases(quick: bool):
     out = [_fused_op_case(256, 40000, quick), _layer_case(128, 20000, [2000, 6000, 15000], 512, quick),
            *(_padded_case(128, 20000, [2000, 6000, 15000], 512, padding, quick) for padding in (0.0, 0.3, 0.9)),
-           _embedding_case(20000, 128, [2000, 6000, 15000], 4096, quick)]
+           _embedding_case(20000, 128, [2000, 6000, 15000], 4096, quick),
+           *(_projection_grad_case(m, n_in, k, quick) for m, n_in, k in
+             ((172, 128, 40000), (189, 32, 140000)) + (() if quick else ((2048, 512, 20003), (256, 512, 140000))))]
     if not quick:  # the WikiText-103 configuration: heavy on 2 cores (the full softmax ~40 s)
         out.append(_layer_case(512, 267735, [20000, 60000, 200000], 2048, quick))
     return out
