@@ -95,8 +95,8 @@ template <typename T>
 void als_full_backward(const T* logits, const acc_t<T>* lse, const T* out_grad, T* logits_grad, T* offset_grad, index_t m,
                        index_t k);
 // The target op's grad through the projection that made its logits (logits = x @ w; x [m, n_in], w [n_in, k]):
-// x_grad = dlogits @ w^T and w_grad = x^T @ dlogits on sgemm (gemm.h), dlogits in scratch: whole for a large x,
-// else one cache-sized block of columns at a time.
+// x_grad = dlogits @ w^T and w_grad = x^T @ dlogits on sgemm (gemm.h), dlogits in scratch: whole from n_in = 128
+// on, else one cache-sized block of columns at a time.
 void als_linear_target_backward(const float* x, const float* w, const int64_t* target, const float* logits,
                                 const float* lse, const float* out_grad, float* x_grad, float* w_grad, index_t m,
                                 index_t n_in, index_t k);
