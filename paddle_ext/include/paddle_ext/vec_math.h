@@ -166,9 +166,11 @@ PE_VINLINE vd<W> exp_core(vd<W> x, vl<W>& k) {
 
 // exp(x) for every double x: 0 below -745.2 (and for -inf), subnormals, +inf above 709.78; NaN is not
 // supported. 2^k is applied as two factors so that subnormal and overflowing results come out right.
+// Lanes below -745.2 (-inf among them) are evaluated at 0: their product would underflow, a microcode
+// assist per lane.
 template <int W, bool kFull = true>
 PE_VINLINE vd<W> vexp(vd<W> x) {
-  const vd<W> xc = vmin<W>(vmax<W>(x, splat<W>(-746.0)), splat<W>(710.0));
+  const vd<W> xc = select<W>(x < -745.2, vd<W>{}, vmin<W>(x, splat<W>(710.0)));
   vl<W> k;
   const vd<W> p = exp_core<W, kFull>(xc, k);
   // k in [-1077, 1025]: k1 = floor(k / 2) via a logical shift of k + 2048, k2 = k - k1.
@@ -429,12 +431,13 @@ PE_VINLINE vf<F> selectf(vi<F> mask, vf<F> a, vf<F> b) {  // mask lanes are 0 or
 
 // exp(x) on float lanes within ~1 ulp of float: Cephes' reduction x = n ln2 + r (|r| <= ln2/2, ln2 in two
 // parts) and degree-5 minimax polynomial, 2^n put into the exponent. 0 below -87.3 (no subnormal results)
-// and for -inf; +inf above 88; NaN stays NaN.
+// and for -inf; +inf above 88; NaN stays NaN. Lanes below -87.3 are evaluated at 0, not at the bound: a
+// product landing just under FLT_MIN would be subnormal, and each one costs a microcode assist.
 template <int F>
 PE_VINLINE vf<F> vexpf(vf<F> x) {
   const float kMax = 88.0f, kMin = -87.3365447504019f;
   vf<F> xc = x > kMax ? splatf<F>(kMax) : x;
-  xc = xc < kMin ? splatf<F>(kMin) : xc;
+  xc = x < kMin ? vf<F>{} : xc;
   const float kRound = 12582912.0f;  // 1.5 * 2^23: (v + kRound) - kRound rounds v to an integer
   const vf<F> n = (xc * 1.44269504088896341f + kRound) - kRound;
   vf<F> r = xc - n * 0.693359375f;
