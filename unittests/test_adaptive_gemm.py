@@ -13,7 +13,7 @@ import pytest
 
 import paddle_ext
 from paddle_ext import _library
-from paddle_ext import adaptive_log_softmax as als
+from paddle_ext.adaptive_log_softmax import projection
 from op_test import static_mode
 
 ONEDNN = _library.gemm_backend() == "onednn"
@@ -58,7 +58,7 @@ def test_dygraph_grads(ty, needs):
     a_np, b_np, g_np = rand((6, 9), 3), rand((9, 4), 4), rand((6, 4), 5)
     a = paddle.to_tensor(a_np, stop_gradient=not needs[0])
     b = paddle.to_tensor(b_np.T.copy() if ty else b_np, stop_gradient=not needs[1])
-    out = als._gemm(a, b, transpose_y=ty)
+    out = projection._gemm(a, b, transpose_y=ty)
     out.backward(paddle.to_tensor(g_np))
     a64, b64, g64 = (x.astype(np.float64) for x in (a_np, b_np, g_np))
     if needs[0]:
@@ -84,7 +84,7 @@ def test_static_program_grads(legacy, ty):
             a = paddle.static.data("a", [-1, 8], "float32")
             b = paddle.static.data("b", list(b_fed.shape), "float32")
             a.stop_gradient = b.stop_gradient = False
-            out = als._gemm(a, b, transpose_y=ty)
+            out = projection._gemm(a, b, transpose_y=ty)
             loss = _library.sum_along(_library.sum_along(out * out, 1), 0)
             grads = paddle.static.gradients([loss], [a, b])
         names = [o.type if isinstance(getattr(o, "type", None), str) else o.name() for o in main.global_block().ops]
@@ -110,7 +110,7 @@ def _layer_step(layer, x_np, y_np, use_gemm, monkeypatch):
 
     with monkeypatch.context() as patch:
         if not use_gemm:
-            patch.setattr(als, "_gemm_fits", lambda *args: False)
+            patch.setattr(projection, "_gemm_fits", lambda *args: False)
         patch.setattr(_library.ops(), "pe_adaptive_matmul", counted)
         x = paddle.to_tensor(x_np, stop_gradient=False)
         out, loss = layer(x, paddle.to_tensor(y_np))
@@ -210,8 +210,8 @@ def test_layer_grads_of_the_weights_alone_float32():
     y = paddle.to_tensor(rng.integers(0, 100, size=50))
 
     def grads(fits):
-        als_fits = als._gemm_fits
-        als._gemm_fits = als_fits if fits else (lambda *args: False)
+        fits_before = projection._gemm_fits
+        projection._gemm_fits = fits_before if fits else (lambda *args: False)
         try:
             layer(x, y)[1].backward()
             out = [p.grad.numpy().copy() for p in layer.parameters()]
@@ -219,7 +219,7 @@ def test_layer_grads_of_the_weights_alone_float32():
             (head_grad,) = paddle.grad(layer(x, y)[1], layer.parameters()[0])
             return out + [head_grad.numpy()]
         finally:
-            als._gemm_fits = als_fits
+            projection._gemm_fits = fits_before
 
     for a, b in zip(grads(True), grads(False)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
@@ -235,15 +235,15 @@ def test_layer_second_order_grads_float32():
     x_np, y_np = rng.normal(size=(12, 16)).astype(np.float32), rng.integers(0, 40, size=12)
 
     def second(fits):
-        als_fits = als._gemm_fits
-        als._gemm_fits = als_fits if fits else (lambda *args: False)
+        fits_before = projection._gemm_fits
+        projection._gemm_fits = fits_before if fits else (lambda *args: False)
         try:
             x = paddle.to_tensor(x_np, stop_gradient=False)
             (gx,) = paddle.grad(layer(x, paddle.to_tensor(y_np))[1], x, create_graph=True)
             (ggx,) = paddle.grad((gx * gx).sum(), x)
             return gx.numpy(), ggx.numpy()
         finally:
-            als._gemm_fits = als_fits
+            projection._gemm_fits = fits_before
 
     for a, b in zip(second(True), second(False)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
@@ -269,9 +269,9 @@ def test_adaptive_embedding_uses_it(monkeypatch):
 
 def test_float64_and_16_bit_stay_on_paddle_matmul():
     a64 = paddle.to_tensor(rand((3, 4)).astype(np.float64))
-    assert not als._gemm_fits(a64, a64.t())
+    assert not projection._gemm_fits(a64, a64.t())
     a16 = paddle.to_tensor(rand((3, 4))).astype("bfloat16")
-    assert not als._gemm_fits(a16, a16.t())
+    assert not projection._gemm_fits(a16, a16.t())
 
 
 def test_disabled_onednn_falls_back_to_paddle_matmul():
@@ -280,11 +280,11 @@ def test_disabled_onednn_falls_back_to_paddle_matmul():
     code = textwrap.dedent("""
         import numpy as np, paddle, paddle_ext
         from paddle_ext import _library
-        from paddle_ext import adaptive_log_softmax as als
+        from paddle_ext.adaptive_log_softmax import projection
         assert _library.gemm_backend() == "reference", _library.gemm_backend()
         a = paddle.to_tensor(np.random.default_rng(0).normal(size=(7, 300)).astype("float32"))
         b = paddle.to_tensor(np.random.default_rng(1).normal(size=(9, 300)).astype("float32"))
-        assert not als._gemm_fits(a, b)
+        assert not projection._gemm_fits(a, b)
         got = _library.ops().pe_adaptive_matmul(a, b, False, True).numpy()
         np.testing.assert_allclose(got, a.numpy().astype("float64") @ b.numpy().astype("float64").T, rtol=1e-4, atol=1e-4)
         layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(8, 30, [5, 10])
@@ -303,7 +303,7 @@ def test_paddle_grad_of_one_input():
     a = paddle.to_tensor(rand((4, 6), 8), stop_gradient=False)
     b = paddle.to_tensor(rand((6, 3), 9), stop_gradient=False)
     for create_graph in (False, True):
-        (ga,) = paddle.grad(als._gemm(a, b).sum(), a, create_graph=create_graph)
+        (ga,) = paddle.grad(projection._gemm(a, b).sum(), a, create_graph=create_graph)
         np.testing.assert_allclose(ga.numpy(), np.ones((4, 3)) @ b.numpy().T, rtol=1e-5, atol=1e-6)
-        (gb,) = paddle.grad(als._gemm(a, b).sum(), b, create_graph=create_graph)
+        (gb,) = paddle.grad(projection._gemm(a, b).sum(), b, create_graph=create_graph)
         np.testing.assert_allclose(gb.numpy(), a.numpy().T @ np.ones((4, 3)), rtol=1e-5, atol=1e-6)

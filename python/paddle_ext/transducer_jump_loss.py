@@ -18,7 +18,7 @@ from . import _amp, _library
 from ._checks import is_int as _is_int
 from ._checks import is_real, run_kernel_checked
 from ._checks import known_dim as _known
-from .rnnt_loss import REDUCTIONS, _check_common, _check_float, _symbols64
+from .rnnt_loss.common import REDUCTIONS, _check_common, _check_float, _symbols64
 
 MAX_DURATIONS = 16  # the kernels' fixed arc table
 _INF = float("inf")

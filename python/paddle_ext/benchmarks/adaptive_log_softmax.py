@@ -108,15 +108,15 @@ def _environment_label() -> str:
 
 def _on_paddle_matmul(fn):
     """fn with paddle_ext's adaptive projections on Paddle's matmul, as before they ran on oneDNN's sgemm."""
-    from paddle_ext import adaptive_log_softmax as als  # noqa: PLC0415
+    from paddle_ext.adaptive_log_softmax import projection  # noqa: PLC0415
 
     def run():
-        fits = als._gemm_fits
-        als._gemm_fits = lambda *args: False
+        fits = projection._gemm_fits
+        projection._gemm_fits = lambda *args: False
         try:
             return fn()
         finally:
-            als._gemm_fits = fits
+            projection._gemm_fits = fits
 
     return run
 

@@ -9,6 +9,10 @@ from paddle.autograd import PyLayer
 
 from .. import _fill
 from .. import adaptive_log_softmax as _als
+from ..adaptive_log_softmax.checks import _check_label_range
+from ..adaptive_log_softmax.clusters import _grads_must_sync, _index_add, _with_zero_row, _ZeroGrads
+from ..adaptive_log_softmax.ops import _as_int64
+from ..adaptive_log_softmax.projection import _cast, _gemm
 from .adaptive_log_softmax import AdaptiveLogSoftmaxWithLoss, _TailPair
 
 _WHERE = "AdaptiveEmbedding"
@@ -67,9 +71,9 @@ class AdaptiveEmbedding(paddle.nn.Layer):
 
     def forward(self, ids):
         """ids [...] integer classes in ``[0, n_classes)`` -> [..., embedding_dim] in the weights' dtype."""
-        ids = _als._as_int64(ids, "ids", _WHERE)
+        ids = _as_int64(ids, "ids", _WHERE)
         shape = list(ids.shape)
-        flat = _als._check_label_range(ids.reshape([-1]), self.n_classes, _WHERE, arg="ids.flatten()")
+        flat = _check_label_range(ids.reshape([-1]), self.n_classes, _WHERE, arg="ids.flatten()")
         dtype = self.head_weight.dtype
         shortlist = self.cutoffs[0]
         in_head = flat < shortlist
@@ -84,13 +88,13 @@ class AdaptiveEmbedding(paddle.nn.Layer):
             rows = paddle.nonzero((flat >= low) & (flat < high)).reshape([-1])
             if paddle.in_dynamic_mode() and rows.shape[0] == 0:
                 # no id in this cluster: nothing to compute (static graphs run it on 0 rows)
-                trained = [w for w in (w1, w2) if not w.stop_gradient] if _als._grads_must_sync() else []
+                trained = [w for w in (w1, w2) if not w.stop_gradient] if _grads_must_sync() else []
                 if trained:
-                    out = _als._ZeroGrads.apply(out, *trained)
+                    out = _ZeroGrads.apply(out, *trained)
                 continue
-            rows_of, _ = _als._with_zero_row(paddle.gather(_transposed(w2), paddle.gather(flat, rows) - low))  # [k, hsz]
-            emb = _als._gemm(rows_of, w1, transpose_y=True)  # [k, embedding_dim]
-            out = _als._index_add(out, rows, _als._cast(emb, dtype), padded=True)
+            rows_of, _ = _with_zero_row(paddle.gather(_transposed(w2), paddle.gather(flat, rows) - low))  # [k, hsz]
+            emb = _gemm(rows_of, w1, transpose_y=True)  # [k, embedding_dim]
+            out = _index_add(out, rows, _cast(emb, dtype), padded=True)
         return out.reshape(_out_shape(ids, shape, self.embedding_dim))
 
     def extra_repr(self):

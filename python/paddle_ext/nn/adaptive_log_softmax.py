@@ -6,6 +6,7 @@ from __future__ import annotations
 import paddle
 
 from .. import adaptive_log_softmax as _als
+from ..adaptive_log_softmax.checks import _check_input_label, _check_label_range, _mask_ignored
 
 
 class _TailPair(paddle.nn.Layer):
@@ -93,14 +94,14 @@ class AdaptiveLogSoftmaxWithLoss(paddle.nn.Layer):
 
     def _check(self, input, label=None):
         where = f"{type(self).__name__}"
-        return _als._check_input_label(input, label, self.in_features, where)
+        return _check_input_label(input, label, self.in_features, where)
 
     def forward(self, input, label):
         """(output, loss): output [N] the log-probability of each label (0 on ignored rows), loss the
         reduced negative log-likelihood (``reduction``)."""
         label = self._check(input, label)
-        label, keep = _als._mask_ignored(label, self.ignore_index)
-        label = _als._check_label_range(label, self.n_classes, type(self).__name__)
+        label, keep = _mask_ignored(label, self.ignore_index)
+        label = _check_label_range(label, self.n_classes, type(self).__name__)
         return _als.adaptive_log_softmax_with_loss_checked(input, label, self.head_weight, self.tail_weights,
                                                            self.cutoffs, self.head_bias, keep=keep,
                                                            reduction=self.reduction)
