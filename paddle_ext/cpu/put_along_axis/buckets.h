@@ -325,8 +325,7 @@ bool bucket_part(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
 // stat rows.
 template <bool Gather, bool Reverse, typename T, typename Idx, typename Fn, typename Hooks>
 bool bucket_rows(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, const Geometry& g, const Plan& plan,
-                 index_t elem, const Fn& fn_in, const Hooks& hooks) {
-  const Fn fn = fn_in;
+                 index_t elem, const Fn& fn, const Hooks& hooks) {
   const index_t inner = g.inner, rows = g.outer * g.n, total_rows = g.outer * g.m, parts = plan.nblocks;
   const index_t cols = plan.block;  // a column part's columns; its stat rows are `rows`
   const int threads = plan.threads;
@@ -364,13 +363,18 @@ bool bucket_rows(const Idx* idx, const ValuesAt<T>& values, T* out, T zero, cons
       lists[k]->finish();
     });
     dynamic_chunks(bl.count, threads, [&](index_t b) {
-      const index_t base = (b << bl.shift) * inner;
+      // Copies on this thread's stack, which stay in registers: read through the closure, each would be
+      // reloaded after every byte store of mean's counts (a byte store may alias any memory).
+      const Fn local_fn = fn;
+      const Blocks blocks = bl;
+      const index_t base = (b << bl.shift) * inner, row_base = b << bl.shift, width = inner, part_cols = cols,
+                    stat_rows = rows;
       if (!Gather && rr == 0)
         parts_of_block(b, [&](index_t s, index_t len, index_t r) { hooks.begin(s, bl.rows_in(b), len, r); });
       for (int kk = 0; kk < threads; ++kk)
-        apply_block<Gather, Reverse>(*lists[Reverse ? threads - 1 - kk : kk], b, fn, [&](uint32_t off) {
-          const index_t col = bl.column_of(off), row = bl.row_of(off);
-          return std::pair<index_t, index_t>(base + row * inner + col, (col / cols) * rows + (b << bl.shift) + row);
+        apply_block<Gather, Reverse>(*lists[Reverse ? threads - 1 - kk : kk], b, local_fn, [&](uint32_t off) {
+          const index_t col = blocks.column_of(off), row = blocks.row_of(off);
+          return std::pair<index_t, index_t>(base + row * width + col, (col / part_cols) * stat_rows + row_base + row);
         });
       if (!Gather && rr == rounds - 1)
         parts_of_block(b, [&](index_t s, index_t len, index_t r) { hooks.end(s, bl.rows_in(b), len, r); });
