@@ -145,8 +145,8 @@ struct InterleavedRow {
   }
 };
 
-// noinline: inlined into the dispatcher's many cases the scatter loop lost its registers (the row pointer, the
-// bound and the bad flag went to the stack), ~25 % slower on a [1024, 1024] row.
+// noinline: inlined into the dispatcher's many cases, the scatter loop loses its registers (the row pointer,
+// the bound and the bad flag go to the stack).
 template <Reduce R, typename T, typename Idx>
 __attribute__((noinline)) bool flat_forward(const T* arr, T* out, const ValuesAt<T>& values, const Idx* idx, const Geometry& g, const Plan& plan,
                   bool include_self, int32_t* counts_out) {
