@@ -24,6 +24,13 @@ FINITE_MIXES = ("normal", "x1e3", "spikes", "spread700", "denormal", "all_equal"
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
 PUT_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "uint8")
 REDUCES = ("assign", "add", "mul", "mean", "amin", "amax")
+# Every spelling paddle.put_along_axis accepts for a reduce; the cases pass each in turn as `reduce_arg`.
+REDUCE_SPELLINGS = {"mul": ("mul", "multiply")}
+
+
+def reduce_spelling(reduce: str, turn: int) -> str:
+    spellings = REDUCE_SPELLINGS.get(reduce, (reduce,))
+    return spellings[turn % len(spellings)]
 # Row lengths on and around the block sizes of the CPU kernels (see the module docstring).
 LONG_ROWS = (15, 16, 17, 255, 256, 257, 511, 512, 513, 1024, 1025, 1500)
 
@@ -330,8 +337,9 @@ def put_along_axis_cases(n=None):
             small = "small" if reduce == "mul" else str(vmix)
             arr = int_values(rng, arr_shape, small, dtype)
             vals = int_values(rng, v_shape, small, dtype)
-        yield dict(id=f"put-{seed}-{dtype}-{reduce}-{pattern}-{arr_shape}-{idx_shape}-ax{axis}-b{int(broadcast)}",
-                   arr=arr, indices=idx, values=vals, axis=axis, reduce=reduce,
+        reduce_arg = reduce_spelling(reduce, seed // (len(PUT_DTYPES) * len(REDUCES)))
+        yield dict(id=f"put-{seed}-{dtype}-{reduce_arg}-{pattern}-{arr_shape}-{idx_shape}-ax{axis}-b{int(broadcast)}",
+                   arr=arr, indices=idx, values=vals, axis=axis, reduce=reduce, reduce_arg=reduce_arg,
                    include_self=bool(rng.random() < 0.6), broadcast=broadcast, dtype=dtype,
                    index_dtype=str(rng.choice(["int64", "int32"])), view="transpose" if rank >= 2 and rng.random() < 0.2 else None,
                    scalar_values=bool(rng.random() < 0.1))
@@ -386,6 +394,7 @@ def put_along_axis_broadcast_values_cases(n=None):
             arr, vals = int_values(rng, tuple(arr_shape), small, dtype), int_values(rng, v_shape, small, dtype)
         yield dict(id=f"put-bv-{seed}-{dtype}-{reduce}-{kind}-{pattern}-{tuple(arr_shape)}-{tuple(idx_shape)}-{v_shape}-ax{axis}",
                    arr=arr, indices=idx, values=vals, axis=axis, reduce=reduce,
+                   reduce_arg=reduce_spelling(reduce, seed // (len(PUT_DTYPES) * len(REDUCES))),
                    include_self=bool(rng.random() < 0.6), broadcast=True, dtype=dtype,
                    index_dtype=str(rng.choice(["int64", "int32"])), view=None, scalar_values=False)
 
@@ -761,10 +770,11 @@ def put_along_axis_path_cases():
         for reduce in REDUCES:
             if name == "bucket_hot" and reduce == "mul":  # products of ~300 factors overflow the reference
                 continue
-            for dtype, index_dtype in (("float32", "int64"), ("float64", "int32")):
+            for turn, (dtype, index_dtype) in enumerate((("float32", "int64"), ("float64", "int32"))):
                 idx = put_indices(rng, arr_shape, idx_shape, axis, pattern)
                 mix = "ties" if reduce in ("amin", "amax") else "normal" if reduce == "mul" or name == "bucket_hot" else "spikes"
                 yield dict(id=f"put-path-{name}-{reduce}-{dtype}-{index_dtype}", arr=values(rng, arr_shape, mix, dtype),
                            indices=idx, values=values(rng, idx_shape, mix, dtype), axis=axis - len(arr_shape) * (axis == 1),
-                           reduce=reduce, include_self=reduce != "assign" and bool(rng.random() < 0.5),
+                           reduce=reduce, reduce_arg=reduce_spelling(reduce, turn),
+                           include_self=reduce != "assign" and bool(rng.random() < 0.5),
                            broadcast=False, dtype=dtype, index_dtype=index_dtype, view=None, scalar_values=False)

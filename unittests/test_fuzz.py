@@ -210,7 +210,7 @@ def test_put_along_axis(case):
         tv = scalar
     else:
         tv = _tensor(vals, dtype, grad=grad)
-    out = paddle_ext.put_along_axis(ta, ti, tv, c["axis"], reduce=c["reduce"], include_self=c["include_self"],
+    out = paddle_ext.put_along_axis(ta, ti, tv, c["axis"], reduce=c["reduce_arg"], include_self=c["include_self"],
                                     broadcast=c["broadcast"])
     ref_in = arr if floating else arr.astype(dtype)
     ref = refs.put_along_axis(ref_in, idx_full, vals_full if floating else vals_full.astype(dtype), ax, c["reduce"],
@@ -227,6 +227,12 @@ def test_put_along_axis(case):
     if not grad:
         return
     ga, gv = paddle.grad(out, [ta, tv], grad_outputs=paddle.to_tensor(g).astype(dtype), allow_unused=True)
+    _assert_put_grads(c, ga, gv, arr, vals, ref_ga, ref_gv, atol_ga, atol_gv)
+
+
+def _assert_put_grads(c, ga, gv, arr, vals, ref_ga, ref_gv, atol_ga, atol_gv):
+    """The grads against the references of the positions' grads, folded to the values passed."""
+    dtype = c["dtype"]
     gv_terms = None  # values broadcast by the op: their grad sums the positions' (bounded by the terms' sum)
     if c["broadcast"]:
         if ref_gv.shape != vals.shape:
@@ -261,12 +267,37 @@ def test_put_along_axis_inplace_writes_through_views(case):
                               vals_full if floating else vals_full.astype(dtype), ax, c["reduce"], c["include_self"],
                               broadcast=False)
     paddle_ext.put_along_axis_(view, paddle.to_tensor(idx.astype(c["index_dtype"])), _tensor(vals, dtype), c["axis"],
-                               reduce=c["reduce"], include_self=c["include_self"], broadcast=c["broadcast"])
+                               reduce=c["reduce_arg"], include_self=c["include_self"], broadcast=c["broadcast"])
     atol = fc.put_slot_bounds(arr, idx_full, vals_full, ax, c["reduce"], c["include_self"], dtype, ref,
                               np.zeros(arr.shape), np.zeros(idx_full.shape))[0] if floating else None
     rtol = None if floating else 0.0
     fc.assert_matches(_np(view), ref, dtype, 0.0, "put_along_axis_ view", rtol, atol=atol)
     fc.assert_matches(np.swapaxes(_np(base), 0, -1), ref, dtype, 0.0, "put_along_axis_ base", rtol, atol=atol)
+
+
+INPLACE_GRADS = _params([c for c in list(fc.put_along_axis_cases()) + list(fc.put_along_axis_path_cases())
+                         if c["dtype"] in ("float64", "float32") and not c["scalar_values"]
+                         and c["reduce"] != "assign"][::2])
+
+
+@pytest.mark.parametrize("case", INPLACE_GRADS)
+def test_put_along_axis_inplace_grads(case):
+    """put_along_axis_ on a tensor with history (arr * 1) gives the functional op's grads: for mul/amin/amax
+    with include_self the backward must see arr's value before the write, whatever the reduce's spelling."""
+    c = case
+    dtype = c["dtype"]
+    arr, idx, vals, ax, idx_full, vals_full = _put_inputs(c)
+    ta, tv = _tensor(arr, dtype, grad=True), _tensor(vals, dtype, grad=True)
+    out = paddle_ext.put_along_axis_(ta * 1.0, paddle.to_tensor(idx.astype(c["index_dtype"])), tv, c["axis"],
+                                     reduce=c["reduce_arg"], include_self=c["include_self"], broadcast=c["broadcast"])
+    ref = refs.put_along_axis(arr, idx_full, vals_full, ax, c["reduce"], c["include_self"], broadcast=False)
+    g = fc.round_to(np.random.default_rng(1).normal(size=arr.shape), dtype)
+    ref_ga, ref_gv = refs.put_along_axis_grad(arr, idx_full, vals_full, g, ax, c["reduce"], c["include_self"])
+    atol, atol_ga, atol_gv = fc.put_slot_bounds(arr, idx_full, vals_full, ax, c["reduce"], c["include_self"],
+                                                dtype, ref, ref_ga, ref_gv)
+    fc.assert_matches(_np(out), ref, dtype, 0.0, "put_along_axis_", atol=atol)
+    ga, gv = paddle.grad(out, [ta, tv], grad_outputs=paddle.to_tensor(g).astype(dtype), allow_unused=True)
+    _assert_put_grads(c, ga, gv, arr, vals, ref_ga, ref_gv, atol_ga, atol_gv)
 
 
 # ---------------------------------------------------------------------------------- mutual_information

@@ -78,9 +78,31 @@ def test_assign_is_last_write_wins():
     np.testing.assert_array_equal(got, [[0.0, 6.0], [3.0, 0.0], [5.0, 0.0]])
 
 
-def test_multiply_is_mul():
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("fn", [put, put_inplace], ids=["put_along_axis", "put_along_axis_"])
+def test_multiply_is_mul(fn, include_self):
     x = inputs_for((4, 3), (6, 3), 0, seed=11)
-    check_output(put, x, refs.put_along_axis, dict(axis=0, reduce="multiply", include_self=False))
+    check_output(fn, x, refs.put_along_axis, dict(axis=0, reduce="multiply", include_self=include_self))
+    check_grad(lambda a, i, v: fn(a * 1.0, i, v, 0, reduce="multiply", include_self=include_self), x,
+               ["arr", "values"])
+
+
+@pytest.mark.parametrize("reduce", ["mul", "multiply"])
+def test_inplace_mul_grads_see_arr_before_the_write(reduce):
+    """In place on a tensor with history: the values' grad is out_grad * arr's old value * the other values
+    of the slot, not the written product (which would count the value itself again)."""
+    a = np.array([-1.38127972, -2.75415886, -2.90083419])
+    v = np.array([0.63981465, 1.37697937, 0.26174995, 2.61043454])
+    idx = np.array([0, 2, 1, 2])
+    g = np.array([0.5, -0.3, 0.7])
+    ta, tv = paddle.to_tensor(a, stop_gradient=False), paddle.to_tensor(v, stop_gradient=False)
+    out = paddle_ext.put_along_axis_(ta * 1.0, paddle.to_tensor(idx), tv, 0, reduce, include_self=True,
+                                     broadcast=False)
+    ga, gv = paddle.grad(out, [ta, tv], grad_outputs=paddle.to_tensor(g))
+    want_ga, want_gv = refs.put_along_axis_grad(a, idx, v, g, 0, "mul", True)
+    np.testing.assert_allclose(gv.numpy(), want_gv, rtol=1e-12)
+    np.testing.assert_allclose(ga.numpy(), want_ga, rtol=1e-12)
+    np.testing.assert_allclose(gv.numpy(), [-0.691, -5.301, 0.826, -2.796], atol=1e-3)  # Paddle's own result
 
 
 @pytest.mark.parametrize("reduce", ["amin", "amax"])

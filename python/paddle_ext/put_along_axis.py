@@ -391,6 +391,7 @@ def put_along_axis_(arr, indices, values, axis, reduce="assign", include_self=Tr
         values = _amp.cast_like(values, arr)  # under auto_cast: arr's dtype cannot change
     indices, values, block, attrs = _checked(arr, indices, values, axis, reduce, include_self, broadcast,
                                              deterministic, op)
+    _, reduce, include_self, _ = attrs  # normalized ('multiply' is 'mul'): below, no test reads the caller's spelling
     dygraph = paddle.in_dynamic_mode()
     if dygraph and block is None and arr.stop_gradient and values.stop_gradient and arr.is_contiguous():
         _library.dygraph_op("pe_put_along_axis_")(arr, indices, values, *attrs)
