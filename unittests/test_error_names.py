@@ -23,6 +23,7 @@ RANGES = np.broadcast_to(np.arange(R), (B, T, R)).astype(np.int64)
 PX, PY = rng.normal(size=(B, S, T + 1)), rng.normal(size=(B, S + 1, T))
 BAD_BOUNDARY = np.array([[0, 0, S + 1, T]] * B, np.int64)  # s_end > S
 X = rng.normal(size=(6, 8)).astype(np.float32)
+W, BIAS = rng.normal(size=(C, 6)), rng.normal(size=(6,))  # a joiner: am [B, T, C], lm [B, S+1, C] -> 6 outputs
 LABELS, FLOAT_LABELS, BAD_LABELS = np.arange(6, dtype=np.int64), np.arange(6, dtype=np.float32), np.full(6, 99)
 
 
@@ -50,6 +51,17 @@ DTYPE_CASES = [
     ("rnnt_loss_pruned", lambda x, s, r: paddle_ext.rnnt_loss_pruned(x, s, r, 0), (PRUNED, FLOAT_SYMBOLS, RANGES)),
     ("tdt_loss", lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1], 0), (LOGITS, FLOAT_SYMBOLS)),
     ("multiblank_rnnt_loss", lambda x, s: paddle_ext.multiblank_rnnt_loss(x, s, [2], 4), (LOGITS, FLOAT_SYMBOLS)),
+    ("rnnt_loss_fused_joiner", lambda a, l, w, b, s: paddle_ext.rnnt_loss_fused_joiner(a, l, w, b, s, 0),
+     (AM, LM, W, BIAS, FLOAT_SYMBOLS)),
+    ("rnnt_loss_fused_joiner", lambda a, l, w, b, s, r: paddle_ext.rnnt_loss_fused_joiner(a, l, w, b, s, 0, ranges=r),
+     (AM, LM, W, BIAS, SYMBOLS, RANGES.astype(np.float32))),
+    ("tdt_loss_fused_joiner", lambda a, l, w, b, s: paddle_ext.tdt_loss_fused_joiner(a, l, w, b, s, [0, 1], 0),
+     (AM, LM, W, BIAS, FLOAT_SYMBOLS)),
+    ("multiblank_rnnt_loss_fused_joiner",
+     lambda a, l, w, b, s: paddle_ext.multiblank_rnnt_loss_fused_joiner(a, l, w, b, s, [2], 4),
+     (AM, LM, W, BIAS, FLOAT_SYMBOLS)),
+    ("rnnt_loss_fused_joiner", lambda a, l, w, s: paddle_ext.rnnt_loss_fused_joiner(a, l, w, None, s, 0),
+     (AM, LM, W.astype(np.float32), SYMBOLS)),  # weight of another dtype
     ("do_rnnt_pruning", paddle_ext.do_rnnt_pruning, (SYMBOLS.reshape(B, S, 1), LM, RANGES)),  # an int am
     ("mutual_information_recursion", paddle_ext.mutual_information_recursion, (PX, PY.astype(np.float32))),
     ("joint_mutual_information_recursion", lambda px, py: paddle_ext.joint_mutual_information_recursion([px], [py]),
@@ -82,6 +94,15 @@ VALUE_CASES = [
     ("tdt_loss", lambda x, s, b: paddle_ext.tdt_loss(x, s, [0, 1], 0, b), (LOGITS, SYMBOLS, BAD_BOUNDARY)),
     ("multiblank_rnnt_loss", lambda x, s, b: paddle_ext.multiblank_rnnt_loss(x, s, [2], 4, b),
      (LOGITS, SYMBOLS, BAD_BOUNDARY)),
+    ("rnnt_loss_fused_joiner", lambda a, l, w, b, s, bd: paddle_ext.rnnt_loss_fused_joiner(a, l, w, b, s, 0, bd),
+     (AM, LM, W, BIAS, SYMBOLS, BAD_BOUNDARY)),
+    ("rnnt_loss_fused_joiner", lambda a, l, w, b, s, r: paddle_ext.rnnt_loss_fused_joiner(a, l, w, b, s, 0, ranges=r),
+     (AM, LM, W, BIAS, SYMBOLS, RANGES + S)),  # ranges past S
+    ("tdt_loss_fused_joiner", lambda a, l, w, b, s, bd: paddle_ext.tdt_loss_fused_joiner(a, l, w, b, s, [0, 1], 0, bd),
+     (AM, LM, W, BIAS, SYMBOLS % 4, BAD_BOUNDARY)),
+    ("multiblank_rnnt_loss_fused_joiner",
+     lambda a, l, w, b, s, bd: paddle_ext.multiblank_rnnt_loss_fused_joiner(a, l, w, b, s, [2], 4, bd),
+     (AM, LM, W, BIAS, SYMBOLS, BAD_BOUNDARY)),
     ("get_rnnt_prune_ranges", lambda px, py, b: paddle_ext.get_rnnt_prune_ranges(px, py, b, 2), (PX, PY, BAD_BOUNDARY)),
     ("do_rnnt_pruning", paddle_ext.do_rnnt_pruning, (AM, LM, RANGES + S)),  # ranges past S
     ("mutual_information_recursion", paddle_ext.mutual_information_recursion, (PX, PY, BAD_BOUNDARY)),

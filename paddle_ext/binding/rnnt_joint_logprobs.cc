@@ -4,6 +4,7 @@
 #include "paddle_ext/rnnt_joint_logprobs.h"
 
 #include "paddle_ext/binding/common.h"
+#include "paddle_ext/binding/joiner.h"
 
 namespace paddle_ext {
 namespace {
@@ -137,6 +138,103 @@ std::vector<paddle::Tensor> RnntJointGradKernel(const paddle::Tensor& logits_in,
     }
   });
   return {logits_grad};
+}
+
+namespace {
+
+// The lattice shape of the fused joiner's rows, checked as the joint op's (symbols, ranges, termination).
+JointShape joiner_joint_shape(const paddle::Tensor& am, const paddle::Tensor& lm, const paddle::Tensor& weight,
+                              const paddle::Tensor& bias, const paddle::Tensor& symbols, const paddle::Tensor* ranges,
+                              int termination_symbol, int activation, const char* op, JoinerShape* j) {
+  PE_CHECK(symbols.shape().size() == 2 && symbols.dtype() == paddle::DataType::INT64, op,
+           ": symbols must be int64 [B, S]");
+  if (ranges) {
+    PE_CHECK(ranges->dtype() == paddle::DataType::INT64 && ranges->shape().size() == 3, op,
+             ": ranges must be int64 [B, T, R]");
+  }
+  *j = joiner_shape(am, lm, weight, bias, ranges, activation, op);
+  const JointShape d{j->B, j->T, j->R, symbols.shape()[1], j->X, termination_symbol};
+  PE_CHECK(symbols.shape()[0] == d.B, op, ": symbols has ", symbols.shape()[0], " rows but am has B = ", d.B);
+  PE_CHECK(j->U == d.S + 1, op, ": lm must be [B, S+1, J] with S = ", d.S, " (symbols [B, S]), got ", j->U, " rows");
+  PE_CHECK(termination_symbol >= 0 && termination_symbol < d.C, op, ": termination_symbol must be in [0, X = ", d.C,
+           "), got ", termination_symbol);
+  if (ranges) {
+    PE_CHECK(ranges->shape() == std::vector<int64_t>({d.B, d.T, d.R}) && d.R <= d.S + 1, op,
+             ": ranges must be int64 [B, T, R] = [", d.B, ", ", d.T, ", R <= S+1]");
+  }
+  check_values(symbols, ranges, d, op);
+  return d;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> RnntJoinerInferShape(const std::vector<int64_t>& am_shape,
+                                                       const std::vector<int64_t>& lm_shape,
+                                                       const std::vector<int64_t>&, const std::vector<int64_t>&,
+                                                       const std::vector<int64_t>& symbols_shape,
+                                                       const paddle::optional<std::vector<int64_t>>& ranges_shape) {
+  PE_CHECK(am_shape.size() == 3 && lm_shape.size() == 3 && symbols_shape.size() == 2,
+           "rnnt_joiner_logprobs: am must be [B, T, J], lm [B, S+1, J] and symbols [B, S]");
+  const int64_t B = am_shape[0], T = am_shape[1], S = symbols_shape[1];
+  const int64_t R = ranges_shape ? (ranges_shape->size() == 3 ? (*ranges_shape)[2] : -1) : lm_shape[1];
+  return {{B, S, T}, {B, S < 0 ? -1 : S + 1, T}, {B, T, R, 2}};
+}
+
+std::vector<paddle::Tensor> RnntJoinerKernel(const paddle::Tensor& am_in, const paddle::Tensor& lm_in,
+                                             const paddle::Tensor& weight_in, const paddle::Tensor& bias_in,
+                                             const paddle::Tensor& symbols_in,
+                                             const paddle::optional<paddle::Tensor>& ranges_in, int termination_symbol,
+                                             int activation) {
+  const char* op = "rnnt_joiner_logprobs";
+  const paddle::Tensor am = dense(am_in), lm = dense(lm_in), weight = dense(weight_in), bias = dense(bias_in),
+                       symbols = dense(symbols_in);
+  const paddle::Tensor ranges = ranges_in ? dense(*ranges_in) : paddle::Tensor();
+  JoinerShape j;
+  const JointShape d = joiner_joint_shape(am, lm, weight, bias, symbols, ranges_in ? &ranges : nullptr,
+                                          termination_symbol, activation, op, &j);
+  paddle::Tensor px = new_output({d.B, d.S, d.T}, am.dtype(), am.place());
+  paddle::Tensor py = new_output({d.B, d.S + 1, d.T}, am.dtype(), am.place());
+  paddle::Tensor lse = new_output({d.B, d.T, d.R, 2}, am.dtype(), am.place());
+  dispatch_float_double(am.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::rnnt_joiner_forward<T>(ptr<T>(am), ptr<T>(lm), ptr<T>(weight), ptr<T>(bias), symbols.data<int64_t>(),
+                                j.ranges, mutable_ptr<T>(px), mutable_ptr<T>(py), mutable_ptr<T>(lse), d, j);
+  });
+  return {px, py, lse};
+}
+
+std::vector<paddle::Tensor> RnntJoinerGradKernel(const paddle::Tensor& am_in, const paddle::Tensor& lm_in,
+                                                 const paddle::Tensor& weight_in, const paddle::Tensor& bias_in,
+                                                 const paddle::Tensor& symbols_in,
+                                                 const paddle::optional<paddle::Tensor>& ranges_in,
+                                                 const paddle::Tensor& lse_in, const paddle::Tensor& px_grad_in,
+                                                 const paddle::Tensor& py_grad_in, int termination_symbol,
+                                                 int activation) {
+  const char* op = "rnnt_joiner_logprobs_grad";
+  const paddle::Tensor am = dense(am_in), lm = dense(lm_in), weight = dense(weight_in), bias = dense(bias_in),
+                       symbols = dense(symbols_in), lse = dense(lse_in);
+  const paddle::Tensor ranges = ranges_in ? dense(*ranges_in) : paddle::Tensor();
+  JoinerShape j;
+  const JointShape d = joiner_joint_shape(am, lm, weight, bias, symbols, ranges_in ? &ranges : nullptr,
+                                          termination_symbol, activation, op, &j);
+  const paddle::Tensor px_grad = grad_or_zeros(px_grad_in, {d.B, d.S, d.T}, am.dtype(), am.place()),
+                       py_grad = grad_or_zeros(py_grad_in, {d.B, d.S + 1, d.T}, am.dtype(), am.place());
+  PE_CHECK(px_grad.shape() == std::vector<int64_t>({d.B, d.S, d.T}) &&
+               py_grad.shape() == std::vector<int64_t>({d.B, d.S + 1, d.T}) &&
+               lse.numel() == d.B * d.T * d.R * 2 && lse.dtype() == am.dtype(),
+           op, ": px_grad, py_grad and lse must be [B, S, T], [B, S+1, T] and [B, T, R, 2]");
+  paddle::Tensor am_grad = new_output(am.shape(), am.dtype(), am.place());
+  paddle::Tensor lm_grad = new_output(lm.shape(), lm.dtype(), lm.place());
+  paddle::Tensor weight_grad = new_output(weight.shape(), weight.dtype(), weight.place());
+  paddle::Tensor bias_grad = new_output(bias.shape(), bias.dtype(), bias.place());
+  dispatch_float_double(am.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::rnnt_joiner_backward<T>(ptr<T>(am), ptr<T>(lm), ptr<T>(weight), ptr<T>(bias), symbols.data<int64_t>(),
+                                 j.ranges, ptr<T>(lse), ptr<T>(px_grad), ptr<T>(py_grad), mutable_ptr<T>(am_grad),
+                                 mutable_ptr<T>(lm_grad), mutable_ptr<T>(weight_grad), mutable_ptr<T>(bias_grad), d,
+                                 j);
+  });
+  return {am_grad, lm_grad, weight_grad, bias_grad};
 }
 
 namespace {

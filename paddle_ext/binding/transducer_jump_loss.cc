@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "paddle_ext/binding/common.h"
+#include "paddle_ext/binding/joiner.h"
 
 namespace paddle_ext {
 namespace {
@@ -16,18 +17,17 @@ double real_from_bits(int64_t bits) {
   return v;
 }
 
-JumpLattice jump_lattice(const paddle::Tensor& logits, const paddle::Tensor& symbols,
+// The lattice of logits [B, T, S+1, units] (`s`: that shape, `logits`: the tensor whose place the others share).
+JumpLattice jump_lattice(const paddle::Tensor& logits, const std::vector<int64_t>& s, const paddle::Tensor& symbols,
                          const paddle::optional<paddle::Tensor>& boundary, int termination_symbol, bool multiblank,
                          const std::vector<int64_t>& real_bits, const std::vector<int64_t>& durations,
                          const char* op) {
-  PE_CHECK(logits.shape().size() == 4, op, ": logits must be 4-D [B, T, S+1, units], got rank ",
-           logits.shape().size());
+  PE_CHECK(s.size() == 4, op, ": logits must be 4-D [B, T, S+1, units], got rank ", s.size());
   PE_CHECK(symbols.shape().size() == 2 && symbols.dtype() == paddle::DataType::INT64, op,
            ": symbols must be int64 [B, S]");
   PE_CHECK(real_bits.size() == 2, op, ": real_bits must hold sigma and fastemit_lambda");
   const int n = static_cast<int>(durations.size());
   PE_CHECK(n <= kMaxJumpDurations, op, ": at most ", kMaxJumpDurations, " durations, got ", n);
-  const auto& s = logits.shape();
   JumpLattice L{};
   L.B = s[0], L.T = s[1], L.S = symbols.shape()[1];
   L.D = multiblank ? 0 : n;
@@ -109,7 +109,8 @@ std::vector<paddle::Tensor> TransducerJumpKernel(const paddle::Tensor& logits_in
   const char* op = "transducer_jump_loss";
   const paddle::Tensor logits = dense(logits_in), symbols = dense(symbols_in);
   const JumpLattice L =
-      jump_lattice(logits, symbols, boundary_in, termination_symbol, multiblank, real_bits, durations, op);
+      jump_lattice(logits, logits.shape(), symbols, boundary_in, termination_symbol, multiblank, real_bits, durations,
+                   op);
   paddle::Tensor boundary;
   const int64_t* bptr = boundary_data(boundary_in, &boundary);
   check_values(symbols, boundary_in ? &boundary : nullptr, L, op);
@@ -145,7 +146,8 @@ std::vector<paddle::Tensor> TransducerJumpGradKernel(
   const paddle::Tensor logits = dense(logits_in), symbols = dense(symbols_in), lse = dense(lse_in),
                        alpha = dense(alpha_in), beta = dense(beta_in), loss_grad = dense(loss_grad_in);
   const JumpLattice L =
-      jump_lattice(logits, symbols, boundary_in, termination_symbol, multiblank, real_bits, durations, op);
+      jump_lattice(logits, logits.shape(), symbols, boundary_in, termination_symbol, multiblank, real_bits, durations,
+                   op);
   paddle::Tensor boundary;
   const int64_t* bptr = boundary_data(boundary_in, &boundary);
   check_values(symbols, boundary_in ? &boundary : nullptr, L, op);
@@ -171,6 +173,102 @@ std::vector<paddle::Tensor> TransducerJumpGradKernel(
     }
   });
   return {logits_grad};
+}
+
+// The joiner fused in: the lattice of the joiner's logits [B, T, S+1, X] (lm [B, S+1, J], weight [J, X]).
+namespace {
+
+JumpLattice joiner_lattice(const paddle::Tensor& am, const paddle::Tensor& lm, const paddle::Tensor& weight,
+                           const paddle::Tensor& bias, const paddle::Tensor& symbols,
+                           const paddle::optional<paddle::Tensor>& boundary, int termination_symbol, bool multiblank,
+                           int activation, const std::vector<int64_t>& real_bits,
+                           const std::vector<int64_t>& durations, const char* op, JoinerShape* j) {
+  *j = joiner_shape(am, lm, weight, bias, nullptr, activation, op);
+  return jump_lattice(am, {j->B, j->T, j->U, j->X}, symbols, boundary, termination_symbol, multiblank, real_bits,
+                      durations, op);
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> JumpJoinerInferShape(const std::vector<int64_t>& am_shape,
+                                                       const std::vector<int64_t>& lm_shape,
+                                                       const std::vector<int64_t>&, const std::vector<int64_t>&,
+                                                       const std::vector<int64_t>&,
+                                                       const paddle::optional<std::vector<int64_t>>&) {
+  PE_CHECK(am_shape.size() == 3 && lm_shape.size() == 3, "transducer_jump_joiner_loss: am must be [B, T, J] and lm "
+           "[B, S+1, J]");
+  const int64_t B = am_shape[0], T = am_shape[1], S1 = lm_shape[1], T1 = T < 0 ? -1 : T + 1;
+  return {{B}, {B, T, S1, 4}, {B, T1, S1}, {B, T1, S1}};
+}
+
+std::vector<paddle::DataType> JumpJoinerInferDtype(const paddle::DataType& am, const paddle::DataType&,
+                                                   const paddle::DataType&, const paddle::DataType&,
+                                                   const paddle::DataType&, const paddle::optional<paddle::DataType>&) {
+  return {am, paddle::DataType::FLOAT64, paddle::DataType::FLOAT64, paddle::DataType::FLOAT64};
+}
+
+std::vector<paddle::Tensor> JumpJoinerKernel(const paddle::Tensor& am_in, const paddle::Tensor& lm_in,
+                                             const paddle::Tensor& weight_in, const paddle::Tensor& bias_in,
+                                             const paddle::Tensor& symbols_in,
+                                             const paddle::optional<paddle::Tensor>& boundary_in,
+                                             int termination_symbol, bool multiblank, int activation,
+                                             const std::vector<int64_t>& real_bits,
+                                             const std::vector<int64_t>& durations) {
+  const char* op = "transducer_jump_joiner_loss";
+  const paddle::Tensor am = dense(am_in), lm = dense(lm_in), weight = dense(weight_in), bias = dense(bias_in),
+                       symbols = dense(symbols_in);
+  JoinerShape j;
+  const JumpLattice L = joiner_lattice(am, lm, weight, bias, symbols, boundary_in, termination_symbol, multiblank,
+                                       activation, real_bits, durations, op, &j);
+  paddle::Tensor boundary;
+  const int64_t* bptr = boundary_data(boundary_in, &boundary);
+  check_values(symbols, boundary_in ? &boundary : nullptr, L, op);
+  const auto f64 = paddle::DataType::FLOAT64;
+  paddle::Tensor loss = new_output({L.B}, am.dtype(), am.place());
+  paddle::Tensor lse = new_output({L.B, L.T, L.S + 1, 4}, f64, am.place());
+  paddle::Tensor alpha = new_output({L.B, L.T + 1, L.S + 1}, f64, am.place());
+  paddle::Tensor beta = new_output({L.B, L.T + 1, L.S + 1}, f64, am.place());
+  dispatch_float_double(am.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::jump_joiner_forward<T>(ptr<T>(am), ptr<T>(lm), ptr<T>(weight), ptr<T>(bias), symbols.data<int64_t>(), bptr,
+                                mutable_ptr<double>(lse), mutable_ptr<double>(alpha), mutable_ptr<double>(beta),
+                                mutable_ptr<T>(loss), L, j);
+  });
+  return {loss, lse, alpha, beta};
+}
+
+std::vector<paddle::Tensor> JumpJoinerGradKernel(
+    const paddle::Tensor& am_in, const paddle::Tensor& lm_in, const paddle::Tensor& weight_in,
+    const paddle::Tensor& bias_in, const paddle::Tensor& symbols_in, const paddle::optional<paddle::Tensor>& boundary_in,
+    const paddle::Tensor& lse_in, const paddle::Tensor& alpha_in, const paddle::Tensor& beta_in,
+    const paddle::Tensor& loss_grad_in, int termination_symbol, bool multiblank, int activation,
+    const std::vector<int64_t>& real_bits, const std::vector<int64_t>& durations) {
+  const char* op = "transducer_jump_joiner_loss_grad";
+  const paddle::Tensor am = dense(am_in), lm = dense(lm_in), weight = dense(weight_in), bias = dense(bias_in),
+                       symbols = dense(symbols_in), lse = dense(lse_in), alpha = dense(alpha_in),
+                       beta = dense(beta_in), loss_grad = dense(loss_grad_in);
+  JoinerShape j;
+  const JumpLattice L = joiner_lattice(am, lm, weight, bias, symbols, boundary_in, termination_symbol, multiblank,
+                                       activation, real_bits, durations, op, &j);
+  paddle::Tensor boundary;
+  const int64_t* bptr = boundary_data(boundary_in, &boundary);
+  check_values(symbols, boundary_in ? &boundary : nullptr, L, op);
+  const std::vector<int64_t> lattice_shape{L.B, L.T + 1, L.S + 1};
+  PE_CHECK(lse.shape() == std::vector<int64_t>({L.B, L.T, L.S + 1, 4}) && alpha.shape() == lattice_shape &&
+               beta.shape() == lattice_shape && loss_grad.numel() == L.B && loss_grad.dtype() == am.dtype(),
+           op, ": lse, alpha, beta and loss_grad must be [B, T, S+1, 4], [B, T+1, S+1] (twice) and [B]");
+  paddle::Tensor am_grad = new_output(am.shape(), am.dtype(), am.place());
+  paddle::Tensor lm_grad = new_output(lm.shape(), lm.dtype(), lm.place());
+  paddle::Tensor weight_grad = new_output(weight.shape(), weight.dtype(), weight.place());
+  paddle::Tensor bias_grad = new_output(bias.shape(), bias.dtype(), bias.place());
+  dispatch_float_double(am.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cpu::jump_joiner_backward<T>(ptr<T>(am), ptr<T>(lm), ptr<T>(weight), ptr<T>(bias), symbols.data<int64_t>(), bptr,
+                                 ptr<double>(lse), ptr<double>(alpha), ptr<double>(beta), ptr<T>(loss_grad),
+                                 mutable_ptr<T>(am_grad), mutable_ptr<T>(lm_grad), mutable_ptr<T>(weight_grad),
+                                 mutable_ptr<T>(bias_grad), L, j);
+  });
+  return {am_grad, lm_grad, weight_grad, bias_grad};
 }
 
 }  // namespace paddle_ext

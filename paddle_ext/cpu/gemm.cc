@@ -39,20 +39,21 @@ DnnlSgemm dnnl_sgemm() {
 // The fallback: rows of C split over the threads; per row, C[i, :] += op(A)[i, p] * op(B)[p, :] (the inner
 // loop runs along a row of B when it is stored [k, n], else a dot product). Double accumulation is not
 // needed for the bound the docs give (k float32 products summed in float32).
-void reference_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+template <typename T>
+void reference_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+                    const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   parallel_for(0, m, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, n * k)), [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      float* ci = c + i * ldc;
-      if (beta == 0.f) {
-        std::fill(ci, ci + n, 0.f);
-      } else if (beta != 1.f) {
+      T* ci = c + i * ldc;
+      if (beta == T(0)) {
+        std::fill(ci, ci + n, T(0));
+      } else if (beta != T(1)) {
         for (int64_t j = 0; j < n; ++j) ci[j] *= beta;
       }
       for (int64_t p = 0; p < k; ++p) {
-        const float aip = trans_a ? a[p * lda + i] : a[i * lda + p];
+        const T aip = trans_a ? a[p * lda + i] : a[i * lda + p];
         if (!trans_b) {
-          const float* bp = b + p * ldb;
+          const T* bp = b + p * ldb;
           for (int64_t j = 0; j < n; ++j) ci[j] += aip * bp[j];
         } else {
           for (int64_t j = 0; j < n; ++j) ci[j] += aip * b[j * ldb + p];
@@ -79,20 +80,25 @@ class OmpThreads {
 };
 #endif
 
+// C = beta * C where k = 0 (an empty sum); false where there is a product to compute.
+template <typename T>
+bool empty_product(int64_t m, int64_t n, int64_t k, T beta, T* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return true;
+  if (k > 0) return false;
+  for (int64_t i = 0; i < m; ++i) {
+    T* ci = c + i * ldc;
+    for (int64_t j = 0; j < n; ++j) ci[j] = beta == T(0) ? T(0) : beta * ci[j];
+  }
+  return true;
+}
+
 }  // namespace
 
 const char* gemm_backend() { return dnnl_sgemm() ? "onednn" : "reference"; }
 
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // an empty sum: C = beta * C
-    for (int64_t i = 0; i < m; ++i) {
-      float* ci = c + i * ldc;
-      for (int64_t j = 0; j < n; ++j) ci[j] = beta == 0.f ? 0.f : beta * ci[j];
-    }
-    return;
-  }
+  if (empty_product(m, n, k, beta, c, ldc)) return;
   if (DnnlSgemm fn = dnnl_sgemm()) {
 #ifdef _OPENMP
     const ShortSpin spin;
@@ -102,7 +108,13 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const fl
     if (status == 0) return;
     // (an argument oneDNN rejects: the reference path computes it, or reports nothing worse)
   }
-  reference_sgemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  reference_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
+void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+           const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  if (empty_product(m, n, k, beta, c, ldc)) return;
+  reference_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace cpu

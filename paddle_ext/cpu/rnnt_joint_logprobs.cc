@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "paddle_ext/cpu_rows.h"
+#include "paddle_ext/joiner_blocks.h"
 #include "paddle_ext/memory.h"
 #include "paddle_ext/parallel.h"
 
@@ -34,6 +35,7 @@ struct JointForward {
   T* py;
   acc_t<T>* lse;
   JointShape d;
+  index_t row0;  // logits[0] is row row0 (the fused joiner's block)
   template <int W>
   PE_VINLINE void run(index_t f0, index_t f1) const {
     using A = acc_t<T>;
@@ -41,7 +43,7 @@ struct JointForward {
       const index_t b = f / d.T, t = f % d.T;
       for (index_t r = 0; r < d.R; ++r) {
         const index_t row = f * d.R + r;
-        const T* x = logits + row * d.C;
+        const T* x = logits + (row - row0) * d.C;
         const LseParts l = row_lse_parts<Lanes<W, T>>(x, d.C);
         lse[2 * row] = static_cast<A>(l.max);
         lse[2 * row + 1] = static_cast<A>(l.log_sum);
@@ -67,6 +69,7 @@ struct JointBackward {
   const T* py_grad;
   T* logits_grad;
   JointShape d;
+  index_t row0;  // logits[0] and logits_grad[0] are row row0 (the fused joiner's block)
   template <int W>
   PE_VINLINE void run(index_t f0, index_t f1) const {
     using A = acc_t<T>;
@@ -75,8 +78,8 @@ struct JointBackward {
       const index_t b = f / d.T, t = f % d.T;
       for (index_t r = 0; r < d.R; ++r) {
         const index_t row = f * d.R + r;
-        const T* x = logits + row * d.C;
-        T* dx = logits_grad + row * d.C;
+        const T* x = logits + (row - row0) * d.C;
+        T* dx = logits_grad + (row - row0) * d.C;
         const int64_t s = joint_context(ranges, row, r);
         const bool ok = joint_context_ok(s, d.S), has_symbol = ok && s < d.S;
         const A gy = ok ? load(py_grad[joint_py_at(d, b, s, t)]) : A(0);
@@ -106,18 +109,22 @@ void for_frames(const K& kernel, const JointShape& d) {
   parallel_for(0, d.B * d.T, frame_grain(d), [&](index_t f0, index_t f1) { simd::dispatch(kernel, f0, f1); });
 }
 
+template <typename T>
+void fill_unreached(const int64_t* ranges, T* px, T* py, const JointShape& d) {
+  if (!ranges) return;  // cells outside every frame's range stay -inf
+  const T minus_inf = store<T>(-std::numeric_limits<acc_t<T>>::infinity());
+  std::fill(px, px + d.B * d.S * d.T, minus_inf);
+  std::fill(py, py + d.B * (d.S + 1) * d.T, minus_inf);
+}
+
 }  // namespace
 
 template <typename T>
 void rnnt_joint_forward(const T* logits, const int64_t* symbols, const int64_t* ranges, T* px, T* py, acc_t<T>* lse,
                         const JointShape& d) {
-  if (ranges) {  // cells outside every frame's range stay -inf
-    const T minus_inf = store<T>(-std::numeric_limits<acc_t<T>>::infinity());
-    std::fill(px, px + d.B * d.S * d.T, minus_inf);
-    std::fill(py, py + d.B * (d.S + 1) * d.T, minus_inf);
-  }
+  fill_unreached(ranges, px, py, d);
   if (d.C == 0) return;  // the binding rejects C = 0 (no termination symbol); nothing to read
-  for_frames(JointForward<T>{logits, symbols, ranges, px, py, lse, d}, d);
+  for_frames(JointForward<T>{logits, symbols, ranges, px, py, lse, d, 0}, d);
 }
 
 template <typename T>
@@ -125,7 +132,33 @@ void rnnt_joint_backward(const T* logits, const int64_t* symbols, const int64_t*
                          const T* px_grad, const T* py_grad, T* logits_grad, const JointShape& d) {
   if (d.C == 0) return;
   populate_for_write(logits_grad, sizeof(T) * d.B * d.T * d.R * d.C);
-  for_frames(JointBackward<T>{logits, symbols, ranges, lse, px_grad, py_grad, logits_grad, d}, d);
+  for_frames(JointBackward<T>{logits, symbols, ranges, lse, px_grad, py_grad, logits_grad, d, 0}, d);
+}
+
+// The fused joiner: the same row kernels on each block of joiner_blocks.h.
+template <typename T>
+void rnnt_joiner_forward(const T* am, const T* lm, const T* weight, const T* bias, const int64_t* symbols,
+                         const int64_t* ranges, T* px, T* py, T* lse, const JointShape& d, const JoinerShape& j) {
+  fill_unreached(ranges, px, py, d);
+  if (d.C == 0) return;
+  const joiner::Blocks<T> blocks(am, lm, weight, bias, j);
+  blocks.forward([&](const T* z, index_t f0, index_t f1) {
+    const JointForward<T> k{z, symbols, ranges, px, py, lse, d, f0 * d.R};
+    parallel_for(f0, f1, blocks.frame_grain(), [&](index_t a, index_t b) { simd::dispatch(k, a, b); });
+  });
+}
+
+template <typename T>
+void rnnt_joiner_backward(const T* am, const T* lm, const T* weight, const T* bias, const int64_t* symbols,
+                          const int64_t* ranges, const T* lse, const T* px_grad, const T* py_grad, T* am_grad,
+                          T* lm_grad, T* weight_grad, T* bias_grad, const JointShape& d, const JoinerShape& j) {
+  const joiner::Blocks<T> blocks(am, lm, weight, bias, j);
+  blocks.backward(
+      [&](const T* z, T* dz, index_t f0, index_t f1) {
+        const JointBackward<T> k{z, symbols, ranges, lse, px_grad, py_grad, dz, d, f0 * d.R};
+        parallel_for(f0, f1, blocks.frame_grain(), [&](index_t a, index_t b) { simd::dispatch(k, a, b); });
+      },
+      am_grad, lm_grad, weight_grad, bias_grad);
 }
 
 template <typename T>
@@ -186,6 +219,16 @@ void rnnt_prune_gather_backward(const int64_t* index, const T* out_grad, T* x_gr
   template void rnnt_prune_gather<T>(const T*, const int64_t*, T*, index_t, index_t, index_t, index_t);         \
   template void rnnt_prune_gather_backward<T>(const int64_t*, const T*, T*, index_t, index_t, index_t, index_t);
 PE_FOR_FLOAT_TYPES(PE_INSTANTIATE)
+#undef PE_INSTANTIATE
+
+#define PE_INSTANTIATE(T)                                                                                       \
+  template void rnnt_joiner_forward<T>(const T*, const T*, const T*, const T*, const int64_t*, const int64_t*,  \
+                                       T*, T*, T*, const JointShape&, const JoinerShape&);                      \
+  template void rnnt_joiner_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, const int64_t*, \
+                                        const T*, const T*, const T*, T*, T*, T*, T*, const JointShape&,        \
+                                        const JoinerShape&);
+PE_INSTANTIATE(float)
+PE_INSTANTIATE(double)
 #undef PE_INSTANTIATE
 
 }  // namespace cpu

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "paddle_ext/cpu_rows.h"
+#include "paddle_ext/joiner_blocks.h"
 #include "paddle_ext/memory.h"
 #include "paddle_ext/parallel.h"
 
@@ -61,10 +62,11 @@ struct HeadsForward {  // each row's heads (lse) and its node's arc weights
   double* lse;
   double* weights;
   JumpLattice L;
+  index_t row0;  // logits[0] is row row0 (the fused joiner's block)
   template <int W>
   PE_VINLINE void run(index_t r0, index_t r1) const {
     for (index_t r = r0; r < r1; ++r) {
-      const T* x = logits + r * L.X();
+      const T* x = logits + (r - row0) * L.X();
       const LseParts tok = row_lse_parts<Lanes<W, T>>(x, L.C);
       LseParts dur{0.0, 0.0};
       if (L.D > 0) dur = row_lse_parts<Lanes<W, T>>(x + L.C, L.D);
@@ -100,10 +102,11 @@ struct JumpBackward {
   const T* loss_grad;
   T* logits_grad;
   JumpLattice L;
+  index_t row0;  // logits[0] and logits_grad[0] are row row0 (the fused joiner's block)
   // The next row's columns the occupancies read first, scattered in it: without this each row stalls on
   // them before the streaming pass over it.
   PE_VINLINE void prefetch_arc_units(index_t r) const {
-    const T* x = logits + r * L.X();
+    const T* x = logits + (r - row0) * L.X();
     const int64_t symbol = jump_symbol(symbols, L, r / ((L.S + 1) * L.T), r % (L.S + 1));
     for (int k = 0; k < L.arcs.count; ++k) __builtin_prefetch(x + jump_token(L.arcs, k, symbol));
     if (L.D > 0) __builtin_prefetch(x + L.C);
@@ -119,15 +122,15 @@ struct JumpBackward {
       const JumpBox box = jump_box(boundary, b, L);
       if (r + 1 < r1) prefetch_arc_units(r + 1);
       const double g = static_cast<double>(load(loss_grad[b]));
+      const T* x = logits + (r - row0) * L.X();
+      T* dx = logits_grad + (r - row0) * L.X();
       double n_out = 0.0;
-      if (g != 0.0 && jump_occupancy_exponents(L, logits, symbols, lse, alpha, beta, b, t, s, box, gamma)) {
+      if (g != 0.0 && jump_occupancy_exponents(L, x, symbols, lse, alpha, beta, b, t, s, box, gamma)) {
         exp_terms<W>(gamma, a.count);
         for (int k = 0; k < a.count; ++k) n_out += gamma[k] *= jump_arc_scale(L, k, g);
       } else {
         for (int k = 0; k < a.count; ++k) gamma[k] = 0.0;
       }
-      const T* x = logits + r * L.X();
-      T* dx = logits_grad + r * L.X();
       const double* h = lse + 4 * r;
       head_grad<Lane>(x, dx, L.C, h[0], h[1], n_out);
       if (L.D > 0) head_grad<Lane>(x + L.C, dx + L.C, L.D, h[2], h[3], n_out);
@@ -175,6 +178,18 @@ struct Recursions {
 
 inline index_t node_grain(const JumpLattice& L) { return row_grain(L.X()); }
 
+// alpha, beta and the loss from the nodes' arc weights.
+template <typename T>
+void recursions(const int64_t* boundary, const double* weights, double* alpha, double* beta, T* loss,
+                const JumpLattice& L) {
+  const index_t per_item = (L.T + 1) * (L.S + 1);
+  std::fill(alpha, alpha + L.B * per_item, neg_inf<double>());
+  std::fill(beta, beta + L.B * per_item, neg_inf<double>());
+  parallel_for(0, L.B, 1, [&](index_t b0, index_t b1) {
+    simd::dispatch(Recursions<T>{boundary, weights, alpha, beta, loss, L}, b0, b1);
+  });
+}
+
 }  // namespace
 
 template <typename T>
@@ -184,15 +199,10 @@ void transducer_jump_forward(const T* logits, const int64_t* symbols, const int6
   ScratchVector<double> weights(nodes * L.arcs.count);  // [B, T, S+1, K]: the recursions' only reads
   if (nodes > 0 && L.X() > 0) {
     parallel_for(0, nodes, node_grain(L), [&](index_t r0, index_t r1) {
-      simd::dispatch(HeadsForward<T>{logits, symbols, lse, weights.data(), L}, r0, r1);
+      simd::dispatch(HeadsForward<T>{logits, symbols, lse, weights.data(), L, 0}, r0, r1);
     });
   }
-  const index_t per_item = (L.T + 1) * (L.S + 1);
-  std::fill(alpha, alpha + L.B * per_item, neg_inf<double>());
-  std::fill(beta, beta + L.B * per_item, neg_inf<double>());
-  parallel_for(0, L.B, 1, [&](index_t b0, index_t b1) {
-    simd::dispatch(Recursions<T>{boundary, weights.data(), alpha, beta, loss, L}, b0, b1);
-  });
+  recursions(boundary, weights.data(), alpha, beta, loss, L);
 }
 
 template <typename T>
@@ -203,8 +213,39 @@ void transducer_jump_backward(const T* logits, const int64_t* symbols, const int
   if (nodes == 0 || L.X() == 0) return;
   populate_for_write(logits_grad, sizeof(T) * nodes * L.X());
   parallel_for(0, nodes, node_grain(L), [&](index_t r0, index_t r1) {
-    simd::dispatch(JumpBackward<T>{logits, symbols, boundary, lse, alpha, beta, loss_grad, logits_grad, L}, r0, r1);
+    simd::dispatch(JumpBackward<T>{logits, symbols, boundary, lse, alpha, beta, loss_grad, logits_grad, L, 0}, r0, r1);
   });
+}
+
+// The fused joiner: the same row kernels on each block of joiner_blocks.h (R = S+1 rows a frame).
+template <typename T>
+void jump_joiner_forward(const T* am, const T* lm, const T* weight, const T* bias, const int64_t* symbols,
+                         const int64_t* boundary, double* lse, double* alpha, double* beta, T* loss,
+                         const JumpLattice& L, const JoinerShape& j) {
+  const index_t nodes = L.B * L.T * (L.S + 1);
+  ScratchVector<double> weights(nodes * L.arcs.count);
+  if (nodes > 0 && L.X() > 0) {
+    const joiner::Blocks<T> blocks(am, lm, weight, bias, j);
+    blocks.forward([&](const T* z, index_t f0, index_t f1) {
+      const HeadsForward<T> k{z, symbols, lse, weights.data(), L, f0 * j.R};
+      parallel_for(f0 * j.R, f1 * j.R, blocks.row_grain(), [&](index_t r0, index_t r1) { simd::dispatch(k, r0, r1); });
+    });
+  }
+  recursions(boundary, weights.data(), alpha, beta, loss, L);
+}
+
+template <typename T>
+void jump_joiner_backward(const T* am, const T* lm, const T* weight, const T* bias, const int64_t* symbols,
+                          const int64_t* boundary, const double* lse, const double* alpha, const double* beta,
+                          const T* loss_grad, T* am_grad, T* lm_grad, T* weight_grad, T* bias_grad,
+                          const JumpLattice& L, const JoinerShape& j) {
+  const joiner::Blocks<T> blocks(am, lm, weight, bias, j);
+  blocks.backward(
+      [&](const T* z, T* dz, index_t f0, index_t f1) {
+        const JumpBackward<T> k{z, symbols, boundary, lse, alpha, beta, loss_grad, dz, L, f0 * j.R};
+        parallel_for(f0 * j.R, f1 * j.R, blocks.row_grain(), [&](index_t r0, index_t r1) { simd::dispatch(k, r0, r1); });
+      },
+      am_grad, lm_grad, weight_grad, bias_grad);
 }
 
 #define PE_INSTANTIATE(T)                                                                                       \
@@ -212,6 +253,16 @@ void transducer_jump_backward(const T* logits, const int64_t* symbols, const int
                                            T*, const JumpLattice&);                                            \
   template void transducer_jump_backward<T>(const T*, const int64_t*, const int64_t*, const double*,           \
                                             const double*, const double*, const T*, T*, const JumpLattice&);
+PE_INSTANTIATE(float)
+PE_INSTANTIATE(double)
+#undef PE_INSTANTIATE
+
+#define PE_INSTANTIATE(T)                                                                                      \
+  template void jump_joiner_forward<T>(const T*, const T*, const T*, const T*, const int64_t*, const int64_t*, \
+                                       double*, double*, double*, T*, const JumpLattice&, const JoinerShape&); \
+  template void jump_joiner_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, const int64_t*, \
+                                        const double*, const double*, const double*, const T*, T*, T*, T*, T*,  \
+                                        const JumpLattice&, const JoinerShape&);
 PE_INSTANTIATE(float)
 PE_INSTANTIATE(double)
 #undef PE_INSTANTIATE

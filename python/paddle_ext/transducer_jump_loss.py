@@ -19,6 +19,7 @@ from ._checks import is_int as _is_int
 from ._checks import is_real, run_kernel_checked
 from ._checks import known_dim as _known
 from .rnnt_loss.common import REDUCTIONS, _check_common, _check_float, _symbols64
+from .rnnt_loss.fused_joiner import ACTIVATIONS, check_joiner, composed_joiner, fused_fits, zero_bias
 
 MAX_DURATIONS = 16  # the kernels' fixed arc table
 _INF = float("inf")
@@ -69,9 +70,28 @@ def _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, sig
     loss = _library.call_op("pe_transducer_jump_loss", (logits,), logits, _symbols64(symbols), boundary,
                             int(termination_symbol), bool(multiblank),
                             [_real_bits(sigma), _real_bits(fastemit_lambda)], list(durations))[0]
+    return _reduce(loss, reduction)
+
+
+def _reduce(loss, reduction):
     if reduction == "none":
         return loss
     return paddle.mean(loss) if reduction == "mean" else _library.sum_along(loss, 0)
+
+
+def _jump_joiner_loss(op, joiner, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, durations,
+                      multiblank):
+    """The loss of the joiner ``joiner`` = (am, lm, weight, bias, activation) for checked arguments: the fused
+    op where it runs (ops/transducer_jump_loss.yaml), else the loss of the composed joiner."""
+    am, lm, weight, bias, activation = joiner
+    if not fused_fits(am):
+        return _jump_loss(op, composed_joiner(am, lm, weight, bias, activation), symbols, termination_symbol, boundary,
+                          reduction, sigma, fastemit_lambda, durations, multiblank)
+    loss = _library.call_op("pe_transducer_jump_joiner_loss", (am, lm, weight, bias), am, lm, weight, bias,
+                            _symbols64(symbols), boundary, int(termination_symbol), bool(multiblank),
+                            ACTIVATIONS.index(activation), [_real_bits(sigma), _real_bits(fastemit_lambda)],
+                            list(durations))[0]
+    return _reduce(loss, reduction)
 
 
 @_library.unified
@@ -143,11 +163,75 @@ def _multiblank_rnnt_loss(logits, symbols, big_blank_durations, termination_symb
                                termination_symbol, boundary, reduction, sigma, fastemit_lambda, big)
 
 
-def _multiblank_checked_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, big):
+def _check_big_blanks(op, termination_symbol, big):
     if termination_symbol - len(big) < 0:
         raise ValueError(f"{op}: {len(big)} big blanks take units termination_symbol - 1 ... termination_symbol - "
                          f"{len(big)}, so termination_symbol must be >= {len(big)}, got {termination_symbol}")
+
+
+def _multiblank_checked_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, big):
+    _check_big_blanks(op, termination_symbol, big)
     return _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, big, True)
 
 
-__all__ = ["multiblank_rnnt_loss", "tdt_loss"]
+@_library.unified
+def tdt_loss_fused_joiner(am, lm, weight, bias, symbols, durations, termination_symbol, boundary=None,
+                          reduction="mean", *, activation="tanh", sigma=0.0, fastemit_lambda=0.0, name=None):
+    """The TDT loss with the joiner fused in: equal to ``tdt_loss(act(am[:, :, None] + lm[:, None]) @ weight +
+    bias, symbols, durations, termination_symbol, boundary, reduction, sigma=sigma, fastemit_lambda=...)``, with
+    the grads of am ``[B, T, J]``, lm ``[B, S+1, J]``, weight ``[J, C + D]`` and bias ``[C + D]`` (or None);
+    activation 'tanh', 'relu' or 'identity'. On CPU the joiner's logits are never whole (blocks of lattice
+    rows, recomputed in the backward), as in :func:`paddle_ext.rnnt_loss_fused_joiner`."""
+    if bias is None:
+        bias = zero_bias(weight)
+    return _amp.float32_op(_tdt_loss_fused_joiner, 4, am, lm, weight, bias, symbols, durations, termination_symbol,
+                           boundary, reduction, activation, sigma, fastemit_lambda)
+
+
+def _tdt_loss_fused_joiner(am, lm, weight, bias, symbols, durations, termination_symbol, boundary, reduction,
+                           activation, sigma, fastemit_lambda):
+    op = "tdt_loss_fused_joiner"
+    sigma, fastemit_lambda = _check_reals(op, reduction, sigma, fastemit_lambda)
+    durations = _check_durations(op, "durations", durations, 0, must_hold=(0, 1))
+    B, T, S1, J, X = check_joiner(op, am, lm, weight, bias, activation)
+    C = X - len(durations) if _known(X) else -1
+    if _known(X) and C < 1:
+        raise ValueError(f"{op}: weight's last dim must be C + D with C >= 1 token units and D = {len(durations)} "
+                         f"durations, got {X}")
+    check_args = (op, symbols, termination_symbol, C if C >= 0 else X, B, S1 - 1 if _known(S1) else -1, T, boundary,
+                  "regular")
+    deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
+    return run_kernel_checked(deferred, _check_common, check_args, _jump_joiner_loss, op,
+                              (am, lm, weight, bias, activation), symbols, termination_symbol, boundary, reduction,
+                              sigma, fastemit_lambda, durations, False)
+
+
+@_library.unified
+def multiblank_rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, big_blank_durations, termination_symbol,
+                                      boundary=None, reduction="mean", *, activation="tanh", sigma=0.0,
+                                      fastemit_lambda=0.0, name=None):
+    """The multi-blank RNN-T loss with the joiner fused in: equal to ``multiblank_rnnt_loss`` on the logits
+    ``act(am[:, :, None] + lm[:, None]) @ weight + bias`` (weight ``[J, C]``); arguments as in
+    :func:`tdt_loss_fused_joiner` and :func:`multiblank_rnnt_loss`."""
+    if bias is None:
+        bias = zero_bias(weight)
+    return _amp.float32_op(_multiblank_rnnt_loss_fused_joiner, 4, am, lm, weight, bias, symbols, big_blank_durations,
+                           termination_symbol, boundary, reduction, activation, sigma, fastemit_lambda)
+
+
+def _multiblank_rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, big_blank_durations, termination_symbol,
+                                       boundary, reduction, activation, sigma, fastemit_lambda):
+    op = "multiblank_rnnt_loss_fused_joiner"
+    sigma, fastemit_lambda = _check_reals(op, reduction, sigma, fastemit_lambda)
+    big = _check_durations(op, "big_blank_durations", big_blank_durations, 2)
+    B, T, S1, J, C = check_joiner(op, am, lm, weight, bias, activation)
+    check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, "regular")
+    deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
+    if termination_symbol - len(big) < 0:
+        run_kernel_checked(deferred, _check_common, check_args, _check_big_blanks, op, termination_symbol, big)
+    return run_kernel_checked(deferred, _check_common, check_args, _jump_joiner_loss, op,
+                              (am, lm, weight, bias, activation), symbols, termination_symbol, boundary, reduction,
+                              sigma, fastemit_lambda, big, True)
+
+
+__all__ = ["multiblank_rnnt_loss", "multiblank_rnnt_loss_fused_joiner", "tdt_loss", "tdt_loss_fused_joiner"]

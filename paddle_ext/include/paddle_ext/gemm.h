@@ -19,5 +19,18 @@ const char* gemm_backend();
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// The same in float64 (the fused joiner's exact path): the blocked loop, oneDNN has no dgemm.
+void dgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+           const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
+inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  sgemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda,
+                 const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  dgemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
 }  // namespace cpu
 }  // namespace paddle_ext

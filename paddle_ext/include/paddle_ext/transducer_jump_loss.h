@@ -22,6 +22,7 @@
 #include <cmath>
 
 #include "paddle_ext/common.h"
+#include "paddle_ext/joiner.h"
 #include "paddle_ext/log_math.h"
 #include "paddle_ext/rnnt_joint_logprobs.h"
 
@@ -164,9 +165,9 @@ PE_HOSTDEVICE inline void jump_beta_terms(const JumpLattice& L, const double* we
 
 // Exponents of node (t, s)'s arc occupancies: e[k] = alpha + w_k + beta(dest) - logZ (-inf for arcs that
 // leave the box or reach no end). False when the node has no occupancy at all (outside the box, logZ not
-// finite, unreachable): then its grad is zero.
+// finite, unreachable): then its grad is zero. x is the node's logits row.
 template <typename T>
-PE_HOSTDEVICE inline bool jump_occupancy_exponents(const JumpLattice& L, const T* logits, const int64_t* symbols,
+PE_HOSTDEVICE inline bool jump_occupancy_exponents(const JumpLattice& L, const T* x, const int64_t* symbols,
                                                    const double* lse, const double* alpha, const double* beta,
                                                    index_t b, index_t t, index_t s, const JumpBox& box, double* e) {
   const double log_z = beta[L.lattice(b, box.t0, box.s0)];
@@ -182,7 +183,7 @@ PE_HOSTDEVICE inline bool jump_occupancy_exponents(const JumpLattice& L, const T
     e[k] = neg_inf<double>();
     if (!jump_lands(L.arcs, k, t, s, box)) continue;
     const double to = beta[L.lattice(b, t + L.arcs.dt[k], s + L.arcs.ds[k])];
-    if (to != neg_inf<double>()) e[k] = from + jump_weight(L, k, logits + n * L.X(), lse + 4 * n, symbol) + to - log_z;
+    if (to != neg_inf<double>()) e[k] = from + jump_weight(L, k, x, lse + 4 * n, symbol) + to - log_z;
   }
   return true;
 }
@@ -205,7 +206,8 @@ template <typename T>
 PE_HOSTDEVICE inline double jump_occupancy(const JumpLattice& L, const T* logits, const int64_t* symbols,
                                            const double* lse, const double* alpha, const double* beta, index_t b,
                                            index_t t, index_t s, const JumpBox& box, double g, double* gamma) {
-  const bool any = g != 0.0 && jump_occupancy_exponents(L, logits, symbols, lse, alpha, beta, b, t, s, box, gamma);
+  const bool any = g != 0.0 && jump_occupancy_exponents(L, logits + L.node(b, t, s) * L.X(), symbols, lse, alpha,
+                                                        beta, b, t, s, box, gamma);
   double total = 0.0;
   for (int k = 0; k < L.arcs.count; ++k) {
     gamma[k] = any ? jump_arc_scale(L, k, g) * std::exp(gamma[k]) : 0.0;
@@ -257,6 +259,17 @@ template <typename T>
 void transducer_jump_backward(const T* logits, const int64_t* symbols, const int64_t* boundary, const double* lse,
                               const double* alpha, const double* beta, const T* loss_grad, T* logits_grad,
                               const JumpLattice& L);
+// The joiner fused in (joiner.h; T float or double): the same loss, lse, alpha and beta on the logits
+// act(am + lm) @ weight + bias (bias may be null), which are never whole; the backward writes the four grads.
+template <typename T>
+void jump_joiner_forward(const T* am, const T* lm, const T* weight, const T* bias, const int64_t* symbols,
+                         const int64_t* boundary, double* lse, double* alpha, double* beta, T* loss,
+                         const JumpLattice& L, const JoinerShape& j);
+template <typename T>
+void jump_joiner_backward(const T* am, const T* lm, const T* weight, const T* bias, const int64_t* symbols,
+                          const int64_t* boundary, const double* lse, const double* alpha, const double* beta,
+                          const T* loss_grad, T* am_grad, T* lm_grad, T* weight_grad, T* bias_grad,
+                          const JumpLattice& L, const JoinerShape& j);
 }  // namespace cpu
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)

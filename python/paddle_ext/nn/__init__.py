@@ -3,5 +3,6 @@
 from . import functional
 from .adaptive_embedding import AdaptiveEmbedding
 from .adaptive_log_softmax import AdaptiveLogSoftmaxWithLoss
+from .transducer_joiner import TransducerJoiner
 
-__all__ = ["AdaptiveEmbedding", "AdaptiveLogSoftmaxWithLoss", "functional"]
+__all__ = ["AdaptiveEmbedding", "AdaptiveLogSoftmaxWithLoss", "TransducerJoiner", "functional"]

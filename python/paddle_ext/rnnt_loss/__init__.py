@@ -15,11 +15,13 @@ any call under auto_cast computed in float32; docs/rnnt_loss.md, "Mixed precisio
 twin, which does the work. The twins and the checks take ``op``, the name of the public function the user
 called: every error names it (a loss calls the twins of the get_rnnt_logprobs* it is built on with its own name).
 
-One file per loss (``simple``, ``full``, ``pruned``, ``smoothed``); ``common`` holds the checks and what every
+One file per loss (``simple``, ``full``, ``pruned``, ``smoothed``, ``fused_joiner``: the joiner fused into the
+full or pruned loss); ``common`` holds the checks and what every
 loss does with its (px, py).
 """
 
 from .full import get_rnnt_logprobs_joint, rnnt_loss
+from .fused_joiner import rnnt_loss_fused_joiner
 from .pruned import do_rnnt_pruning, get_rnnt_logprobs_pruned, get_rnnt_prune_ranges, rnnt_loss_pruned
 from .simple import get_rnnt_logprobs, rnnt_loss_simple
 from .smoothed import get_rnnt_logprobs_smoothed, rnnt_loss_smoothed
@@ -32,6 +34,7 @@ __all__ = [
     "get_rnnt_logprobs_smoothed",
     "get_rnnt_prune_ranges",
     "rnnt_loss",
+    "rnnt_loss_fused_joiner",
     "rnnt_loss_pruned",
     "rnnt_loss_simple",
     "rnnt_loss_smoothed",

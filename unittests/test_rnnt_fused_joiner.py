@@ -1,0 +1,226 @@
+"""The joiner fused into the RNN-T loss: rnnt_loss_fused_joiner equals rnnt_loss / rnnt_loss_pruned on the
+composed joiner act(am[:, :, None] + lm[:, None]) @ weight + bias, loss and the grads of am, lm, weight, bias."""
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+import pytest
+
+import paddle_ext
+from op_test import check_grad, check_output
+
+TYPES = ["regular", "modified", "constrained"]
+ACTIVATIONS = ["tanh", "relu", "identity"]
+
+
+def joiner_problem(B=3, T=6, S=4, J=5, C=7, seed=0, scale=1.0, dtype="float64"):
+    rng = np.random.default_rng(seed)
+    am = rng.normal(size=(B, T, J)) * scale
+    lm = rng.normal(size=(B, S + 1, J)) * scale
+    weight = rng.normal(size=(J, C))
+    bias = rng.normal(size=(C,))
+    symbols = rng.integers(0, C, size=(B, S)).astype(np.int64)
+    Ts = np.array([T] + list(rng.integers(S, T + 1, size=B - 1)))[:B]
+    Ss = np.array([S] + list(rng.integers(1, S + 1, size=B - 1)))[:B]
+    boundary = np.stack([np.zeros(B), np.zeros(B), Ss, Ts], 1).astype(np.int64)
+    return [a.astype(dtype) for a in (am, lm, weight, bias)], symbols, boundary
+
+
+def t(a, stop_gradient=True):
+    x = paddle.to_tensor(a)
+    x.stop_gradient = stop_gradient
+    return x
+
+
+def composed(am, lm, weight, bias, activation, ranges=None):
+    if ranges is None:
+        x = am.unsqueeze(2) + lm.unsqueeze(1)
+    else:
+        am, lm = paddle_ext.do_rnnt_pruning(am, lm, ranges)
+        x = am + lm
+    x = {"tanh": paddle.tanh, "relu": F.relu, "identity": lambda v: v}[activation](x)
+    return F.linear(x, weight, bias)
+
+
+def both(arrays, symbols, termination, *, activation="tanh", bias=True, ranges=None, weight_grads=None, **kw):
+    """(fused loss, [grads]), (composed loss, [grads]) for the same arrays; grads of am, lm, weight(, bias)."""
+    out = []
+    for fused in (True, False):
+        am, lm, w, b = (t(a, False) for a in arrays)
+        b = b if bias else None
+        args = (t(symbols), termination)
+        rg = None if ranges is None else t(ranges)
+        if fused:
+            loss = paddle_ext.rnnt_loss_fused_joiner(am, lm, w, b, *args, ranges=rg, activation=activation, **kw)
+        elif ranges is None:
+            loss = paddle_ext.rnnt_loss(composed(am, lm, w, b, activation), *args, **kw)
+        else:
+            loss = paddle_ext.rnnt_loss_pruned(composed(am, lm, w, b, activation, rg), t(symbols), rg, termination,
+                                               **kw)
+        g = paddle.to_tensor(weight_grads) if weight_grads is not None else None
+        (loss if g is None else loss * g).sum().backward()
+        grads = [am.grad, lm.grad, w.grad] + ([b.grad] if bias else [])
+        out.append((loss.numpy(), [x.numpy() for x in grads]))
+    return out
+
+
+def assert_same(fused, ref, rtol=1e-9, atol=1e-12):
+    np.testing.assert_allclose(fused[0], ref[0], rtol=rtol, atol=atol)
+    for name, a, b in zip(("am", "lm", "weight", "bias"), fused[1], ref[1]):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=name)
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("with_boundary", [False, True])
+def test_float64_equals_the_composed_joiner(rnnt_type, activation, with_boundary):
+    arrays, symbols, boundary = joiner_problem(seed=1)
+    bd = t(boundary) if with_boundary else None
+    fused, ref = both(arrays, symbols, 2, activation=activation, boundary=bd, rnnt_type=rnnt_type,
+                      reduction="none", weight_grads=[0.5, 1.0, 2.0])
+    assert np.isfinite(ref[0]).all()
+    assert_same(fused, ref)
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_delay_penalty_fastemit_and_reductions(rnnt_type, reduction):
+    arrays, symbols, boundary = joiner_problem(seed=2, B=2, T=7, S=3)
+    fused, ref = both(arrays, symbols, 0, boundary=t(boundary), rnnt_type=rnnt_type, delay_penalty=0.3,
+                      fastemit_lambda=0.5, reduction=reduction)
+    assert_same(fused, ref)
+
+
+def test_without_bias_and_symbol_equal_to_the_blank():
+    arrays, symbols, _ = joiner_problem(seed=3, C=4)
+    symbols[0, :2] = 1  # the blank below
+    fused, ref = both(arrays, symbols, 1, bias=False, reduction="sum")
+    assert_same(fused, ref)
+
+
+@pytest.mark.parametrize("scale", [30.0, 1e4])
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_wide_inputs(scale, activation):
+    """Saturated tanh, relu's kink and logits spread over thousands: still the composed loss to 1e-9."""
+    arrays, symbols, _ = joiner_problem(seed=4, scale=scale)
+    fused, ref = both(arrays, symbols, 3, activation=activation, reduction="none")
+    assert_same(fused, ref, atol=1e-9 * max(1.0, np.abs(ref[0]).max()))
+
+
+def test_many_blocks():
+    """A vocabulary wide enough that each block holds a frame or two: blocks never change a digit that matters."""
+    arrays, symbols, boundary = joiner_problem(B=2, T=5, S=3, J=4, C=30000, seed=5)
+    fused, ref = both(arrays, symbols, 7, boundary=t(boundary), reduction="sum")
+    assert_same(fused, ref)
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_pruned_equals_rnnt_loss_pruned_on_the_pruned_joiner(rnnt_type, activation):
+    arrays, symbols, boundary = joiner_problem(B=3, T=8, S=5, seed=6)
+    rng = np.random.default_rng(7)
+    px_grad = paddle.to_tensor(rng.random((3, 5, 8 + (rnnt_type == "regular"))))
+    py_grad = paddle.to_tensor(rng.random((3, 6, 8)))
+    ranges = paddle_ext.get_rnnt_prune_ranges(px_grad, py_grad, t(boundary), 3).numpy()
+    fused, ref = both(arrays, symbols, 0, activation=activation, ranges=ranges, boundary=t(boundary),
+                      rnnt_type=rnnt_type, reduction="none")
+    finite = np.isfinite(ref[0])
+    assert finite.any()
+    np.testing.assert_array_equal(np.isfinite(fused[0]), finite)
+    assert_same(fused, ref)
+
+
+def test_float32_within_gemm_rounding():
+    arrays, symbols, boundary = joiner_problem(B=2, T=20, S=6, J=64, C=300, seed=8)
+    ref = both(arrays, symbols, 0, boundary=t(boundary), reduction="none")[0]
+    fused = both([a.astype("float32") for a in arrays], symbols, 0, boundary=t(boundary), reduction="none")[0]
+    assert fused[1][0].dtype == np.float32
+    np.testing.assert_allclose(fused[0], ref[0], rtol=2e-5)
+    for a, b in zip(fused[1], ref[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4 * np.abs(b).max())
+
+
+def test_float16_inputs_compute_in_float32():
+    arrays, symbols, _ = joiner_problem(seed=9)
+    half = [t(a.astype("float16"), False) for a in arrays]
+    loss = paddle_ext.rnnt_loss_fused_joiner(*half, t(symbols), 0, reduction="sum")
+    assert loss.dtype == paddle.float16
+    loss.backward()
+    assert all(x.grad.dtype == paddle.float16 for x in half)
+    ref = both([a.astype("float16").astype("float64") for a in arrays], symbols, 0, reduction="sum")[1]
+    np.testing.assert_allclose(float(loss), ref[0], rtol=2e-3)
+    np.testing.assert_allclose(half[2].grad.numpy().astype("float64"), ref[1][2], rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("B, T", [(0, 4), (2, 0)])
+def test_empty_batch_or_frames(B, T):
+    arrays, symbols, _ = joiner_problem(B=2, seed=10)
+    arrays = [arrays[0][:B, :T], arrays[1][:B], arrays[2], arrays[3]]
+    fused, ref = both(arrays, symbols[:B], 0, reduction="none")
+    assert_same(fused, ref)
+
+
+def _args(**over):
+    arrays, symbols, _ = joiner_problem(seed=11)
+    kw = dict(am=t(arrays[0]), lm=t(arrays[1]), weight=t(arrays[2]), bias=t(arrays[3]), symbols=t(symbols),
+              termination_symbol=0)
+    kw.update(over)
+    return kw
+
+
+@pytest.mark.parametrize("over, exc, match", [
+    (dict(activation="gelu"), ValueError, "activation must be one of"),
+    (dict(am=t(np.zeros((3, 6)))), ValueError, "am must be 3-D"),
+    (dict(lm=t(np.zeros((3, 5, 4)))), ValueError, "must agree in B and J"),
+    (dict(weight=t(np.zeros((5, 7), "float32"))), TypeError, "weight must have am's dtype"),
+    (dict(bias=t(np.zeros(6))), ValueError, "bias must be \\[C\\] with C = 7"),
+    (dict(symbols=t(np.full((3, 4), 7, np.int64))), ValueError, "symbols must lie in \\[0, 7\\)"),
+    (dict(termination_symbol=7), ValueError, "termination_symbol must be an int in \\[0, 7\\)"),
+    (dict(rnnt_type="other"), ValueError, "rnnt_type must be one of"),
+    (dict(ranges=t(np.full((3, 6, 2), 9, np.int64) + np.arange(2))), ValueError, "does not fit in \\[0, S\\]"),
+    (dict(ranges=t(np.zeros((3, 6, 2), np.int64))), ValueError, "is not s_begin \\+ arange"),
+    (dict(reduction="avg"), ValueError, "reduction must be one of"),
+])
+def test_bad_input_errors_name_the_argument(over, exc, match):
+    with pytest.raises(exc, match=match) as info:
+        paddle_ext.rnnt_loss_fused_joiner(**_args(**over))
+    assert "rnnt_loss_fused_joiner" in str(info.value)
+
+
+def test_static_programs_forward_and_grads_equal_dygraph():
+    """PIR and legacy-IR programs: the loss and the grads of all four joiner inputs (check_output / check_grad
+    also compare the analytic grads with central differences)."""
+    arrays, symbols, boundary = joiner_problem(B=2, T=5, S=3, J=3, C=4, seed=12)
+    inputs = dict(am=arrays[0], lm=arrays[1], weight=arrays[2], bias=arrays[3], symbols=symbols, boundary=boundary)
+
+    def fn(am, lm, weight, bias, symbols, boundary):
+        return paddle_ext.rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, 1, boundary, delay_penalty=0.1,
+                                                 reduction="none")
+
+    def expected(am, lm, weight, bias, symbols, boundary):
+        x = [paddle.to_tensor(a) for a in (am, lm, weight, bias)]
+        return paddle_ext.rnnt_loss(composed(*x, "tanh"), paddle.to_tensor(symbols), 1, paddle.to_tensor(boundary),
+                                    delay_penalty=0.1, reduction="none").numpy()
+
+    check_output(fn, inputs, expected, rtol=1e-9)
+    check_grad(fn, inputs, ["am", "lm", "weight", "bias"])
+
+
+def test_pruned_static_program():
+    arrays, symbols, boundary = joiner_problem(B=2, T=6, S=4, seed=13)
+    ranges = np.minimum(np.arange(6) // 2, 2)[None, :, None] + np.arange(3)
+    ranges = np.repeat(ranges, 2, 0).astype(np.int64)
+    inputs = dict(am=arrays[0], lm=arrays[1], weight=arrays[2], bias=arrays[3], symbols=symbols, ranges=ranges)
+
+    def fn(am, lm, weight, bias, symbols, ranges):
+        return paddle_ext.rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, 0, ranges=ranges, activation="relu",
+                                                 reduction="none")
+
+    def expected(am, lm, weight, bias, symbols, ranges):
+        x = [paddle.to_tensor(a) for a in (am, lm, weight, bias)]
+        rg = paddle.to_tensor(ranges)
+        return paddle_ext.rnnt_loss_pruned(composed(*x, "relu", rg), paddle.to_tensor(symbols), rg, 0,
+                                           reduction="none").numpy()
+
+    check_output(fn, inputs, expected, rtol=1e-9)
+    check_grad(fn, inputs, ["am", "lm", "weight"], modes=("dygraph", "static"))

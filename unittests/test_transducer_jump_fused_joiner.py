@@ -1,0 +1,94 @@
+"""The joiner fused into the TDT and multi-blank losses: tdt_loss_fused_joiner / multiblank_rnnt_loss_fused_joiner
+equal tdt_loss / multiblank_rnnt_loss on the composed joiner, loss and the grads of am, lm, weight and bias."""
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_ext
+from test_rnnt_fused_joiner import ACTIVATIONS, assert_same, composed, joiner_problem, t
+
+
+def both(kind, arrays, symbols, durations, termination, *, activation="tanh", bias=True, weight_grads=None, **kw):
+    fused_fn = {"tdt": paddle_ext.tdt_loss_fused_joiner, "multiblank": paddle_ext.multiblank_rnnt_loss_fused_joiner}
+    plain_fn = {"tdt": paddle_ext.tdt_loss, "multiblank": paddle_ext.multiblank_rnnt_loss}
+    out = []
+    for fused in (True, False):
+        am, lm, w, b = (t(a, False) for a in arrays)
+        b = b if bias else None
+        if fused:
+            loss = fused_fn[kind](am, lm, w, b, t(symbols), durations, termination, activation=activation, **kw)
+        else:
+            loss = plain_fn[kind](composed(am, lm, w, b, activation), t(symbols), durations, termination, **kw)
+        g = paddle.to_tensor(weight_grads) if weight_grads is not None else None
+        (loss if g is None else loss * g).sum().backward()
+        grads = [am.grad, lm.grad, w.grad] + ([b.grad] if bias else [])
+        out.append((loss.numpy(), [x.numpy() for x in grads]))
+    return out
+
+
+CASES = {"tdt": ([0, 1, 2, 4], 9, 2), "multiblank": ([2, 3], 7, 6)}  # durations, X = C (+ D), termination
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("with_boundary", [False, True])
+def test_float64_equals_the_composed_joiner(kind, activation, with_boundary):
+    durations, X, blank = CASES[kind]
+    arrays, symbols, boundary = joiner_problem(C=X, seed=21)
+    symbols %= X - (len(durations) if kind == "tdt" else 0)
+    fused, ref = both(kind, arrays, symbols, durations, blank, activation=activation,
+                      boundary=t(boundary) if with_boundary else None, reduction="none",
+                      weight_grads=[1.0, 0.25, 3.0])
+    assert np.isfinite(ref[0]).all()
+    assert_same(fused, ref)
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_sigma_fastemit_reductions_and_no_bias(kind, reduction):
+    durations, X, blank = CASES[kind]
+    arrays, symbols, boundary = joiner_problem(B=2, T=7, S=3, C=X, seed=22)
+    symbols %= X - (len(durations) if kind == "tdt" else 0)
+    fused, ref = both(kind, arrays, symbols, durations, blank, bias=False, boundary=t(boundary), reduction=reduction,
+                      sigma=0.05, fastemit_lambda=0.3)
+    assert_same(fused, ref)
+
+
+def test_tdt_many_blocks_and_wide_inputs():
+    arrays, symbols, _ = joiner_problem(B=2, T=5, S=3, J=4, C=20005, seed=23, scale=30.0)
+    fused, ref = both("tdt", arrays, symbols, [0, 1, 2, 3, 4], 11, reduction="sum")
+    assert_same(fused, ref, atol=1e-9 * max(1.0, abs(float(ref[0]))))
+
+
+def test_tdt_float32_within_gemm_rounding():
+    arrays, symbols, _ = joiner_problem(B=2, T=12, S=5, J=48, C=205, seed=24)
+    symbols %= 200
+    ref = both("tdt", arrays, symbols, [0, 1, 2, 3, 4], 0, reduction="none")[0]
+    fused = both("tdt", [a.astype("float32") for a in arrays], symbols, [0, 1, 2, 3, 4], 0, reduction="none")[0]
+    np.testing.assert_allclose(fused[0], ref[0], rtol=2e-5)
+    for a, b in zip(fused[1], ref[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4 * np.abs(b).max())
+
+
+@pytest.mark.parametrize("fn, over, exc, match", [
+    ("tdt_loss_fused_joiner", dict(durations=[1, 2]), ValueError, "must hold 0 and 1"),
+    ("tdt_loss_fused_joiner", dict(weight=np.zeros((5, 3))), ValueError, "weight's last dim must be C \\+ D"),
+    ("tdt_loss_fused_joiner", dict(activation="sigmoid"), ValueError, "activation must be one of"),
+    ("multiblank_rnnt_loss_fused_joiner", dict(durations=[2, 3], termination_symbol=1), ValueError,
+     "termination_symbol must be >= 2"),
+    ("multiblank_rnnt_loss_fused_joiner", dict(durations=[1]), ValueError, "ints >= 2"),
+    ("multiblank_rnnt_loss_fused_joiner", dict(symbols=np.full((3, 4), 9, np.int64)), ValueError,
+     "symbols must lie in \\[0, 9\\)"),
+])
+def test_bad_input_errors_name_the_function(fn, over, exc, match):
+    arrays, symbols, _ = joiner_problem(C=9, seed=25)
+    symbols %= 5
+    kw = dict(am=arrays[0], lm=arrays[1], weight=arrays[2], bias=None, symbols=symbols,
+              durations=[0, 1, 2] if fn.startswith("tdt") else [2, 3], termination_symbol=4)
+    kw.update(over)
+    args = [t(kw[k]) if isinstance(kw[k], np.ndarray) else kw[k]
+            for k in ("am", "lm", "weight", "bias", "symbols", "durations", "termination_symbol")]
+    with pytest.raises(exc, match=match) as info:
+        getattr(paddle_ext, fn)(*args, activation=kw.get("activation", "tanh"))
+    assert fn in str(info.value)
