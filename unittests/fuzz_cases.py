@@ -627,6 +627,45 @@ def transducer_jump_cases(n=None):
                    fastemit_lambda=float(rng.choice([0.0, 0.3])))
 
 
+def fused_joiner_cases(n=None):
+    """The joiner fused into the losses: am [B, T, J], lm [B, S+1, J], weight [J, X], bias [X] (or none) of every
+    finite mixture, NaN in am, -inf bias columns; each activation; the full, pruned (valid ranges), TDT and
+    multi-blank losses, with boundaries; J and X across SIMD widths and remainders."""
+    name = "fused_joiner"
+    n = count(48) if n is None else n
+    kinds, types = ("full", "pruned", "tdt", "multiblank"), ("regular", "modified", "constrained")
+    for seed in range(n):
+        rng = rng_for(name, seed)
+        kind, activation = kinds[seed % 4], ("tanh", "relu", "identity")[(seed // 4) % 3]
+        mix = (*FINITE_MIXES, "nan")[(seed // 12) % (len(FINITE_MIXES) + 1)] if seed >= 12 else "normal"
+        rnnt_type = types[seed % 3] if kind in ("full", "pruned") else "regular"
+        B, S = int(rng.integers(1, 3)), int(rng.integers(0, 4))
+        T = int(rng.integers(max(S, 1), 6))
+        J = int(rng.choice([1, 3, 8, 17]))
+        durations = [0, 1, *[int(d) for d in rng.permutation(np.arange(2, 5))[: int(rng.integers(0, 3))]]]
+        big = [int(d) for d in rng.permutation(np.arange(2, 5))[: int(rng.integers(0, 3))]]
+        C = int(rng.choice([2, 5, 9, 16, 33]))
+        X = C + len(durations) if kind == "tdt" else max(C, len(big) + 1)
+        blank = int(rng.integers(0, C)) if kind != "multiblank" else X - 1
+        bias = None if seed % 5 == 0 else rng.normal(size=X)
+        if bias is not None and seed % 7 == 3:
+            bias[rng.integers(0, X)] = -np.inf  # a unit no arc can take
+        ranges, boundary = None, None
+        if kind == "pruned":
+            R = min(S + 1, max(2 if rnnt_type == "regular" else 1, int(rng.integers(1, S + 2))))
+            starts = np.sort(rng.integers(0, S + 2 - R, size=(B, T)), axis=1)
+            ranges = (starts[..., None] + np.arange(R)).astype(np.int64)
+        if rng.random() < 0.5:
+            ends = [(int(rng.integers(0, S + 1)),) for _ in range(B)]
+            boundary = np.array([[0, 0, s, int(rng.integers(max(s, 1), T + 1))] for (s,) in ends], dtype=np.int64)
+        yield dict(id=f"joiner-{seed}-{kind}-{rnnt_type}-{activation}-{mix}-B{B}T{T}S{S}J{J}X{X}", kind=kind,
+                   rnnt_type=rnnt_type, activation=activation, am=values(rng, (B, T, J), mix),
+                   lm=values(rng, (B, S + 1, J), mix if mix != "nan" else "normal"),
+                   weight=rng.normal(size=(J, X)) / np.sqrt(J), bias=bias, ranges=ranges, boundary=boundary,
+                   symbols=rng.integers(0, C if kind != "multiblank" else X - len(big), size=(B, S)).astype(np.int64),
+                   blank=blank, durations=durations if kind == "tdt" else big)
+
+
 def rnnt_joint_cases(n=None):
     """The fused joiner op (rnnt_joint_logprobs) on its own: full logits [B, T, S+1, C] or pruned [B, T, R, C]
     with valid ranges, every value mixture and dtype, C across SIMD widths and remainders; px/py grads."""

@@ -56,6 +56,19 @@ class PrunedTransducer(paddle.nn.Layer):
         return simple, pruned
 
 
+class JoinerTransducer(paddle.nn.Layer):
+    """nn.TransducerJoiner's fused losses: RNN-T and TDT (durations 0 and 1) on one joiner."""
+
+    def __init__(self):
+        super().__init__()
+        paddle.seed(11)
+        self.joiner = paddle_ext.nn.TransducerJoiner(C, C, 6, C + 2)
+
+    def forward(self, lm, am, symbols):
+        return (self.joiner.rnnt_loss(am, lm, symbols, 0, reduction="none"),
+                self.joiner.tdt_loss(am, lm, symbols, [0, 1], 0, reduction="none"))
+
+
 def _adaptive_softmax():
     paddle.seed(7)
     return paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 12], div_value=2.0)
@@ -138,6 +151,12 @@ MODELS = {
         [_spec([None, None, C], name="lm"), _spec([None, None, C], name="am"),
          _spec([None, None], "int64", "symbols"), _spec([None, 4], "int64", "boundary")],
         _bounded_inputs,
+    ),
+    "fused_joiner": (
+        JoinerTransducer,
+        [_spec([None, None, C], name="lm"), _spec([None, None, C], name="am"),
+         _spec([None, None], "int64", "symbols")],
+        _transducer_inputs,
     ),
     "adaptive_log_softmax": (
         _adaptive_softmax,

@@ -547,6 +547,51 @@ def test_transducer_jump_losses(case):
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
 
 
+FUSED_JOINER = _params(fc.fused_joiner_cases())
+
+
+@pytest.mark.parametrize("case", FUSED_JOINER)
+def test_fused_joiner_losses(case):
+    """rnnt_loss_fused_joiner (full and pruned), tdt_loss_fused_joiner, multiblank_rnnt_loss_fused_joiner
+    (float64) against the same loss on the composed joiner act(am + lm) @ weight + bias: the loss and the grads
+    of am, lm, weight and bias at 1e-9, NaN where the composition gives NaN."""
+    c = case
+    results = []
+    for fused in (True, False):
+        am, lm, w = (_tensor(c[k], "float64", grad=True) for k in ("am", "lm", "weight"))
+        b = None if c["bias"] is None else _tensor(c["bias"], "float64", grad=True)
+        sym = paddle.to_tensor(c["symbols"])
+        bd = None if c["boundary"] is None else paddle.to_tensor(c["boundary"])
+        rg = None if c["ranges"] is None else paddle.to_tensor(c["ranges"])
+        if fused and c["kind"] in ("full", "pruned"):
+            loss = paddle_ext.rnnt_loss_fused_joiner(am, lm, w, b, sym, c["blank"], bd, c["rnnt_type"], 0.1, "none",
+                                                     ranges=rg, activation=c["activation"])
+        elif fused:
+            fn = paddle_ext.tdt_loss_fused_joiner if c["kind"] == "tdt" else paddle_ext.multiblank_rnnt_loss_fused_joiner
+            loss = fn(am, lm, w, b, sym, c["durations"], c["blank"], bd, "none", activation=c["activation"],
+                      sigma=0.05, fastemit_lambda=0.2)
+        else:
+            x = am.unsqueeze(2) + lm.unsqueeze(1) if rg is None else paddle.add(*paddle_ext.do_rnnt_pruning(am, lm, rg))
+            x = {"tanh": paddle.tanh, "relu": paddle.nn.functional.relu, "identity": lambda v: v}[c["activation"]](x)
+            logits = paddle.nn.functional.linear(x, w, b)
+            if c["kind"] == "full":
+                loss = paddle_ext.rnnt_loss(logits, sym, c["blank"], bd, c["rnnt_type"], 0.1, "none")
+            elif c["kind"] == "pruned":
+                loss = paddle_ext.rnnt_loss_pruned(logits, sym, rg, c["blank"], bd, c["rnnt_type"], 0.1, "none")
+            else:
+                fn = paddle_ext.tdt_loss if c["kind"] == "tdt" else paddle_ext.multiblank_rnnt_loss
+                loss = fn(logits, sym, c["durations"], c["blank"], bd, "none", sigma=0.05, fastemit_lambda=0.2)
+        inputs = [t for t in (am, lm, w, b) if t is not None]
+        finite = paddle.to_tensor(np.isfinite(loss.numpy()) | np.isnan(loss.numpy()))
+        weights = paddle.to_tensor(np.linspace(0.5, 1.5, loss.shape[0]))
+        total = (paddle.where(finite, loss, paddle.zeros_like(loss)) * weights).sum()
+        grads = paddle.grad(total, inputs, allow_unused=True) if loss.shape[0] else [None] * len(inputs)
+        results.append([loss.numpy()] + [np.zeros(x.shape) if g is None else g.numpy() for x, g in zip(inputs, grads)])
+    for what, got, want in zip(("loss", "am", "lm", "weight", "bias"), *results):
+        scale = np.abs(want[np.isfinite(want)]).max(initial=1.0)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * scale, err_msg=what)
+
+
 JOINT = _params(fc.rnnt_joint_cases())
 
 
