@@ -33,4 +33,12 @@ inline JoinerShape joiner_shape(const paddle::Tensor& am, const paddle::Tensor& 
   return j;
 }
 
+// The grads of am, lm, weight and bias: new tensors of their shapes.
+inline std::vector<paddle::Tensor> joiner_grads(const paddle::Tensor& am, const paddle::Tensor& lm,
+                                                const paddle::Tensor& weight, const paddle::Tensor& bias) {
+  std::vector<paddle::Tensor> grads;
+  for (const paddle::Tensor* x : {&am, &lm, &weight, &bias}) grads.push_back(new_output(x->shape(), x->dtype(), x->place()));
+  return grads;
+}
+
 }  // namespace paddle_ext

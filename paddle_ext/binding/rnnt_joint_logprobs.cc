@@ -223,18 +223,14 @@ std::vector<paddle::Tensor> RnntJoinerGradKernel(const paddle::Tensor& am_in, co
                py_grad.shape() == std::vector<int64_t>({d.B, d.S + 1, d.T}) &&
                lse.numel() == d.B * d.T * d.R * 2 && lse.dtype() == am.dtype(),
            op, ": px_grad, py_grad and lse must be [B, S, T], [B, S+1, T] and [B, T, R, 2]");
-  paddle::Tensor am_grad = new_output(am.shape(), am.dtype(), am.place());
-  paddle::Tensor lm_grad = new_output(lm.shape(), lm.dtype(), lm.place());
-  paddle::Tensor weight_grad = new_output(weight.shape(), weight.dtype(), weight.place());
-  paddle::Tensor bias_grad = new_output(bias.shape(), bias.dtype(), bias.place());
+  std::vector<paddle::Tensor> g = joiner_grads(am, lm, weight, bias);
   dispatch_float_double(am.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cpu::rnnt_joiner_backward<T>(ptr<T>(am), ptr<T>(lm), ptr<T>(weight), ptr<T>(bias), symbols.data<int64_t>(),
-                                 j.ranges, ptr<T>(lse), ptr<T>(px_grad), ptr<T>(py_grad), mutable_ptr<T>(am_grad),
-                                 mutable_ptr<T>(lm_grad), mutable_ptr<T>(weight_grad), mutable_ptr<T>(bias_grad), d,
-                                 j);
+                                 j.ranges, ptr<T>(lse), ptr<T>(px_grad), ptr<T>(py_grad), mutable_ptr<T>(g[0]),
+                                 mutable_ptr<T>(g[1]), mutable_ptr<T>(g[2]), mutable_ptr<T>(g[3]), d, j);
   });
-  return {am_grad, lm_grad, weight_grad, bias_grad};
+  return g;
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // arguments with clear exceptions; these checks catch what a static graph only sees when it runs.
 #include "paddle_ext/transducer_jump_loss.h"
 
+#include <array>
 #include <cstring>
 
 #include "paddle_ext/binding/common.h"
@@ -84,6 +85,21 @@ const int64_t* boundary_data(const paddle::optional<paddle::Tensor>& boundary, p
   return holder->data<int64_t>();
 }
 
+// boundary's data (null without one), once check_values passed.
+const int64_t* checked_boundary(const paddle::Tensor& symbols, const paddle::optional<paddle::Tensor>& boundary_in,
+                                paddle::Tensor* boundary, const JumpLattice& L, const char* op) {
+  const int64_t* data = boundary_data(boundary_in, boundary);
+  check_values(symbols, boundary_in ? boundary : nullptr, L, op);
+  return data;
+}
+
+// loss [B] (like's dtype), lse [B, T, S+1, 4], alpha and beta [B, T+1, S+1] (float64), on like's place.
+std::array<paddle::Tensor, 4> forward_outputs(const JumpLattice& L, const paddle::Tensor& like) {
+  const auto f64 = paddle::DataType::FLOAT64;
+  return {new_output({L.B}, like.dtype(), like.place()), new_output({L.B, L.T, L.S + 1, 4}, f64, like.place()),
+          new_output({L.B, L.T + 1, L.S + 1}, f64, like.place()), new_output({L.B, L.T + 1, L.S + 1}, f64, like.place())};
+}
+
 }  // namespace
 
 std::vector<std::vector<int64_t>> TransducerJumpInferShape(const std::vector<int64_t>& logits_shape,
@@ -112,13 +128,9 @@ std::vector<paddle::Tensor> TransducerJumpKernel(const paddle::Tensor& logits_in
       jump_lattice(logits, logits.shape(), symbols, boundary_in, termination_symbol, multiblank, real_bits, durations,
                    op);
   paddle::Tensor boundary;
-  const int64_t* bptr = boundary_data(boundary_in, &boundary);
-  check_values(symbols, boundary_in ? &boundary : nullptr, L, op);
-  const auto f64 = paddle::DataType::FLOAT64;
-  paddle::Tensor loss = new_output({L.B}, logits.dtype(), logits.place());
-  paddle::Tensor lse = new_output({L.B, L.T, L.S + 1, 4}, f64, logits.place());
-  paddle::Tensor alpha = new_output({L.B, L.T + 1, L.S + 1}, f64, logits.place());
-  paddle::Tensor beta = new_output({L.B, L.T + 1, L.S + 1}, f64, logits.place());
+  const int64_t* bptr = checked_boundary(symbols, boundary_in, &boundary, L, op);
+  std::array<paddle::Tensor, 4> out = forward_outputs(L, logits);
+  paddle::Tensor &loss = out[0], &lse = out[1], &alpha = out[2], &beta = out[3];
   dispatch_float_double(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (logits.is_cpu()) {
@@ -149,8 +161,7 @@ std::vector<paddle::Tensor> TransducerJumpGradKernel(
       jump_lattice(logits, logits.shape(), symbols, boundary_in, termination_symbol, multiblank, real_bits, durations,
                    op);
   paddle::Tensor boundary;
-  const int64_t* bptr = boundary_data(boundary_in, &boundary);
-  check_values(symbols, boundary_in ? &boundary : nullptr, L, op);
+  const int64_t* bptr = checked_boundary(symbols, boundary_in, &boundary, L, op);
   const std::vector<int64_t> lattice_shape{L.B, L.T + 1, L.S + 1};
   PE_CHECK(lse.shape() == std::vector<int64_t>({L.B, L.T, L.S + 1, 4}) && alpha.shape() == lattice_shape &&
                beta.shape() == lattice_shape && loss_grad.numel() == L.B,
@@ -221,20 +232,15 @@ std::vector<paddle::Tensor> JumpJoinerKernel(const paddle::Tensor& am_in, const 
   const JumpLattice L = joiner_lattice(am, lm, weight, bias, symbols, boundary_in, termination_symbol, multiblank,
                                        activation, real_bits, durations, op, &j);
   paddle::Tensor boundary;
-  const int64_t* bptr = boundary_data(boundary_in, &boundary);
-  check_values(symbols, boundary_in ? &boundary : nullptr, L, op);
-  const auto f64 = paddle::DataType::FLOAT64;
-  paddle::Tensor loss = new_output({L.B}, am.dtype(), am.place());
-  paddle::Tensor lse = new_output({L.B, L.T, L.S + 1, 4}, f64, am.place());
-  paddle::Tensor alpha = new_output({L.B, L.T + 1, L.S + 1}, f64, am.place());
-  paddle::Tensor beta = new_output({L.B, L.T + 1, L.S + 1}, f64, am.place());
+  const int64_t* bptr = checked_boundary(symbols, boundary_in, &boundary, L, op);
+  std::array<paddle::Tensor, 4> out = forward_outputs(L, am);  // loss, lse, alpha, beta
   dispatch_float_double(am.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cpu::jump_joiner_forward<T>(ptr<T>(am), ptr<T>(lm), ptr<T>(weight), ptr<T>(bias), symbols.data<int64_t>(), bptr,
-                                mutable_ptr<double>(lse), mutable_ptr<double>(alpha), mutable_ptr<double>(beta),
-                                mutable_ptr<T>(loss), L, j);
+                                mutable_ptr<double>(out[1]), mutable_ptr<double>(out[2]), mutable_ptr<double>(out[3]),
+                                mutable_ptr<T>(out[0]), L, j);
   });
-  return {loss, lse, alpha, beta};
+  return {out.begin(), out.end()};
 }
 
 std::vector<paddle::Tensor> JumpJoinerGradKernel(
@@ -251,24 +257,20 @@ std::vector<paddle::Tensor> JumpJoinerGradKernel(
   const JumpLattice L = joiner_lattice(am, lm, weight, bias, symbols, boundary_in, termination_symbol, multiblank,
                                        activation, real_bits, durations, op, &j);
   paddle::Tensor boundary;
-  const int64_t* bptr = boundary_data(boundary_in, &boundary);
-  check_values(symbols, boundary_in ? &boundary : nullptr, L, op);
+  const int64_t* bptr = checked_boundary(symbols, boundary_in, &boundary, L, op);
   const std::vector<int64_t> lattice_shape{L.B, L.T + 1, L.S + 1};
   PE_CHECK(lse.shape() == std::vector<int64_t>({L.B, L.T, L.S + 1, 4}) && alpha.shape() == lattice_shape &&
                beta.shape() == lattice_shape && loss_grad.numel() == L.B && loss_grad.dtype() == am.dtype(),
            op, ": lse, alpha, beta and loss_grad must be [B, T, S+1, 4], [B, T+1, S+1] (twice) and [B]");
-  paddle::Tensor am_grad = new_output(am.shape(), am.dtype(), am.place());
-  paddle::Tensor lm_grad = new_output(lm.shape(), lm.dtype(), lm.place());
-  paddle::Tensor weight_grad = new_output(weight.shape(), weight.dtype(), weight.place());
-  paddle::Tensor bias_grad = new_output(bias.shape(), bias.dtype(), bias.place());
+  std::vector<paddle::Tensor> g = joiner_grads(am, lm, weight, bias);
   dispatch_float_double(am.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cpu::jump_joiner_backward<T>(ptr<T>(am), ptr<T>(lm), ptr<T>(weight), ptr<T>(bias), symbols.data<int64_t>(), bptr,
                                  ptr<double>(lse), ptr<double>(alpha), ptr<double>(beta), ptr<T>(loss_grad),
-                                 mutable_ptr<T>(am_grad), mutable_ptr<T>(lm_grad), mutable_ptr<T>(weight_grad),
-                                 mutable_ptr<T>(bias_grad), L, j);
+                                 mutable_ptr<T>(g[0]), mutable_ptr<T>(g[1]), mutable_ptr<T>(g[2]), mutable_ptr<T>(g[3]),
+                                 L, j);
   });
-  return {am_grad, lm_grad, weight_grad, bias_grad};
+  return g;
 }
 
 }  // namespace paddle_ext

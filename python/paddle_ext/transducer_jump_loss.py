@@ -124,17 +124,24 @@ def tdt_loss(logits, symbols, durations, termination_symbol, boundary=None, redu
 def _tdt_loss(logits, symbols, durations, termination_symbol, boundary, reduction, sigma, fastemit_lambda):
     op = "tdt_loss"
     sigma, fastemit_lambda = _check_reals(op, reduction, sigma, fastemit_lambda)
-    durations = _check_durations(op, "durations", durations, 0, must_hold=(0, 1))
     B, T, S1, X = _check_float(logits, "logits", op, 4)
-    C = X - len(durations) if _known(X) else -1
-    if _known(X) and C < 1:
-        raise ValueError(f"{op}: logits' last dim must be C + D with C >= 1 token units and D = {len(durations)} "
-                         f"durations, got {X}")
-    check_args = (op, symbols, termination_symbol, C if C >= 0 else X, B, S1 - 1 if _known(S1) else -1, T, boundary,
-                  "regular")
+    durations, check_args = _tdt_checks(op, "logits' last dim", durations, X, symbols, termination_symbol, B, S1, T,
+                                        boundary)
     deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
     return run_kernel_checked(deferred, _check_common, check_args, _jump_loss, op, logits, symbols, termination_symbol,
                                boundary, reduction, sigma, fastemit_lambda, durations, False)
+
+
+@paddle.jit.not_to_static
+def _tdt_checks(op, units, durations, X, symbols, termination_symbol, B, S1, T, boundary):
+    """-> (durations as ints, _check_common's arguments) for X = C + D units (``units`` names that dim)."""
+    durations = _check_durations(op, "durations", durations, 0, must_hold=(0, 1))
+    C = X - len(durations) if _known(X) else -1
+    if _known(X) and C < 1:
+        raise ValueError(f"{op}: {units} must be C + D with C >= 1 token units and D = {len(durations)} "
+                         f"durations, got {X}")
+    return durations, (op, symbols, termination_symbol, C if C >= 0 else X, B, S1 - 1 if _known(S1) else -1, T,
+                       boundary, "regular")
 
 
 @_library.unified
@@ -192,14 +199,9 @@ def _tdt_loss_fused_joiner(am, lm, weight, bias, symbols, durations, termination
                            activation, sigma, fastemit_lambda):
     op = "tdt_loss_fused_joiner"
     sigma, fastemit_lambda = _check_reals(op, reduction, sigma, fastemit_lambda)
-    durations = _check_durations(op, "durations", durations, 0, must_hold=(0, 1))
     B, T, S1, J, X = check_joiner(op, am, lm, weight, bias, activation)
-    C = X - len(durations) if _known(X) else -1
-    if _known(X) and C < 1:
-        raise ValueError(f"{op}: weight's last dim must be C + D with C >= 1 token units and D = {len(durations)} "
-                         f"durations, got {X}")
-    check_args = (op, symbols, termination_symbol, C if C >= 0 else X, B, S1 - 1 if _known(S1) else -1, T, boundary,
-                  "regular")
+    durations, check_args = _tdt_checks(op, "weight's last dim", durations, X, symbols, termination_symbol, B, S1, T,
+                                        boundary)
     deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
     return run_kernel_checked(deferred, _check_common, check_args, _jump_joiner_loss, op,
                               (am, lm, weight, bias, activation), symbols, termination_symbol, boundary, reduction,

@@ -7,20 +7,11 @@
 // or columns so that no two threads write one element.
 #pragma once
 
-#include <algorithm>
-#include <cstring>
-#include <limits>
-#include <type_traits>
-
+#include "paddle_ext/cpu_rows.h"  // (vec_math.h's lanes, <algorithm>, <cstring>, <limits>, <type_traits>)
 #include "paddle_ext/gemm.h"
 #include "paddle_ext/joiner.h"
 #include "paddle_ext/memory.h"
 #include "paddle_ext/parallel.h"
-#include "paddle_ext/vec_math.h"
-
-#if defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
 
 namespace paddle_ext {
 namespace cpu {
