@@ -590,9 +590,11 @@ def rnnt_cases(n=None):
 
 def transducer_jump_cases(n=None):
     """tdt_loss and multiblank_rnnt_loss problems: logits [B, T, S+1, C + D] (TDT, durations lists of 2 to 6
-    entries holding 0 and 1) or [B, T, S+1, C] (multi-blank, 0 to 3 big blanks), scaled by 1, 30 or 1e4,
+    entries holding 0 and 1 on even draws, any 1 to 6 distinct ints in [0, 8] with one >= 1 on odd ones: without
+    0, without 1, unsorted) or [B, T, S+1, C] (multi-blank, 0 to 3 big blanks), scaled by 1, 30 or 1e4,
     some units and some whole nodes -inf; boundaries with any start, items without a path (T_b = 0 < S_b);
-    frames of up to 10 nodes (several SIMD chunks); sigma and fastemit_lambda."""
+    frames of up to 10 nodes (several SIMD chunks); sigma, fastemit_lambda and the grad clamp (off, or
+    0.01 / 0.3)."""
     name = "transducer_jump"
     n = count(48) if n is None else n
     for seed in range(n):
@@ -600,9 +602,13 @@ def transducer_jump_cases(n=None):
         kind = ("tdt", "multiblank")[seed % 2]
         scale = (1.0, 30.0, 1e4)[(seed // 2) % 3]
         B, T, S = int(rng.integers(1, 4)), int(rng.integers(0, 7)), int(rng.choice([0, 1, 2, 3, 5, 9]))
-        if kind == "tdt":
+        if kind == "tdt" and (seed // 2) % 2 == 0:
             extra = rng.permutation(np.arange(2, 9))[: int(rng.integers(0, 5))]
             lattice = [int(d) for d in rng.permutation(np.concatenate([[0, 1], extra]))]
+        elif kind == "tdt":
+            lattice = [int(d) for d in rng.permutation(np.arange(9))[: int(rng.integers(1, 7))]]
+            lattice = lattice if max(lattice) >= 1 else lattice + [int(rng.integers(1, 9))]
+        if kind == "tdt":
             C = int(rng.integers(1, 6))
             units, blank = C + len(lattice), int(rng.integers(0, C))
         else:
@@ -624,7 +630,7 @@ def transducer_jump_cases(n=None):
         yield dict(id=f"jump-{seed}-{kind}-x{scale:g}-B{B}T{T}S{S}-{lattice}", kind=kind, logits=logits,
                    symbols=rng.integers(0, C, size=(B, S)).astype(np.int64), lattice=lattice, blank=blank,
                    boundary=boundary, sigma=float(rng.choice([0.0, 0.05, 0.5])),
-                   fastemit_lambda=float(rng.choice([0.0, 0.3])))
+                   fastemit_lambda=float(rng.choice([0.0, 0.3])), clamp=float(rng.choice([-1.0, 0.01, 0.3])))
 
 
 def fused_joiner_cases(n=None):

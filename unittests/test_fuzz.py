@@ -71,6 +71,7 @@ import fuzz_cases_complex as fcc
 import paddle_ext
 import refs
 from paddle_ext.nn.functional import adaptive_log_softmax_with_loss
+from paddle_ext.rnnt_loss.common import NO_CLAMP
 
 SUBPROCESS = bool(os.environ.get("PADDLE_EXT_FUZZ_SUBPROCESS"))
 
@@ -518,6 +519,29 @@ def test_rnnt_losses(case):
 
 
 
+@pytest.mark.parametrize("case", _params(c for c in fc.rnnt_cases() if c["loss"] == "full"))
+@pytest.mark.parametrize("clamp", [0.01, 0.3])
+def test_rnnt_loss_clamped_grads(case, clamp):
+    """rnnt_loss's grad clamp (float64): each item's own logits grad clamped, then times its weight, against
+    the float64 reference at 1e-9; the loss unchanged by it."""
+    c = case
+    x = _tensor(c["logits"], "float64", grad=True)
+    bd = None if c["boundary"] is None else paddle.to_tensor(c["boundary"])
+    loss = paddle_ext.rnnt_loss(x, paddle.to_tensor(c["symbols"]), c["termination_symbol"], bd,
+                                rnnt_type=c["rnnt_type"], reduction="none", clamp=clamp)
+    plain = paddle_ext.rnnt_loss(x.detach(), paddle.to_tensor(c["symbols"]), c["termination_symbol"], bd,
+                                 rnnt_type=c["rnnt_type"], reduction="none")
+    np.testing.assert_array_equal(loss.numpy(), plain.numpy())
+    weights = np.where(np.isfinite(loss.numpy()), np.linspace(0.5, 1.5, len(plain)), 0.0)
+    (grad,) = paddle.grad((paddle.where(paddle.isfinite(loss), loss, paddle.zeros_like(loss))
+                           * paddle.to_tensor(weights)).sum(), [x])
+    with np.errstate(invalid="ignore"):
+        want = refs.rnnt_loss_grad(c["logits"], c["symbols"], c["termination_symbol"], c["boundary"], c["rnnt_type"],
+                                   loss_grad=weights, clamp=clamp)
+    want[~np.isfinite(loss.numpy())] = 0.0
+    np.testing.assert_allclose(grad.numpy(), want, rtol=1e-9, atol=1e-12)
+
+
 JUMP = _params(fc.transducer_jump_cases())
 
 
@@ -531,7 +555,7 @@ def test_transducer_jump_losses(case):
     x = _tensor(c["logits"], "float64", grad=True)
     bd = None if c["boundary"] is None else paddle.to_tensor(c["boundary"])
     loss = fn(x, paddle.to_tensor(c["symbols"]), c["lattice"], c["blank"], bd, reduction="none", sigma=c["sigma"],
-              fastemit_lambda=c["fastemit_lambda"])
+              fastemit_lambda=c["fastemit_lambda"], clamp=c["clamp"])
     ref = (refs.tdt_loss if tdt else refs.multiblank_loss)(c["logits"], c["symbols"], c["lattice"], c["blank"],
                                                            c["boundary"], c["sigma"])
     fc.assert_matches(loss.numpy(), ref, "float64", 1e-9 * max(1.0, np.abs(ref[np.isfinite(ref)]).max(initial=0)),
@@ -540,7 +564,8 @@ def test_transducer_jump_losses(case):
     if loss.size:
         (loss * paddle.to_tensor(weights)).sum().backward()
     want = (refs.tdt_loss_grad if tdt else refs.multiblank_loss_grad)(
-        c["logits"], c["symbols"], c["lattice"], c["blank"], c["boundary"], c["sigma"], c["fastemit_lambda"], weights)
+        c["logits"], c["symbols"], c["lattice"], c["blank"], c["boundary"], c["sigma"], c["fastemit_lambda"], weights,
+        c["clamp"])
     got = np.zeros_like(want) if x.grad is None else x.grad.numpy()
     assert np.isfinite(got).all(), "non-finite grads"
     assert (got[~np.isfinite(ref)] == 0).all(), "non-zero grads of an item without a path"
@@ -601,8 +626,8 @@ def test_rnnt_joint_logprobs(case):
     c, dtype = case, case["dtype"]
     logits = _tensor(c["logits"], dtype, c["view"], grad=True)
     ranges = None if c["ranges"] is None else paddle.to_tensor(c["ranges"])
-    px, py, _ = paddle_ext._library.ops().pe_rnnt_joint_logprobs(logits, paddle.to_tensor(c["symbols"]), ranges,
-                                                                 c["termination_symbol"])
+    px, py, _, _ = paddle_ext._library.ops().pe_rnnt_joint_logprobs(logits, paddle.to_tensor(c["symbols"]), ranges,
+                                                                    c["termination_symbol"], NO_CLAMP)
     ref_px, ref_py = refs.rnnt_joint_logprobs(c["logits"], c["symbols"], c["ranges"], c["termination_symbol"])
     scale = fc.finite_scale(c["logits"])
     fc.assert_matches(_np(px), ref_px, dtype, scale, "px")

@@ -8,6 +8,7 @@ import pytest
 import paddle_ext
 import refs
 from op_test import FLOAT_DTYPES, check_export, check_grad, check_output
+from paddle_ext.rnnt_loss.common import NO_CLAMP
 
 TERM = 0
 
@@ -17,7 +18,7 @@ def ops():
 
 
 def joint(logits, symbols, ranges=None):
-    px, py, _ = paddle_ext._library.ops().pe_rnnt_joint_logprobs(logits, symbols, ranges, 0)  # TERM
+    px, py, _, _ = paddle_ext._library.ops().pe_rnnt_joint_logprobs(logits, symbols, ranges, 0, NO_CLAMP)  # TERM
     return px, py
 
 
@@ -187,7 +188,7 @@ def test_kernel_checks_name_the_bad_value(bad, exc, match):
     lg, rg = (full, None) if bad in ("symbol value", "termination", "symbols rows", "full R") else (logits, ranges)
     with pytest.raises(exc, match=match):
         ops().pe_rnnt_joint_logprobs(paddle.to_tensor(lg), paddle.to_tensor(symbols),
-                                     None if rg is None else paddle.to_tensor(rg), term)
+                                     None if rg is None else paddle.to_tensor(rg), term, NO_CLAMP)
 
 
 # ------------------------------------------------------------------------------------- pruning gather

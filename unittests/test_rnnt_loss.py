@@ -7,7 +7,7 @@ import pytest
 
 import paddle_ext
 import refs
-from op_test import check_export, check_grad, check_output
+from op_test import analytic_grads, check_export, check_grad, check_output, static_grads
 
 TYPES = ["regular", "modified", "constrained"]
 
@@ -234,6 +234,124 @@ def test_full_and_pruned_losses_static():
     res = check_output(fp, {"logits": pruned_logits, "symbols": symbols, "ranges": ranges, "boundary": boundary},
                        lambda lg, sy, rg, bd: _pruned_ref(lg, sy, rg, bd))
     assert np.isfinite(res["dygraph"][0]).all()
+
+
+# ------------------------------------------------------------------------------------------ clamp
+
+
+def _clamp_problem(seed, B=3, T=7, S=4, C=6, scale=2.0):
+    _, _, symbols, boundary = problem(B=B, T=T, S=S, C=C, seed=seed)
+    return np.random.default_rng(seed + 100).normal(size=(B, T, S + 1, C)) * scale, symbols, boundary
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+@pytest.mark.parametrize("clamp", [0.02, 0.3])
+def test_clamp_bounds_each_items_logit_grads_before_the_upstream_grad(rnnt_type, reduction, clamp):
+    """torchaudio's and NeMo's clamp: d loss[b] / d logits (FastEmit and delay penalty included) clamped to
+    [-clamp, clamp], then times the item's upstream grad (weights, or the reduction's); the loss unchanged."""
+    logits, symbols, bd = _clamp_problem(seed=30)
+    B = logits.shape[0]
+    weights = np.linspace(0.5, 1.5, B)
+    kw = dict(rnnt_type=rnnt_type, delay_penalty=0.1, reduction=reduction, fastemit_lambda=0.4)
+    results = []
+    for c in (clamp, -1.0):
+        x = t(logits, False)
+        loss = paddle_ext.rnnt_loss(x, t(symbols), 2, t(bd), clamp=c, **kw)
+        (loss * t(weights)).sum().backward() if reduction == "none" else loss.backward()
+        results.append((loss.numpy(), x.grad.numpy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    up = {"none": weights, "sum": np.ones(B), "mean": np.full(B, 1.0 / B)}[reduction]
+    want = refs.rnnt_loss_grad(logits, symbols, 2, bd, rnnt_type, 0.1, 0.4, up, clamp)
+    np.testing.assert_allclose(results[0][1], want, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(results[1][1], refs.rnnt_loss_grad(logits, symbols, 2, bd, rnnt_type, 0.1, 0.4, up),
+                               rtol=1e-9, atol=1e-12)
+    own = refs.rnnt_loss_grad(logits, symbols, 2, bd, rnnt_type, 0.1, 0.4)
+    assert (np.abs(own) > clamp).any(), "the clamp must bite"
+
+
+@pytest.mark.parametrize("clamp", [-1.0, 0.0, -3])
+def test_rnnt_clamp_zero_or_negative_is_off(clamp):
+    logits, symbols, bd = _clamp_problem(seed=31)
+    grads = []
+    for c in (clamp, None):
+        x = t(logits, False)
+        kw = {} if c is None else {"clamp": c}
+        paddle_ext.rnnt_loss(x, t(symbols), 2, t(bd), reduction="sum", **kw).backward()
+        grads.append(x.grad.numpy())
+    np.testing.assert_array_equal(grads[0], grads[1])
+
+
+def test_rnnt_clamp_matches_nemos_small_case():
+    """NeMo's own clamp test (RNNTLossNumba, clamp 0.1, reduction 'sum'): cost 4.495666 and its clamped grads."""
+    acts = np.array([[[[0.1, 0.6, 0.1, 0.1, 0.1], [0.1, 0.1, 0.6, 0.1, 0.1], [0.1, 0.1, 0.2, 0.8, 0.1]],
+                      [[0.1, 0.6, 0.1, 0.1, 0.1], [0.1, 0.1, 0.2, 0.1, 0.1], [0.7, 0.1, 0.2, 0.1, 0.1]]]])
+    nemo_grads = np.array([[[[-0.1, -0.1, 0.1, 0.1, 0.1], [-0.1, 0.1, -0.1, 0.1, 0.1],
+                             [-0.1, 0.06269141, 0.06928472, 0.1, 0.06269141]],
+                            [[0.05456069, -0.1, 0.05456069, 0.05456069, 0.05456069], [0.1, 0.1, -0.1, 0.1, 0.1],
+                             [-0.1, 0.1, 0.1, 0.1, 0.1]]]])
+    x = t(acts, False)
+    loss = paddle_ext.rnnt_loss(x, t(np.array([[1, 2]])), 0, reduction="sum", clamp=0.1)
+    loss.backward()
+    np.testing.assert_allclose(float(loss), 4.495666, atol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), nemo_grads, atol=1e-7)
+    np.testing.assert_allclose(x.grad.numpy(), refs.rnnt_loss_grad(acts, [[1, 2]], 0, clamp=0.1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+def test_rnnt_clamp_static_grads_equal_the_reference(rnnt_type):
+    logits, symbols, bd = _clamp_problem(seed=32)
+    inputs = {"logits": logits, "symbols": symbols, "boundary": bd}
+
+    def fn(x, s, b):
+        return paddle_ext.rnnt_loss(x, s, 2, b, rnnt_type=rnnt_type, reduction="none", clamp=0.05)
+
+    (dy,), weights = analytic_grads(fn, inputs, {}, ["logits"])
+    want = refs.rnnt_loss_grad(logits, symbols, 2, bd, rnnt_type, loss_grad=weights[0], clamp=0.05)
+    np.testing.assert_allclose(dy, want, rtol=1e-9, atol=1e-12)
+    for legacy in (False, True):
+        (st,) = static_grads(fn, inputs, {}, ["logits"], weights, legacy=legacy)
+        np.testing.assert_allclose(st, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype,rtol", [("float32", 2e-5), ("float16", 2e-2), ("bfloat16", 5e-2)])
+def test_rnnt_clamp_in_lower_precision(dtype, rtol):
+    logits, symbols, bd = _clamp_problem(seed=33)
+    x = paddle.to_tensor(logits).astype(dtype)
+    rounded = x.astype("float64").numpy()
+    x.stop_gradient = False
+    paddle_ext.rnnt_loss(x, t(symbols), 2, t(bd), reduction="mean", clamp=0.03).backward()
+    want = refs.rnnt_loss_grad(rounded, symbols, 2, bd, loss_grad=np.full(3, 1 / 3), clamp=0.03)
+    np.testing.assert_allclose(x.grad.astype("float64").numpy(), want, rtol=rtol, atol=rtol * np.abs(want).max())
+
+
+def test_rnnt_clamp_with_wide_logits_and_an_item_without_path():
+    logits, symbols, _ = _clamp_problem(seed=34, scale=1e4)
+    logits[0, 2, 1, :2] = -np.inf
+    bd = np.array([[0, 0, 4, 7], [0, 0, 3, 0], [0, 0, 2, 5]], np.int64)  # item 1: symbols but no frame
+    x = t(logits, False)
+    loss = paddle_ext.rnnt_loss(x, t(symbols), 2, t(bd), reduction="none", clamp=0.05)
+    loss.sum().backward()
+    got = x.grad.numpy()
+    assert np.isinf(loss.numpy()[1]) and np.all(got[1] == 0) and np.isfinite(got).all()
+    np.testing.assert_allclose(got, refs.rnnt_loss_grad(logits, symbols, 2, bd, clamp=0.05), rtol=1e-9, atol=1e-12)
+
+
+def test_rnnt_clamp_export_round_trip():
+    logits, symbols, bd = _clamp_problem(seed=35)
+
+    def fn(x, s, b):
+        return paddle_ext.rnnt_loss(x, s, 2, b, reduction="none", clamp=0.1)
+
+    out = check_export(fn, {"logits": logits.astype(np.float32), "symbols": symbols, "boundary": bd}, rtol=1e-5)
+    np.testing.assert_allclose(out[0], refs.rnnt_loss(logits.astype(np.float32), symbols, 2, bd), rtol=1e-5)
+
+
+@pytest.mark.parametrize("clamp", [float("nan"), "0.1", None, True])
+def test_rnnt_clamp_must_be_a_number(clamp):
+    logits, symbols, bd = _clamp_problem(seed=36)
+    with pytest.raises(ValueError, match=r"rnnt_loss: clamp must be a float"):
+        paddle_ext.rnnt_loss(t(logits), t(symbols), 2, t(bd), clamp=clamp)
 
 
 def _pruned_ref(logits, symbols, ranges, boundary):

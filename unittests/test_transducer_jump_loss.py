@@ -37,9 +37,11 @@ def ref_loss(kind, logits, symbols, lattice, blank, boundary=None, sigma=0.0):
     return fn(np.asarray(logits, np.float64), symbols, lattice, blank, boundary, sigma)
 
 
-def ref_grad(kind, logits, symbols, lattice, blank, boundary=None, sigma=0.0, fastemit_lambda=0.0, loss_grad=None):
+def ref_grad(kind, logits, symbols, lattice, blank, boundary=None, sigma=0.0, fastemit_lambda=0.0, loss_grad=None,
+             clamp=-1.0):
     fn = refs.tdt_loss_grad if kind == "tdt" else refs.multiblank_loss_grad
-    return fn(np.asarray(logits, np.float64), symbols, lattice, blank, boundary, sigma, fastemit_lambda, loss_grad)
+    return fn(np.asarray(logits, np.float64), symbols, lattice, blank, boundary, sigma, fastemit_lambda, loss_grad,
+              clamp)
 
 
 def reduce(loss, reduction):
@@ -120,13 +122,20 @@ def test_grads_match_finite_differences(kind):
                modes=("dygraph",))
 
 
-@pytest.mark.parametrize("durations", [[0, 1], [1, 0, 4], [0, 1, 2, 3], [0, 2, 1, 3, 5], [0, 1, 2, 3, 4, 7]])
-def test_tdt_duration_lists_of_2_to_6_entries(durations):
+@pytest.mark.parametrize("durations", [[0, 1], [1, 0, 4], [0, 1, 2, 3], [0, 2, 1, 3, 5], [0, 1, 2, 3, 4, 7],
+                                       [1, 2, 3, 4, 5], [0, 2, 4], [4, 2], [3], [1], [5, 0, 3, 1]])
+def test_tdt_duration_lists_with_or_without_0_and_1(durations):
+    """Any distinct durations >= 0 with one >= 1 (NeMo's [1, 2, 3, 4, 5]: every emission takes a frame; [0, 2, 4]:
+    no one-frame step), in any order: the lattice reference (boundaries), and NeMo's alpha recursion (whole
+    lattices); items no path reaches (e.g. an odd T with only even steps) are inf with zero grads."""
     logits, symbols, bd, lattice, blank = problem("tdt", T=8, S=4, durations=durations, seed=len(durations))
-    loss, grad, weights = run("tdt", logits, symbols, lattice, 2, bd, sigma=0.1)
-    np.testing.assert_allclose(loss.numpy(), ref_loss("tdt", logits, symbols, lattice, 2, bd, 0.1), rtol=1e-9)
-    np.testing.assert_allclose(grad.numpy(), ref_grad("tdt", logits, symbols, lattice, 2, bd, 0.1, 0.0, weights),
-                               rtol=1e-9, atol=1e-12)
+    for boundary in (bd, None):
+        loss, grad, weights = run("tdt", logits, symbols, lattice, 2, boundary, sigma=0.1)
+        want_loss = ref_loss("tdt", logits, symbols, lattice, 2, boundary, 0.1)
+        np.testing.assert_allclose(loss.numpy(), want_loss, rtol=1e-9)
+        np.testing.assert_allclose(grad.numpy(), ref_grad("tdt", logits, symbols, lattice, 2, boundary, 0.1, 0.0,
+                                                          weights), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(loss.numpy(), refs.tdt_loss_nemo(logits, symbols, lattice, 2, 0.1), rtol=1e-9)
 
 
 @pytest.mark.parametrize("big", [[], [2], [4, 2], [2, 3, 5, 8]])
@@ -153,6 +162,83 @@ def test_reduced_losses_backpropagate_the_reduction(kind, reduction):
     upstream = np.full(logits.shape[0], 1.0 if reduction == "sum" else 1.0 / logits.shape[0])
     np.testing.assert_allclose(grad.numpy(), ref_grad(kind, logits, symbols, lattice, blank, bd, loss_grad=upstream),
                                rtol=1e-9, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------ clamp
+
+
+def upstream(reduction, weights):
+    """Each item's upstream grad in run(): the weights for 'none', the reduction's otherwise."""
+    B = len(weights)
+    return {"none": weights, "sum": np.ones(B), "mean": np.full(B, 1.0 / B)}[reduction]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+@pytest.mark.parametrize("clamp", [0.01, 0.2])
+def test_clamp_bounds_each_items_token_grads_before_the_upstream_grad(kind, reduction, clamp):
+    """NeMo's clamp: d loss[b] / d logit (FastEmit included) clamped to [-clamp, clamp] on the token units, then
+    times the item's upstream grad; the duration units of TDT are not clamped; the loss is unchanged."""
+    logits, symbols, bd, lattice, blank = problem(kind, seed=13, scale=2.0)
+    kw = dict(reduction=reduction, sigma=0.1, fastemit_lambda=0.5)
+    loss, grad, weights = run(kind, logits, symbols, lattice, blank, bd, clamp=clamp, **kw)
+    plain_loss, plain_grad, _ = run(kind, logits, symbols, lattice, blank, bd, **kw)
+    np.testing.assert_array_equal(loss.numpy(), plain_loss.numpy())
+    up = upstream(reduction, weights)
+    want = ref_grad(kind, logits, symbols, lattice, blank, bd, 0.1, 0.5, up, clamp)
+    np.testing.assert_allclose(grad.numpy(), want, rtol=1e-9, atol=1e-12)
+    own = ref_grad(kind, logits, symbols, lattice, blank, bd, 0.1, 0.5)  # each item's unscaled grads
+    C = logits.shape[-1] - (len(lattice) if kind == "tdt" else 0)
+    assert (np.abs(own[..., :C]) > clamp).any(), "the clamp must bite"
+    np.testing.assert_allclose(grad.numpy()[..., C:], plain_grad.numpy()[..., C:], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("clamp", [-1.0, 0.0, -7, 0])
+def test_clamp_zero_or_negative_is_off(kind, clamp):
+    logits, symbols, bd, lattice, blank = problem(kind, seed=14, scale=2.0)
+    _, grad, _ = run(kind, logits, symbols, lattice, blank, bd, clamp=clamp)
+    _, plain, _ = run(kind, logits, symbols, lattice, blank, bd)
+    np.testing.assert_array_equal(grad.numpy(), plain.numpy())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_clamp_with_adversarial_logits_and_items_without_path(kind):
+    """±1e4 spreads, -inf units, an item without a path (zero grads) and NaN-free clamped grads elsewhere."""
+    logits, symbols, bd, lattice, blank = problem(kind, B=4, seed=15, scale=1e4)
+    logits[0, 1, 1, :3] = -np.inf
+    logits[2] = -np.inf  # item 2: no arc anywhere, no path
+    loss, grad, weights = run(kind, logits, symbols, lattice, blank, bd, sigma=0.5, clamp=0.05)
+    got = grad.numpy()
+    assert np.isinf(loss.numpy()[2]) and np.all(got[2] == 0) and np.isfinite(got).all()
+    want = ref_grad(kind, logits, symbols, lattice, blank, bd, 0.5, loss_grad=weights, clamp=0.05)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_clamp_static_grads_equal_the_reference(kind):
+    logits, symbols, bd, lattice, blank = problem(kind, seed=16, scale=2.0)
+    inputs = {"logits": logits, "symbols": symbols, "boundary": bd}
+
+    def fn(x, s, b):
+        return api(kind)(x, s, lattice, blank, b, reduction="none", clamp=0.05)
+
+    (dy,), weights = analytic_grads(fn, inputs, {}, ["logits"])
+    want = ref_grad(kind, logits, symbols, lattice, blank, bd, loss_grad=weights[0], clamp=0.05)
+    np.testing.assert_allclose(dy, want, rtol=1e-9, atol=1e-12)
+    for legacy in (False, True):
+        (st,) = static_grads(fn, inputs, {}, ["logits"], weights, legacy=legacy)
+        np.testing.assert_allclose(st, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_clamp_in_float32(kind):
+    logits, symbols, bd, lattice, blank = problem(kind, seed=17, scale=2.0)
+    x = t(logits.astype(np.float32), False)
+    api(kind)(x, t(symbols), lattice, blank, t(bd), reduction="mean", clamp=0.02).backward()
+    want = ref_grad(kind, logits.astype(np.float32), symbols, lattice, blank, bd, loss_grad=np.full(3, 1 / 3),
+                    clamp=0.02)
+    np.testing.assert_allclose(x.grad.numpy(), want, rtol=2e-5, atol=1e-7)
 
 
 # ------------------------------------------------------------------------------------- adversarial
@@ -253,7 +339,8 @@ def test_lower_precision_dtypes(kind, dtype, rtol):
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda x, s: paddle_ext.tdt_loss(x, s, [1, 2, 3], 0), r"tdt_loss: durations must hold 0 and 1, got \[1, 2, 3\]"),
+    (lambda x, s: paddle_ext.tdt_loss(x, s, [0], 0), r"tdt_loss: durations must hold a duration >= 1 .*got \[0\]"),
+    (lambda x, s: paddle_ext.tdt_loss(x, s, [], 0), r"tdt_loss: durations must hold a duration >= 1 .*got \[\]"),
     (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1, 1], 0), r"tdt_loss: durations must be distinct, got \[0, 1, 1\]"),
     (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1, -2], 0), r"tdt_loss: durations must hold ints >= 0, got -2"),
     (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1.5], 0), r"tdt_loss: durations must be a list of ints"),
@@ -263,6 +350,9 @@ def test_lower_precision_dtypes(kind, dtype, rtol):
     (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1, 2], 0, sigma=float("inf")), r"tdt_loss: sigma must be a finite"),
     (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1, 2], 0, fastemit_lambda=-1.0),
      r"tdt_loss: fastemit_lambda must be a finite float >= 0, got -1.0"),
+    (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1, 2], 0, clamp=float("nan")), r"tdt_loss: clamp must be a float .*nan"),
+    (lambda x, s: paddle_ext.multiblank_rnnt_loss(x, s, [2], 7, clamp="0.1"),
+     r"multiblank_rnnt_loss: clamp must be a float .*'0.1'"),
     (lambda x, s: paddle_ext.multiblank_rnnt_loss(x, s, [1], 7),
      r"multiblank_rnnt_loss: big_blank_durations must hold ints >= 2, got 1"),
     (lambda x, s: paddle_ext.multiblank_rnnt_loss(x, s, [2, 2], 7),

@@ -29,6 +29,19 @@ def test_tdt_recursion_equals_path_enumeration(durations, boundary):
     assert np.all(np.isfinite(got))
 
 
+@pytest.mark.parametrize("durations", [(1, 2, 3, 4, 5), (0, 2, 4), (2, 0, 1), (3,), (1,), (4, 1), (0, 1, 2, 3, 4, 5)])
+def test_tdt_lattice_equals_nemos_alpha_recursion_for_any_durations(durations):
+    """NeMo's semantics for lists without 0 (every emission takes a frame), without 1 (no one-frame step),
+    unsorted and single: our lattice equals the alpha recursion of NeMo's kernel, and path enumeration."""
+    logits, symbols = tdt_problem(B=3, T=7, S=3, durations=durations, seed=sum(durations))
+    arcs = refs.tdt_arcs(durations, 4)
+    got = refs.jump_lattice_loss(arcs, logits, symbols, 0, sigma=0.05)
+    np.testing.assert_allclose(got, refs.tdt_loss_nemo(logits, symbols, durations, 0, sigma=0.05), rtol=1e-12)
+    np.testing.assert_allclose(got, refs.jump_lattice_loss_brute_force(arcs, logits, symbols, 0, sigma=0.05),
+                               rtol=1e-12)
+    assert np.isfinite(got).all() or 1 not in durations
+
+
 @pytest.mark.parametrize("big", [(2,), (2, 3)])
 @pytest.mark.parametrize("boundary", [None, BOUNDARY])
 def test_multiblank_recursion_equals_path_enumeration(big, boundary):

@@ -3,6 +3,8 @@
 // arguments with clear exceptions; these checks catch what a static graph only sees when it runs.
 #include "paddle_ext/rnnt_joint_logprobs.h"
 
+#include <cstring>
+
 #include "paddle_ext/binding/common.h"
 #include "paddle_ext/binding/joiner.h"
 
@@ -12,12 +14,15 @@ namespace {
 // The shapes of the joint op's inputs; the values of symbols and ranges are checked on CPU only (a GPU
 // kernel skips a bad row instead of synchronising to check).
 JointShape joint_shape(const paddle::Tensor& logits, const paddle::Tensor& symbols,
-                       const paddle::optional<paddle::Tensor>& ranges, int termination_symbol, const char* op) {
+                       const paddle::optional<paddle::Tensor>& ranges, int termination_symbol, int64_t clamp_bits,
+                       const char* op) {
   PE_CHECK(logits.shape().size() == 4, op, ": logits must be 4-D [B, T, R, C], got rank ", logits.shape().size());
   PE_CHECK(symbols.shape().size() == 2 && symbols.dtype() == paddle::DataType::INT64, op,
            ": symbols must be int64 [B, S]");
   const auto& s = logits.shape();
-  const JointShape d{s[0], s[1], s[2], symbols.shape()[1], s[3], termination_symbol};
+  JointShape d{s[0], s[1], s[2], symbols.shape()[1], s[3], termination_symbol};
+  std::memcpy(&d.clamp, &clamp_bits, sizeof(d.clamp));
+  PE_CHECK(d.clamp > 0, op, ": the clamp's bound must be > 0 (+inf: off), got ", d.clamp);
   PE_CHECK(symbols.shape()[0] == d.B, op, ": symbols has ", symbols.shape()[0], " rows but logits has B = ", d.B);
   PE_CHECK(termination_symbol >= 0 && termination_symbol < d.C, op, ": termination_symbol must be in [0, C = ", d.C,
            "), got ", termination_symbol);
@@ -69,25 +74,28 @@ std::vector<std::vector<int64_t>> RnntJointInferShape(const std::vector<int64_t>
   PE_CHECK(logits_shape.size() == 4 && symbols_shape.size() == 2,
            "rnnt_joint_logprobs: logits must be [B, T, R, C] and symbols [B, S]");
   const int64_t B = logits_shape[0], T = logits_shape[1], R = logits_shape[2], S = symbols_shape[1];
-  return {{B, S, T}, {B, S < 0 ? -1 : S + 1, T}, {B, T, R, 2}};
+  return {{B, S, T}, {B, S < 0 ? -1 : S + 1, T}, {B, T, R, 2}, {B}};
 }
 
 std::vector<paddle::DataType> RnntJointInferDtype(const paddle::DataType& logits, const paddle::DataType&,
                                                   const paddle::optional<paddle::DataType>&) {
-  return {logits, logits, lse_dtype(logits)};
+  return {logits, logits, lse_dtype(logits), logits};
 }
 
 std::vector<paddle::Tensor> RnntJointKernel(const paddle::Tensor& logits_in, const paddle::Tensor& symbols_in,
-                                            const paddle::optional<paddle::Tensor>& ranges_in, int termination_symbol) {
+                                            const paddle::optional<paddle::Tensor>& ranges_in, int termination_symbol,
+                                            int64_t clamp_bits) {
   const char* op = "rnnt_joint_logprobs";
   const paddle::Tensor logits = dense(logits_in), symbols = dense(symbols_in);
-  const JointShape d = joint_shape(logits, symbols, ranges_in, termination_symbol, op);
+  const JointShape d = joint_shape(logits, symbols, ranges_in, termination_symbol, clamp_bits, op);
   paddle::Tensor ranges = ranges_in ? dense(*ranges_in) : paddle::Tensor();
   check_values(symbols, ranges_in ? &ranges : nullptr, d, op);
   const int64_t* rptr = ranges_in ? ranges.data<int64_t>() : nullptr;
   paddle::Tensor px = new_output({d.B, d.S, d.T}, logits.dtype(), logits.place());
   paddle::Tensor py = new_output({d.B, d.S + 1, d.T}, logits.dtype(), logits.place());
   paddle::Tensor lse = new_output({d.B, d.T, d.R, 2}, lse_dtype(logits.dtype()), logits.place());
+  paddle::Tensor scale = d.B == 0 ? new_output({0}, logits.dtype(), logits.place())
+                                  : paddle::experimental::full({d.B}, 0, logits.dtype(), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -103,23 +111,33 @@ std::vector<paddle::Tensor> RnntJointKernel(const paddle::Tensor& logits_in, con
 #endif
     }
   });
-  return {px, py, lse};
+  return {px, py, lse, scale};
 }
 
 std::vector<paddle::Tensor> RnntJointGradKernel(const paddle::Tensor& logits_in, const paddle::Tensor& symbols_in,
                                                 const paddle::optional<paddle::Tensor>& ranges_in,
                                                 const paddle::Tensor& lse_in, const paddle::Tensor& px_grad_in,
-                                                const paddle::Tensor& py_grad_in, int termination_symbol) {
+                                                const paddle::Tensor& py_grad_in, const paddle::Tensor& scale_grad_in,
+                                                int termination_symbol, int64_t clamp_bits) {
   const char* op = "rnnt_joint_logprobs_grad";
   const paddle::Tensor logits = dense(logits_in), symbols = dense(symbols_in), lse = dense(lse_in);
-  const JointShape d = joint_shape(logits, symbols, ranges_in, termination_symbol, op);
+  const JointShape d = joint_shape(logits, symbols, ranges_in, termination_symbol, clamp_bits, op);
   const paddle::Tensor px_grad = grad_or_zeros(px_grad_in, {d.B, d.S, d.T}, logits.dtype(), logits.place()),
                        py_grad = grad_or_zeros(py_grad_in, {d.B, d.S + 1, d.T}, logits.dtype(), logits.place());
+  // (read only with the clamp on, where the API adds scale to the loss; unused, it counts as zeros)
+  const paddle::Tensor scale_grad = clamp_on(d.clamp) ? grad_or_zeros(scale_grad_in, {d.B}, logits.dtype(),
+                                                                      logits.place())
+                                                      : paddle::Tensor();
   paddle::Tensor ranges = ranges_in ? dense(*ranges_in) : paddle::Tensor();
   check_values(symbols, ranges_in ? &ranges : nullptr, d, op);
   PE_CHECK(px_grad.shape() == std::vector<int64_t>({d.B, d.S, d.T}) &&
-               py_grad.shape() == std::vector<int64_t>({d.B, d.S + 1, d.T}) && lse.numel() == d.B * d.T * d.R * 2,
-           op, ": px_grad, py_grad and lse must be [B, S, T], [B, S+1, T] and [B, T, R, 2]");
+               py_grad.shape() == std::vector<int64_t>({d.B, d.S + 1, d.T}) && lse.numel() == d.B * d.T * d.R * 2 &&
+               (!scale_grad.defined() || scale_grad.numel() == d.B),
+           op, ": px_grad, py_grad, lse and scale_grad must be [B, S, T], [B, S+1, T], [B, T, R, 2] and [B]");
+  const auto scale_ptr = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return scale_grad.defined() ? ptr<T>(scale_grad) : static_cast<const T*>(nullptr);
+  };
   const int64_t* rptr = ranges_in ? ranges.data<int64_t>() : nullptr;
   paddle::Tensor logits_grad = new_output(logits.shape(), logits.dtype(), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
@@ -127,11 +145,11 @@ std::vector<paddle::Tensor> RnntJointGradKernel(const paddle::Tensor& logits_in,
     using A = acc_t<T>;
     if (logits.is_cpu()) {
       cpu::rnnt_joint_backward<T>(ptr<T>(logits), symbols.data<int64_t>(), rptr, ptr<A>(lse), ptr<T>(px_grad),
-                                  ptr<T>(py_grad), mutable_ptr<T>(logits_grad), d);
+                                  ptr<T>(py_grad), scale_ptr(tag), mutable_ptr<T>(logits_grad), d);
     } else {
 #ifdef PADDLE_EXT_WITH_CUDA
       gpu::rnnt_joint_backward<T>(ptr<T>(logits), symbols.data<int64_t>(), rptr, ptr<A>(lse), ptr<T>(px_grad),
-                                  ptr<T>(py_grad), mutable_ptr<T>(logits_grad), d, logits.stream());
+                                  ptr<T>(py_grad), scale_ptr(tag), mutable_ptr<T>(logits_grad), d, logits.stream());
 #else
       throw_no_cuda(op);
 #endif

@@ -26,7 +26,7 @@ JumpLattice jump_lattice(const paddle::Tensor& logits, const std::vector<int64_t
   PE_CHECK(s.size() == 4, op, ": logits must be 4-D [B, T, S+1, units], got rank ", s.size());
   PE_CHECK(symbols.shape().size() == 2 && symbols.dtype() == paddle::DataType::INT64, op,
            ": symbols must be int64 [B, S]");
-  PE_CHECK(real_bits.size() == 2, op, ": real_bits must hold sigma and fastemit_lambda");
+  PE_CHECK(real_bits.size() == 3, op, ": real_bits must hold sigma, fastemit_lambda and the clamp's bound");
   const int n = static_cast<int>(durations.size());
   PE_CHECK(n <= kMaxJumpDurations, op, ": at most ", kMaxJumpDurations, " durations, got ", n);
   JumpLattice L{};
@@ -35,6 +35,8 @@ JumpLattice jump_lattice(const paddle::Tensor& logits, const std::vector<int64_t
   L.C = s[3] - L.D;
   L.sigma = real_from_bits(real_bits[0]);
   L.fastemit_lambda = real_from_bits(real_bits[1]);
+  L.clamp = real_from_bits(real_bits[2]);
+  PE_CHECK(L.clamp > 0, op, ": the clamp's bound must be > 0 (+inf: off), got ", L.clamp);
   PE_CHECK(symbols.shape()[0] == L.B, op, ": symbols has ", symbols.shape()[0], " rows but logits has B = ", L.B);
   PE_CHECK(s[2] == L.S + 1, op, ": logits must be [B, T, S+1, units] with S = ", L.S, " (symbols [B, S]), got ",
            s[2]);

@@ -18,11 +18,13 @@ namespace {
 
 using namespace rows;  // NOLINT: the shared row helpers (cpu_rows.h)
 
-template <typename L>
-struct SoftmaxScaled {  // joint_grad with no incoming grad at the element: -softmax * g_sum
-  typename L::V max, log_sum, g_sum;
+template <typename L, bool kClamp>
+struct SoftmaxScaled {  // joint_grad with no incoming grad at the element: -softmax * g_sum; kClamp: then clamped
+  typename L::V max, log_sum, g_sum, bound, scale;
   PE_VINLINE typename L::V operator()(typename L::V x, index_t) const {
-    return joint_grad(x, max, log_sum, typename L::V{}, g_sum, LaneExp<L>());
+    const typename L::V v = joint_grad(x, max, log_sum, typename L::V{}, g_sum, LaneExp<L>());
+    if constexpr (kClamp) return clamped_grad(v, bound, scale);
+    return v;
   }
 };
 
@@ -67,6 +69,7 @@ struct JointBackward {
   const acc_t<T>* lse;
   const T* px_grad;
   const T* py_grad;
+  const T* scale;
   T* logits_grad;
   JointShape d;
   index_t row0;  // logits[0] and logits_grad[0] are row row0 (the fused joiner's block)
@@ -74,8 +77,11 @@ struct JointBackward {
   PE_VINLINE void run(index_t f0, index_t f1) const {
     using A = acc_t<T>;
     using L = Lanes<W, T>;
+    const bool clamped = clamp_on(d.clamp);
     for (index_t f = f0; f < f1; ++f) {
       const index_t b = f / d.T, t = f % d.T;
+      const A bound = static_cast<A>(d.clamp), item = clamped ? load(scale[b]) : A(1);
+      const auto finish = [&](A v) { return clamped ? clamped_grad(v, bound, item) : v; };
       for (index_t r = 0; r < d.R; ++r) {
         const index_t row = f * d.R + r;
         const T* x = logits + (row - row0) * d.C;
@@ -86,16 +92,19 @@ struct JointBackward {
         const A gx = has_symbol ? load(px_grad[joint_px_at(d, b, s, t)]) : A(0);
         const A g = gx + gy, m = lse[2 * row], ls = lse[2 * row + 1];
         if (!finite(m)) {
-          for (index_t c = 0; c < d.C; ++c) dx[c] = store<T>(joint_grad<A>(load(x[c]), m, ls, A(0), g));
+          for (index_t c = 0; c < d.C; ++c) dx[c] = store<T>(finish(joint_grad<A>(load(x[c]), m, ls, A(0), g)));
         } else if (g == 0) {  // a cell no path uses: softmax * 0 (finite softmax)
           std::memset(static_cast<void*>(dx), 0, sizeof(T) * d.C);
+        } else if (clamped) {
+          map_row<L>(x, dx, d.C, -kInf, SoftmaxScaled<L, true>{L::splat(m), L::splat(ls), L::splat(g),
+                                                              L::splat(bound), L::splat(item)});
         } else {
-          map_row<L>(x, dx, d.C, -kInf, SoftmaxScaled<L>{L::splat(m), L::splat(ls), L::splat(g)});
+          map_row<L>(x, dx, d.C, -kInf, SoftmaxScaled<L, false>{L::splat(m), L::splat(ls), L::splat(g)});
         }
         if (!ok) continue;
         const int64_t sym = has_symbol ? symbols[b * d.S + s] : -1, blank = d.termination;
-        dx[blank] = store<T>(joint_grad<A>(load(x[blank]), m, ls, gy + (sym == blank ? gx : A(0)), g));
-        if (has_symbol && sym != blank) dx[sym] = store<T>(joint_grad<A>(load(x[sym]), m, ls, gx, g));
+        dx[blank] = store<T>(finish(joint_grad<A>(load(x[blank]), m, ls, gy + (sym == blank ? gx : A(0)), g)));
+        if (has_symbol && sym != blank) dx[sym] = store<T>(finish(joint_grad<A>(load(x[sym]), m, ls, gx, g)));
       }
     }
   }
@@ -129,10 +138,10 @@ void rnnt_joint_forward(const T* logits, const int64_t* symbols, const int64_t* 
 
 template <typename T>
 void rnnt_joint_backward(const T* logits, const int64_t* symbols, const int64_t* ranges, const acc_t<T>* lse,
-                         const T* px_grad, const T* py_grad, T* logits_grad, const JointShape& d) {
+                         const T* px_grad, const T* py_grad, const T* scale, T* logits_grad, const JointShape& d) {
   if (d.C == 0) return;
   populate_for_write(logits_grad, sizeof(T) * d.B * d.T * d.R * d.C);
-  for_frames(JointBackward<T>{logits, symbols, ranges, lse, px_grad, py_grad, logits_grad, d, 0}, d);
+  for_frames(JointBackward<T>{logits, symbols, ranges, lse, px_grad, py_grad, scale, logits_grad, d, 0}, d);
 }
 
 // The fused joiner: the same row kernels on each block of joiner_blocks.h.
@@ -155,7 +164,7 @@ void rnnt_joiner_backward(const T* am, const T* lm, const T* weight, const T* bi
   const joiner::Blocks<T> blocks(am, lm, weight, bias, j);
   blocks.backward(
       [&](const T* z, T* dz, index_t f0, index_t f1) {
-        const JointBackward<T> k{z, symbols, ranges, lse, px_grad, py_grad, dz, d, f0 * d.R};
+        const JointBackward<T> k{z, symbols, ranges, lse, px_grad, py_grad, nullptr, dz, d, f0 * d.R};
         parallel_for(f0, f1, blocks.frame_grain(), [&](index_t a, index_t b) { simd::dispatch(k, a, b); });
       },
       am_grad, lm_grad, weight_grad, bias_grad);
@@ -215,7 +224,7 @@ void rnnt_prune_gather_backward(const int64_t* index, const T* out_grad, T* x_gr
   template void rnnt_joint_forward<T>(const T*, const int64_t*, const int64_t*, T*, T*, acc_t<T>*,              \
                                       const JointShape&);                                                       \
   template void rnnt_joint_backward<T>(const T*, const int64_t*, const int64_t*, const acc_t<T>*, const T*,     \
-                                       const T*, T*, const JointShape&);                                        \
+                                       const T*, const T*, T*, const JointShape&);                              \
   template void rnnt_prune_gather<T>(const T*, const int64_t*, T*, index_t, index_t, index_t, index_t);         \
   template void rnnt_prune_gather_backward<T>(const int64_t*, const T*, T*, index_t, index_t, index_t, index_t);
 PE_FOR_FLOAT_TYPES(PE_INSTANTIATE)

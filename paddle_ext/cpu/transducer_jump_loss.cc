@@ -19,12 +19,18 @@ namespace {
 
 using namespace rows;  // NOLINT: the shared row helpers (cpu_rows.h)
 
-template <typename L>
-struct SoftmaxTimes {  // -softmax * g_sum (joint_grad with no own grad), g_sum = -(occupancy)
-  typename L::V max, log_sum, g_sum;
+template <typename L, bool kClamp>
+struct SoftmaxTimes {  // -softmax * g_sum (joint_grad with no own grad), g_sum = -(occupancy); kClamp: then clamped
+  typename L::V max, log_sum, g_sum, bound, scale;
   PE_VINLINE typename L::V operator()(typename L::V x, index_t) const {
-    return joint_grad(x, max, log_sum, typename L::V{}, g_sum, LaneExp<L>());
+    const typename L::V v = joint_grad(x, max, log_sum, typename L::V{}, g_sum, LaneExp<L>());
+    if constexpr (kClamp) return clamped_grad(v, bound, scale);
+    return v;
   }
+};
+
+struct HeadClamp {  // a head's grads clamped to [-bound, bound] (bound +inf: not clamped), then times scale
+  double bound, scale;
 };
 
 // A node's arc terms padded with -inf to whole double vectors (kMaxJumpArcs + one vector of slack).
@@ -78,16 +84,23 @@ struct HeadsForward {  // each row's heads (lse) and its node's arc weights
   }
 };
 
-// Writes grad = softmax(head) * occupancy - (occupancy of the arcs emitting each unit) for one head of k units.
+// Writes grad = softmax(head) * occupancy for one head of k units (the units its arcs emit are rewritten after);
+// with `clamp`, each value then clamped and scaled (the clamp on: occupancy leaves out the loss grad).
 template <typename L, typename T>
-PE_VINLINE void head_grad(const T* x, T* dx, index_t k, double max, double log_sum, double occupancy) {
+PE_VINLINE void head_grad(const T* x, T* dx, index_t k, double max, double log_sum, double occupancy,
+                          const HeadClamp* clamp) {
   if (occupancy == 0.0) {
     std::memset(static_cast<void*>(dx), 0, sizeof(T) * k);
   } else if (!finite(max)) {  // NaN or +inf in the head: the scalar rules
-    for (index_t c = 0; c < k; ++c)
-      dx[c] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[c]), max, log_sum, 0.0, -occupancy)));
+    for (index_t c = 0; c < k; ++c) {
+      const double v = joint_grad<double>(load(x[c]), max, log_sum, 0.0, -occupancy);
+      dx[c] = store<T>(static_cast<acc_t<T>>(clamp ? clamped_grad(v, clamp->bound, clamp->scale) : v));
+    }
+  } else if (clamp) {
+    map_row<L>(x, dx, k, -kInf, SoftmaxTimes<L, true>{L::splat(max), L::splat(log_sum), L::splat(-occupancy),
+                                                     L::splat(clamp->bound), L::splat(clamp->scale)});
   } else {
-    map_row<L>(x, dx, k, -kInf, SoftmaxTimes<L>{L::splat(max), L::splat(log_sum), L::splat(-occupancy)});
+    map_row<L>(x, dx, k, -kInf, SoftmaxTimes<L, false>{L::splat(max), L::splat(log_sum), L::splat(-occupancy)});
   }
 }
 
@@ -121,21 +134,23 @@ struct JumpBackward {
       const index_t s = r % (L.S + 1), t = (r / (L.S + 1)) % L.T, b = r / ((L.S + 1) * L.T);
       const JumpBox box = jump_box(boundary, b, L);
       if (r + 1 < r1) prefetch_arc_units(r + 1);
-      const double g = static_cast<double>(load(loss_grad[b]));
+      const double g = static_cast<double>(load(loss_grad[b])), fold = jump_fold(L, g);
       const T* x = logits + (r - row0) * L.X();
       T* dx = logits_grad + (r - row0) * L.X();
       double n_out = 0.0;
       if (g != 0.0 && jump_occupancy_exponents(L, x, symbols, lse, alpha, beta, b, t, s, box, gamma)) {
         exp_terms<W>(gamma, a.count);
-        for (int k = 0; k < a.count; ++k) n_out += gamma[k] *= jump_arc_scale(L, k, g);
+        for (int k = 0; k < a.count; ++k) n_out += gamma[k] *= jump_arc_scale(L, k, fold);
       } else {
         for (int k = 0; k < a.count; ++k) gamma[k] = 0.0;
       }
       const double* h = lse + 4 * r;
-      head_grad<Lane>(x, dx, L.C, h[0], h[1], n_out);
-      if (L.D > 0) head_grad<Lane>(x + L.C, dx + L.C, L.D, h[2], h[3], n_out);
+      const HeadClamp tokens{L.clamp, g}, durations{kInf, g};
+      const bool clamped = clamp_on(L.clamp);
+      head_grad<Lane>(x, dx, L.C, h[0], h[1], n_out, clamped ? &tokens : nullptr);
+      if (L.D > 0) head_grad<Lane>(x + L.C, dx + L.C, L.D, h[2], h[3], n_out, clamped ? &durations : nullptr);
       if (n_out == 0.0) continue;
-      jump_emitted_grads(L, x, dx, h, jump_symbol(symbols, L, b, s), gamma, n_out);
+      jump_emitted_grads(L, x, dx, h, jump_symbol(symbols, L, b, s), gamma, n_out, g);
     }
   }
 };

@@ -54,8 +54,8 @@ __global__ void joint_forward_kernel(const T* logits, const int64_t* symbols, co
 
 template <typename T>
 __global__ void joint_backward_kernel(const T* logits, const int64_t* symbols, const int64_t* ranges,
-                                      const acc_t<T>* lse, const T* px_grad, const T* py_grad, T* logits_grad,
-                                      JointShape d) {
+                                      const acc_t<T>* lse, const T* px_grad, const T* py_grad, const T* scale,
+                                      T* logits_grad, JointShape d) {
   using A = acc_t<T>;
   const int lane = threadIdx.x % kWarp;
   const index_t rows = d.B * d.T * d.R;
@@ -68,11 +68,14 @@ __global__ void joint_backward_kernel(const T* logits, const int64_t* symbols, c
     const A gx = has_symbol ? static_cast<A>(load(px_grad[joint_px_at(d, b, s, t)])) : A(0);
     const int64_t sym = has_symbol ? symbols[b * d.S + s] : -1, blank = ok ? d.termination : -1;
     const A g = gx + gy, m = lse[2 * row], ls = lse[2 * row + 1];
+    const bool clamped = clamp_on(d.clamp);
+    const A bound = static_cast<A>(d.clamp), item = clamped ? static_cast<A>(load(scale[b])) : A(1);
     const T* x = logits + row * d.C;
     T* dx = logits_grad + row * d.C;
     for (index_t c = lane; c < d.C; c += kWarp) {
       const A own = (c == sym ? gx : A(0)) + (c == blank ? gy : A(0));
-      dx[c] = store<T>(joint_grad<A>(load(x[c]), m, ls, own, g));
+      const A v = joint_grad<A>(load(x[c]), m, ls, own, g);
+      dx[c] = store<T>(clamped ? clamped_grad(v, bound, item) : v);
     }
   }
 }
@@ -137,11 +140,12 @@ void rnnt_joint_forward(const T* logits, const int64_t* symbols, const int64_t* 
 
 template <typename T>
 void rnnt_joint_backward(const T* logits, const int64_t* symbols, const int64_t* ranges, const acc_t<T>* lse,
-                         const T* px_grad, const T* py_grad, T* logits_grad, const JointShape& d, cudaStream_t stream) {
+                         const T* px_grad, const T* py_grad, const T* scale, T* logits_grad, const JointShape& d,
+                         cudaStream_t stream) {
   const index_t rows = d.B * d.T * d.R;
   if (rows == 0 || d.C == 0) return;
-  joint_backward_kernel<T><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, stream>>>(logits, symbols, ranges, lse,
-                                                                                     px_grad, py_grad, logits_grad, d);
+  joint_backward_kernel<T><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, stream>>>(
+      logits, symbols, ranges, lse, px_grad, py_grad, scale, logits_grad, d);
   check_launch("rnnt_joint_logprobs_grad");
 }
 
@@ -176,7 +180,7 @@ void rnnt_prune_gather_backward(const int64_t* index, const T* out_grad, T* x_gr
   template void rnnt_joint_forward<T>(const T*, const int64_t*, const int64_t*, T*, T*, acc_t<T>*, const JointShape&, \
                                       cudaStream_t);                                                              \
   template void rnnt_joint_backward<T>(const T*, const int64_t*, const int64_t*, const acc_t<T>*, const T*,       \
-                                       const T*, T*, const JointShape&, cudaStream_t);                            \
+                                       const T*, const T*, T*, const JointShape&, cudaStream_t);                  \
   template void rnnt_prune_gather<T>(const T*, const int64_t*, T*, index_t, index_t, index_t, index_t,            \
                                      cudaStream_t);                                                               \
   template void rnnt_prune_gather_backward<T>(const int64_t*, const T*, T*, index_t, index_t, index_t, index_t,   \

@@ -89,9 +89,9 @@ __global__ void backward_kernel(const T* logits, const int64_t* symbols, const i
   for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const index_t s = r % (L.S + 1), t = (r / (L.S + 1)) % L.T, b = r / ((L.S + 1) * L.T);
     const JumpBox box = jump_box(boundary, b, L);
+    const double g = static_cast<double>(load(loss_grad[b]));
     if (threadIdx.x == 0)
-      n_out = jump_occupancy(L, logits, symbols, lse, alpha, beta, b, t, s, box,
-                             static_cast<double>(load(loss_grad[b])), gamma);
+      n_out = jump_occupancy(L, logits, symbols, lse, alpha, beta, b, t, s, box, jump_fold(L, g), gamma);
     __syncthreads();
     const T* x = logits + r * L.X();
     T* dx = logits_grad + r * L.X();
@@ -100,13 +100,14 @@ __global__ void backward_kernel(const T* logits, const int64_t* symbols, const i
     for (index_t c = threadIdx.x; c < L.X(); c += blockDim.x) {
       const bool token = c < L.C;
       const double v = occupancy == 0.0 ? 0.0
-                                        : joint_grad<double>(load(x[c]), token ? h[0] : h[2], token ? h[1] : h[3],
-                                                             0.0, -occupancy);
+                                        : jump_finish(L, joint_grad<double>(load(x[c]), token ? h[0] : h[2],
+                                                                            token ? h[1] : h[3], 0.0, -occupancy),
+                                                      g, token);
       dx[c] = store<T>(static_cast<acc_t<T>>(v));
     }
     __syncthreads();
     if (threadIdx.x == 0 && occupancy != 0.0)  // the units the node's arcs emit: softmax * N - E
-      jump_emitted_grads(L, x, dx, h, jump_symbol(symbols, L, b, s), gamma, occupancy);
+      jump_emitted_grads(L, x, dx, h, jump_symbol(symbols, L, b, s), gamma, occupancy, g);
     __syncthreads();
   }
 }

@@ -10,29 +10,22 @@ name the function called, an item with no path gets an inf loss and zero grads.
 
 from __future__ import annotations
 
-import struct
-
 import paddle
 
 from . import _amp, _library
 from ._checks import is_int as _is_int
 from ._checks import is_real, run_kernel_checked
 from ._checks import known_dim as _known
-from .rnnt_loss.common import REDUCTIONS, _check_common, _check_float, _symbols64
+from .rnnt_loss.common import REDUCTIONS, _check_clamp, _check_common, _check_float, _symbols64, real_bits
 from .rnnt_loss.fused_joiner import ACTIVATIONS, check_joiner, composed_joiner, fused_fits, zero_bias
 
 MAX_DURATIONS = 16  # the kernels' fixed arc table
 _INF = float("inf")
 
 
-def _real_bits(value: float) -> int:
-    """value's float64 bit pattern: the op takes sigma and fastemit_lambda exactly (float attributes are float32)."""
-    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
-
-
 @paddle.jit.not_to_static
-def _check_durations(op, arg, durations, minimum, must_hold=()):
-    """durations as a list of ints: distinct, each >= minimum, holding every value of must_hold."""
+def _check_durations(op, arg, durations, minimum, need_positive=False):
+    """durations as a list of ints: distinct, each >= minimum; need_positive: one of them >= 1."""
     if isinstance(durations, (str, bytes)) or not hasattr(durations, "__iter__"):
         raise TypeError(f"{op}: {arg} must be a list of ints, got {durations!r}")
     values = list(durations)
@@ -46,30 +39,29 @@ def _check_durations(op, arg, durations, minimum, must_hold=()):
         raise ValueError(f"{op}: {arg} must hold ints >= {minimum}, got {bad[0]} in {values}")
     if len(set(values)) != len(values):
         raise ValueError(f"{op}: {arg} must be distinct, got {values}")
-    missing = [d for d in must_hold if d not in values]
-    if missing:
-        raise ValueError(f"{op}: {arg} must hold {' and '.join(map(str, must_hold))}, got {values} "
-                         f"(no {missing[0]})")
+    if need_positive and not any(d >= 1 for d in values):
+        raise ValueError(f"{op}: {arg} must hold a duration >= 1 (only blank arcs of durations >= 1 reach the "
+                         f"last frame: without one no path ends), got {values}")
     return values
 
 
 @paddle.jit.not_to_static
-def _check_reals(op, reduction, sigma, fastemit_lambda):
+def _check_reals(op, reduction, sigma, fastemit_lambda, clamp):
+    """-> (sigma, fastemit_lambda, the clamp's bound) as floats."""
     if reduction not in REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if not is_real(sigma) or not abs(sigma) < _INF:
         raise ValueError(f"{op}: sigma must be a finite float, got {sigma!r}")
     if not is_real(fastemit_lambda) or not 0 <= fastemit_lambda < _INF:
         raise ValueError(f"{op}: fastemit_lambda must be a finite float >= 0, got {fastemit_lambda!r}")
-    return float(sigma), float(fastemit_lambda)
+    return float(sigma), float(fastemit_lambda), _check_clamp(op, clamp)
 
 
-def _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, durations,
-               multiblank):
-    """The fused op for checked arguments, then the reduction."""
+def _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, reals, durations, multiblank):
+    """The fused op for checked arguments (reals: sigma, fastemit_lambda, the clamp's bound), then the reduction."""
     loss = _library.call_op("pe_transducer_jump_loss", (logits,), logits, _symbols64(symbols), boundary,
-                            int(termination_symbol), bool(multiblank),
-                            [_real_bits(sigma), _real_bits(fastemit_lambda)], list(durations))[0]
+                            int(termination_symbol), bool(multiblank), [real_bits(v) for v in reals],
+                            list(durations))[0]
     return _reduce(loss, reduction)
 
 
@@ -79,37 +71,39 @@ def _reduce(loss, reduction):
     return paddle.mean(loss) if reduction == "mean" else _library.sum_along(loss, 0)
 
 
-def _jump_joiner_loss(op, joiner, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, durations,
-                      multiblank):
+def _jump_joiner_loss(op, joiner, symbols, termination_symbol, boundary, reduction, reals, durations, multiblank):
     """The loss of the joiner ``joiner`` = (am, lm, weight, bias, activation) for checked arguments: the fused
     op where it runs (ops/transducer_jump_loss.yaml), else the loss of the composed joiner."""
     am, lm, weight, bias, activation = joiner
     if not fused_fits(am):
         return _jump_loss(op, composed_joiner(am, lm, weight, bias, activation), symbols, termination_symbol, boundary,
-                          reduction, sigma, fastemit_lambda, durations, multiblank)
+                          reduction, reals, durations, multiblank)
     loss = _library.call_op("pe_transducer_jump_joiner_loss", (am, lm, weight, bias), am, lm, weight, bias,
                             _symbols64(symbols), boundary, int(termination_symbol), bool(multiblank),
-                            ACTIVATIONS.index(activation), [_real_bits(sigma), _real_bits(fastemit_lambda)],
-                            list(durations))[0]
+                            ACTIVATIONS.index(activation), [real_bits(v) for v in reals], list(durations))[0]
     return _reduce(loss, reduction)
 
 
 @_library.unified
 def tdt_loss(logits, symbols, durations, termination_symbol, boundary=None, reduction="mean", *, sigma=0.0,
-             fastemit_lambda=0.0, name=None):
+             fastemit_lambda=0.0, clamp=-1.0, name=None):
     """The Token-and-Duration Transducer loss (Xu et al. 2023) on joiner output with NeMo's layout.
 
     Args:
         logits (Tensor): ``[B, T, S+1, C + D]``: C token logits (the blank, ``termination_symbol``, among
             them), then D duration logits, one per entry of ``durations``; float16/bfloat16/float32/float64.
         symbols (Tensor): int ``[B, S]``, values in ``[0, C)``.
-        durations (list[int]): D distinct ints >= 0 holding 0 and 1 (e.g. ``[0, 1, 2, 3, 4]``).
+        durations (list[int]): D <= 16 distinct ints >= 0, one of them >= 1, in any order (e.g. ``[0, 1, 2, 3, 4]``,
+            ``[1, 2, 3, 4, 5]``: every emission takes a frame, ``[0, 2, 4]``: no step of one frame).
         termination_symbol (int): the blank, in ``[0, C)``.
         boundary (Tensor|None): int64 ``[B, 4]`` rows ``(s_begin, t_begin, s_end, t_end)``; default ``(0, 0, S, T)``.
         reduction (str): 'none' ([B]), 'mean' (over the batch) or 'sum'.
         sigma (float): subtracted from every token log-prob (logit under-normalisation).
         fastemit_lambda (float): >= 0; the loss is unchanged and the grads through symbol arcs are scaled by
             ``1 + fastemit_lambda``.
+        clamp (float): > 0 clamps the grad of each token logit (the first C units; NeMo clamps no duration
+            logit) w.r.t. its item's loss to ``[-clamp, clamp]`` before the upstream grad (the reduction's
+            1/B included) multiplies it, as NeMo's TDT loss does; <= 0 (default -1): off. The loss is unchanged.
 
     From node (t, s) a symbol arc emits ``symbols[s]`` with duration d to (t+d, s+1) (d may be 0, landing
     before the last frame), a blank arc emits the blank with duration d >= 1 to (t+d, s) (landing <= T);
@@ -118,24 +112,24 @@ def tdt_loss(logits, symbols, durations, termination_symbol, boundary=None, redu
     zero grads).
     """
     return _amp.float32_op(_tdt_loss, 1, logits, symbols, durations, termination_symbol, boundary, reduction, sigma,
-                           fastemit_lambda)
+                           fastemit_lambda, clamp)
 
 
-def _tdt_loss(logits, symbols, durations, termination_symbol, boundary, reduction, sigma, fastemit_lambda):
+def _tdt_loss(logits, symbols, durations, termination_symbol, boundary, reduction, sigma, fastemit_lambda, clamp):
     op = "tdt_loss"
-    sigma, fastemit_lambda = _check_reals(op, reduction, sigma, fastemit_lambda)
+    reals = _check_reals(op, reduction, sigma, fastemit_lambda, clamp)
     B, T, S1, X = _check_float(logits, "logits", op, 4)
     durations, check_args = _tdt_checks(op, "logits' last dim", durations, X, symbols, termination_symbol, B, S1, T,
                                         boundary)
     deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
     return run_kernel_checked(deferred, _check_common, check_args, _jump_loss, op, logits, symbols, termination_symbol,
-                               boundary, reduction, sigma, fastemit_lambda, durations, False)
+                               boundary, reduction, reals, durations, False)
 
 
 @paddle.jit.not_to_static
 def _tdt_checks(op, units, durations, X, symbols, termination_symbol, B, S1, T, boundary):
     """-> (durations as ints, _check_common's arguments) for X = C + D units (``units`` names that dim)."""
-    durations = _check_durations(op, "durations", durations, 0, must_hold=(0, 1))
+    durations = _check_durations(op, "durations", durations, 0, need_positive=True)
     C = X - len(durations) if _known(X) else -1
     if _known(X) and C < 1:
         raise ValueError(f"{op}: {units} must be C + D with C >= 1 token units and D = {len(durations)} "
@@ -146,28 +140,29 @@ def _tdt_checks(op, units, durations, X, symbols, termination_symbol, B, S1, T, 
 
 @_library.unified
 def multiblank_rnnt_loss(logits, symbols, big_blank_durations, termination_symbol, boundary=None, reduction="mean", *,
-                         sigma=0.0, fastemit_lambda=0.0, name=None):
+                         sigma=0.0, fastemit_lambda=0.0, clamp=-1.0, name=None):
     """The multi-blank RNN-T loss (Xu et al. 2022) on joiner output ``logits [B, T, S+1, C]`` (NeMo's layout).
 
     Big blank i, of duration ``big_blank_durations[i]`` (distinct ints >= 2), is unit
     ``termination_symbol - 1 - i``: the standard blank last, the big blanks just before it. From node (t, s):
     the standard blank to (t+1, s), big blank i to (t + d_i, s) (landing <= T), a symbol to (t, s+1).
-    ``sigma`` is subtracted from every log-prob; other arguments as in :func:`tdt_loss`.
+    ``sigma`` is subtracted from every log-prob; ``clamp`` > 0 clamps the grad of every logit (as NeMo's
+    multi-blank loss); other arguments as in :func:`tdt_loss`.
     """
     return _amp.float32_op(_multiblank_rnnt_loss, 1, logits, symbols, big_blank_durations, termination_symbol,
-                           boundary, reduction, sigma, fastemit_lambda)
+                           boundary, reduction, sigma, fastemit_lambda, clamp)
 
 
 def _multiblank_rnnt_loss(logits, symbols, big_blank_durations, termination_symbol, boundary, reduction, sigma,
-                          fastemit_lambda):
+                          fastemit_lambda, clamp):
     op = "multiblank_rnnt_loss"
-    sigma, fastemit_lambda = _check_reals(op, reduction, sigma, fastemit_lambda)
+    reals = _check_reals(op, reduction, sigma, fastemit_lambda, clamp)
     big = _check_durations(op, "big_blank_durations", big_blank_durations, 2)
     B, T, S1, C = _check_float(logits, "logits", op, 4)
     check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, "regular")
     deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
     return run_kernel_checked(deferred, _check_common, check_args, _multiblank_checked_loss, op, logits, symbols,
-                               termination_symbol, boundary, reduction, sigma, fastemit_lambda, big)
+                               termination_symbol, boundary, reduction, reals, big)
 
 
 def _check_big_blanks(op, termination_symbol, big):
@@ -176,9 +171,9 @@ def _check_big_blanks(op, termination_symbol, big):
                          f"{len(big)}, so termination_symbol must be >= {len(big)}, got {termination_symbol}")
 
 
-def _multiblank_checked_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, big):
+def _multiblank_checked_loss(op, logits, symbols, termination_symbol, boundary, reduction, reals, big):
     _check_big_blanks(op, termination_symbol, big)
-    return _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, sigma, fastemit_lambda, big, True)
+    return _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, reals, big, True)
 
 
 @_library.unified
@@ -198,14 +193,14 @@ def tdt_loss_fused_joiner(am, lm, weight, bias, symbols, durations, termination_
 def _tdt_loss_fused_joiner(am, lm, weight, bias, symbols, durations, termination_symbol, boundary, reduction,
                            activation, sigma, fastemit_lambda):
     op = "tdt_loss_fused_joiner"
-    sigma, fastemit_lambda = _check_reals(op, reduction, sigma, fastemit_lambda)
+    reals = _check_reals(op, reduction, sigma, fastemit_lambda, -1.0)
     B, T, S1, J, X = check_joiner(op, am, lm, weight, bias, activation)
     durations, check_args = _tdt_checks(op, "weight's last dim", durations, X, symbols, termination_symbol, B, S1, T,
                                         boundary)
     deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
     return run_kernel_checked(deferred, _check_common, check_args, _jump_joiner_loss, op,
                               (am, lm, weight, bias, activation), symbols, termination_symbol, boundary, reduction,
-                              sigma, fastemit_lambda, durations, False)
+                              reals, durations, False)
 
 
 @_library.unified
@@ -224,7 +219,7 @@ def multiblank_rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, big_blank_d
 def _multiblank_rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, big_blank_durations, termination_symbol,
                                        boundary, reduction, activation, sigma, fastemit_lambda):
     op = "multiblank_rnnt_loss_fused_joiner"
-    sigma, fastemit_lambda = _check_reals(op, reduction, sigma, fastemit_lambda)
+    reals = _check_reals(op, reduction, sigma, fastemit_lambda, -1.0)
     big = _check_durations(op, "big_blank_durations", big_blank_durations, 2)
     B, T, S1, J, C = check_joiner(op, am, lm, weight, bias, activation)
     check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, "regular")
@@ -233,7 +228,7 @@ def _multiblank_rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, big_blank_
         run_kernel_checked(deferred, _check_common, check_args, _check_big_blanks, op, termination_symbol, big)
     return run_kernel_checked(deferred, _check_common, check_args, _jump_joiner_loss, op,
                               (am, lm, weight, bias, activation), symbols, termination_symbol, boundary, reduction,
-                              sigma, fastemit_lambda, big, True)
+                              reals, big, True)
 
 
 __all__ = ["multiblank_rnnt_loss", "multiblank_rnnt_loss_fused_joiner", "tdt_loss", "tdt_loss_fused_joiner"]

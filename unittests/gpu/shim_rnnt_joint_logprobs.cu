@@ -16,14 +16,16 @@ extern "C" int pe_rnnt_joint_forward(int dtype, const void* logits, const void* 
   });
 }
 
+// scale [B] and clamp: the grad clamp (clamp +inf: off, scale unread; grad_clamp.h)
 extern "C" int pe_rnnt_joint_backward(int dtype, const void* logits, const void* symbols, const void* ranges,
-                                      const void* lse, const void* px_grad, const void* py_grad, void* logits_grad,
-                                      int64_t B, int64_t T, int64_t R, int64_t S, int64_t C, int64_t termination) {
+                                      const void* lse, const void* px_grad, const void* py_grad, const void* scale,
+                                      void* logits_grad, int64_t B, int64_t T, int64_t R, int64_t S, int64_t C,
+                                      int64_t termination, double clamp) {
   return shim_dispatch_floating(dtype, [&](auto tag) {
     using T_ = typename decltype(tag)::type;
     gpu::rnnt_joint_backward<T_>((const T_*)logits, (const int64_t*)symbols, (const int64_t*)ranges,
-                                 (const acc_t<T_>*)lse, (const T_*)px_grad, (const T_*)py_grad, (T_*)logits_grad,
-                                 JointShape{B, T, R, S, C, termination}, 0);
+                                 (const acc_t<T_>*)lse, (const T_*)px_grad, (const T_*)py_grad, (const T_*)scale,
+                                 (T_*)logits_grad, JointShape{B, T, R, S, C, termination, clamp}, 0);
   });
 }
 

@@ -1,16 +1,17 @@
 // C ABI over the transducer_jump_loss launchers for unittests/gpu (dtype codes: see gpu_runtime.py; only
 // 0 = float32 and 1 = float64: the Python API computes 16-bit types in float32). lattice holds the TDT
-// durations (multiblank = 0) or the big blanks' durations (multiblank = 1); boundary may be null.
+// durations (multiblank = 0) or the big blanks' durations (multiblank = 1); boundary may be null; clamp is the
+// grad clamp's bound (+inf: off).
 #include "paddle_ext/transducer_jump_loss.h"
 #include "shim_dispatch.cuh"
 
 using namespace paddle_ext;
 
 static JumpLattice shim_lattice(int64_t B, int64_t T, int64_t S, int64_t X, int multiblank, const int64_t* lattice,
-                                int n, int64_t blank, double sigma, double fastemit_lambda) {
+                                int n, int64_t blank, double sigma, double fastemit_lambda, double clamp) {
   JumpLattice L{};
   L.B = B, L.T = T, L.S = S, L.D = multiblank ? 0 : n, L.C = X - L.D, L.sigma = sigma;
-  L.fastemit_lambda = fastemit_lambda;
+  L.fastemit_lambda = fastemit_lambda, L.clamp = clamp;
   L.arcs = multiblank ? multiblank_arcs(lattice, n, blank) : tdt_arcs(lattice, n, blank);
   return L;
 }
@@ -29,8 +30,8 @@ extern "C" int pe_transducer_jump_loss(int dtype, const void* logits, const void
                                        const void* loss_grad, void* lse, void* alpha, void* beta, void* loss,
                                        void* logits_grad, int64_t B, int64_t T, int64_t S, int64_t X, int multiblank,
                                        const int64_t* lattice_host, int n, int64_t blank, double sigma,
-                                       double fastemit_lambda) {
-  const JumpLattice L = shim_lattice(B, T, S, X, multiblank, lattice_host, n, blank, sigma, fastemit_lambda);
+                                       double fastemit_lambda, double clamp) {
+  const JumpLattice L = shim_lattice(B, T, S, X, multiblank, lattice_host, n, blank, sigma, fastemit_lambda, clamp);
   return jump_dispatch(dtype, [&](auto tag) {
     using V = typename decltype(tag)::type;
     gpu::transducer_jump_forward<V>((const V*)logits, (const int64_t*)symbols, (const int64_t*)boundary,

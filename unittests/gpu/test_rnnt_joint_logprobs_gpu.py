@@ -40,7 +40,7 @@ def _run(logits, symbols, ranges, term, px_grad, py_grad, dtype):
     check(lib.pe_rnnt_joint_forward(code, _f(x), _f(sy), _f(rg), _f(px), _f(py), _f(lse), *dims))
     dx = _dev(np.zeros(logits.shape), dtype)
     check(lib.pe_rnnt_joint_backward(code, _f(x), _f(sy), _f(rg), _f(lse), _f(_dev(px_grad, dtype)),
-                                     _f(_dev(py_grad, dtype)), _f(dx), *dims))
+                                     _f(_dev(py_grad, dtype)), _f(None), _f(dx), *dims, ctypes.c_double(np.inf)))
     return [to_float64(b.get(), dtype) for b in (px, py, dx)]
 
 

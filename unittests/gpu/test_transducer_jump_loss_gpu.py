@@ -35,7 +35,8 @@ def _run(c, dtype):
         DTYPE_CODES[dtype], _f(x), _f(sy), _f(bd), _f(lg), _f(lse), _f(alpha), _f(beta), _f(loss), _f(dx),
         _i64(B), _i64(T), _i64(S1 - 1), _i64(X), ctypes.c_int(c["kind"] == "multiblank"),
         lattice.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), ctypes.c_int(len(lattice)), _i64(c["blank"]),
-        ctypes.c_double(c["sigma"]), ctypes.c_double(c["fastemit_lambda"])))
+        ctypes.c_double(c["sigma"]), ctypes.c_double(c["fastemit_lambda"]),
+        ctypes.c_double(c["clamp"] if c.get("clamp", -1) > 0 else np.inf)))
     return to_float64(loss.get(), dtype), to_float64(dx.get(), dtype), weights
 
 
@@ -46,7 +47,8 @@ def _check(c, dtype, rtol):
     tdt = c["kind"] == "tdt"
     args = (logits, c["symbols"], c["lattice"], c["blank"], c["boundary"], c["sigma"])
     ref = (refs.tdt_loss if tdt else refs.multiblank_loss)(*args)
-    want = (refs.tdt_loss_grad if tdt else refs.multiblank_loss_grad)(*args, c["fastemit_lambda"], weights)
+    want = (refs.tdt_loss_grad if tdt else refs.multiblank_loss_grad)(*args, c["fastemit_lambda"], weights,
+                                                                      c.get("clamp", -1.0))
     np.testing.assert_array_equal(np.isinf(loss), np.isinf(ref))
     finite = np.isfinite(ref)
     np.testing.assert_allclose(loss[finite], ref[finite], rtol=rtol, atol=rtol)
@@ -59,14 +61,16 @@ def test_fuzz_cases(case):
     _check(case, "float64", 1e-9)
 
 
+@pytest.mark.parametrize("clamp", [-1.0, 0.01])
 @pytest.mark.parametrize("dtype,rtol", [("float64", 1e-9), ("float32", 2e-5)])
 @pytest.mark.parametrize("kind", ["tdt", "multiblank"])
-def test_realistic_size(dtype, rtol, kind):
+def test_realistic_size(dtype, rtol, kind, clamp):
     rng = np.random.default_rng(5)
     B, T, S, C = 2, 40, 12, 300
     lattice = [0, 1, 2, 3, 4] if kind == "tdt" else [2, 4, 8]
     X = C + (len(lattice) if kind == "tdt" else 0)
     case = dict(kind=kind, logits=rng.normal(0, 3, size=(B, T, S + 1, X)), lattice=lattice, blank=C - 1,
                 symbols=rng.integers(0, C - 4, size=(B, S)).astype(np.int64),
-                boundary=np.array([[0, 0, S, T], [1, 2, S - 3, T - 5]], np.int64), sigma=0.05, fastemit_lambda=0.1)
+                boundary=np.array([[0, 0, S, T], [1, 2, S - 3, T - 5]], np.int64), sigma=0.05, fastemit_lambda=0.1,
+                clamp=clamp)
     _check(case, dtype, rtol)

@@ -16,8 +16,8 @@ from .adaptive_log_softmax import (adaptive_embedding, adaptive_log_prob, adapti
                                    adaptive_log_softmax_full_grad, adaptive_log_softmax_target,
                                    adaptive_log_softmax_target_grad, adaptive_log_softmax_with_loss, log_softmax_lse,
                                    logsumexp_rows)
-from .rnnt_joint_logprobs import (rnnt_joint_logprobs, rnnt_joint_logprobs_grad, rnnt_prune_gather,
+from .rnnt_joint_logprobs import (rnnt_joint_logprobs, rnnt_joint_logprobs_grad, rnnt_loss_grad, rnnt_prune_gather,
                                   rnnt_prune_gather_grad)
 from .transducer_jump_loss import (jump_lattice_alpha_beta, jump_lattice_loss, jump_lattice_loss_brute_force,
                                    jump_lattice_loss_grad, multiblank_arcs, multiblank_loss, multiblank_loss_grad,
-                                   tdt_arcs, tdt_loss, tdt_loss_grad)
+                                   tdt_arcs, tdt_loss, tdt_loss_grad, tdt_loss_nemo)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .mutual_information import _log_softmax_last
+from .mutual_information import _log_softmax_last, rnnt_logprobs, rnnt_loss_logprob_grads
 
 
 def _joint_rows(logits, symbols, ranges, termination_symbol):
@@ -48,6 +48,26 @@ def rnnt_joint_logprobs_grad(logits, symbols, ranges, termination_symbol, px_gra
             g[sym] += px_grad[b][s][t]
         grad[b, t, r] = g - p[b, t, r] * g.sum()
     return grad
+
+
+def rnnt_loss_grad(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular", delay_penalty=0.0,
+                   fastemit_lambda=0.0, loss_grad=None, clamp=-1.0):
+    """d logits of sum_b loss_grad[b] * loss[b] for rnnt_loss: each item's own loss's grad through its (px, py)
+    (FastEmit included), clamp > 0 clamping each element of it to [-clamp, clamp] (torchaudio's and NeMo's
+    clamp), then loss_grad[b] times it."""
+    logits = np.asarray(logits, np.float64)
+    B, T = logits.shape[:2]
+    loss_grad = np.ones(B) if loss_grad is None else np.asarray(loss_grad, np.float64)
+    px, py = rnnt_logprobs(logits, symbols, termination_symbol, boundary, rnnt_type)
+    gx, gy = rnnt_loss_logprob_grads(px, py, boundary, delay_penalty, fastemit_lambda)  # each item's own loss
+    gx = gx[:, :, :T]  # regular px's column T is a constant -inf
+    if rnnt_type == "constrained":  # px + py[:, 1:] there
+        gy = gy.copy()
+        gy[:, 1:] += gx
+    grad = rnnt_joint_logprobs_grad(logits, symbols, None, termination_symbol, gx, gy)
+    if clamp > 0:
+        grad = np.clip(grad, -clamp, clamp)
+    return grad * loss_grad[:, None, None, None]
 
 
 def rnnt_prune_gather(x, index):

@@ -93,11 +93,12 @@ def jump_lattice_loss(arcs_fn, logits, symbols, blank, boundary=None, sigma=0.0)
 
 
 def jump_lattice_loss_grad(arcs_fn, logits, symbols, blank, num_tokens, boundary=None, sigma=0.0,
-                           fastemit_lambda=0.0, loss_grad=None):
+                           fastemit_lambda=0.0, loss_grad=None, clamp=-1.0):
     """d(sum_b loss_grad[b] * loss[b]) / d logits, with FastEmit's (1 + lambda) on symbol arcs. Each arc's
     occupancy gamma = exp(alpha + w + beta(dest) - logZ); for a unit j of a head with softmax p:
     d loss / d x_j = p_j * N - E_j, N the (scaled) occupancy leaving the node, E_j that of the arcs using j.
-    An item with no path (logZ = -inf) gets zero grads."""
+    An item with no path (logZ = -inf) gets zero grads. clamp > 0 (NeMo's clamp): each token unit's
+    d loss[b] / d x_j clamped to [-clamp, clamp] before loss_grad[b] multiplies it (duration units unclamped)."""
     logits = np.asarray(logits, np.float64)
     B, T, S1, X = logits.shape
     loss_grad = np.ones(B) if loss_grad is None else np.asarray(loss_grad, np.float64)
@@ -124,6 +125,8 @@ def jump_lattice_loss_grad(arcs_fn, logits, symbols, blank, num_tokens, boundary
                 grad[b, t, s, :num_tokens] = np.exp(_log_softmax_or_neg_inf(row[:num_tokens])) * n_out - e_tok
                 if X > num_tokens:
                     grad[b, t, s, num_tokens:] = np.exp(_log_softmax_or_neg_inf(row[num_tokens:])) * n_out - e_dur
+                if clamp > 0:
+                    grad[b, t, s, :num_tokens] = np.clip(grad[b, t, s, :num_tokens], -clamp, clamp)
                 grad[b, t, s] *= loss_grad[b]
     return grad
 
@@ -151,15 +154,48 @@ def jump_lattice_loss_brute_force(arcs_fn, logits, symbols, blank, boundary=None
     return out
 
 
+def tdt_loss_nemo(logits, symbols, durations, blank, sigma=0.0):
+    """NeMo's TDT loss stated as its CUDA kernel's alpha recursion states it (whole lattices, no boundary): an
+    independent statement of the semantics for any durations. alpha runs over frames t < T: a blank of duration
+    d > 0 comes from (t - d, u) (a duration-0 blank is no arc), a symbol of duration d >= 0 from (t - d, u - 1);
+    the total adds the blanks of duration d > 0 from (T - d, U - 1) that end exactly at T. Durations in any
+    order (NeMo's kernel stops at the first d > t, so it wants them sorted)."""
+    logits = np.asarray(logits, np.float64)
+    B, T, U, X = logits.shape
+    C = X - len(durations)
+    out = np.empty(B)
+    for b in range(B):
+        tok = _log_softmax_or_neg_inf(logits[b, :, :, :C]) - sigma
+        dur = _log_softmax_or_neg_inf(logits[b, :, :, C:])
+        alpha = np.full((T, U), -np.inf)
+        alpha[0, 0] = 0.0
+        for t in range(T):
+            for u in range(U):
+                if t == 0 and u == 0:
+                    continue
+                terms = [-np.inf]
+                for i, d in enumerate(durations):
+                    if d > 0 and t >= d:
+                        terms.append(alpha[t - d, u] + tok[t - d, u, blank] + dur[t - d, u, i])
+                    if u > 0 and t >= d:
+                        terms.append(alpha[t - d, u - 1] + tok[t - d, u - 1, symbols[b][u - 1]] + dur[t - d, u - 1, i])
+                alpha[t, u] = np.logaddexp.reduce(terms)
+        final = [-np.inf] + [alpha[T - d, U - 1] + tok[T - d, U - 1, blank] + dur[T - d, U - 1, i]
+                             for i, d in enumerate(durations) if 0 < d <= T]
+        out[b] = -np.logaddexp.reduce(final)
+    return out
+
+
 def tdt_loss(logits, symbols, durations, blank, boundary=None, sigma=0.0):
     return jump_lattice_loss(tdt_arcs(durations, logits.shape[-1] - len(durations)), logits, symbols, blank,
                              boundary, sigma)
 
 
-def tdt_loss_grad(logits, symbols, durations, blank, boundary=None, sigma=0.0, fastemit_lambda=0.0, loss_grad=None):
+def tdt_loss_grad(logits, symbols, durations, blank, boundary=None, sigma=0.0, fastemit_lambda=0.0, loss_grad=None,
+                  clamp=-1.0):
     C = logits.shape[-1] - len(durations)
     return jump_lattice_loss_grad(tdt_arcs(durations, C), logits, symbols, blank, C, boundary, sigma,
-                                  fastemit_lambda, loss_grad)
+                                  fastemit_lambda, loss_grad, clamp)
 
 
 def multiblank_loss(logits, symbols, big_blank_durations, blank, boundary=None, sigma=0.0):
@@ -167,6 +203,6 @@ def multiblank_loss(logits, symbols, big_blank_durations, blank, boundary=None, 
 
 
 def multiblank_loss_grad(logits, symbols, big_blank_durations, blank, boundary=None, sigma=0.0, fastemit_lambda=0.0,
-                         loss_grad=None):
+                         loss_grad=None, clamp=-1.0):
     return jump_lattice_loss_grad(multiblank_arcs(big_blank_durations), logits, symbols, blank, logits.shape[-1],
-                                  boundary, sigma, fastemit_lambda, loss_grad)
+                                  boundary, sigma, fastemit_lambda, loss_grad, clamp)

@@ -13,6 +13,9 @@
 // A row of only -inf, or holding +inf or NaN, gives NaN (as log_softmax): its lse is in max, log_sum 0.
 // A context s outside [0, S] or a symbol outside [0, C): the CPU binding rejects it; a GPU kernel skips the
 // row (a NaN px for the symbol) instead of synchronising to check.
+// The grad clamp (grad_clamp.h; rnnt_loss's `clamp`): px_grad and py_grad then hold each item's own loss's grads
+// (the Python API hands the lattice a loss grad of 1) and scale[b] the item's upstream grad (the grad of the
+// op's zero output `scale`, which the API adds to the loss); each row's grad is clamped, then times scale[b].
 //
 // Pruning gather: out[b, t, r, :] = x[b, index[b, t, r], :] (x [B, N, D], index [B, T, R] in [0, N));
 // its grad adds each out_grad row into x_grad[b, index[b, t, r], :].
@@ -20,6 +23,7 @@
 
 #include "paddle_ext/adaptive_log_softmax.h"
 #include "paddle_ext/common.h"
+#include "paddle_ext/grad_clamp.h"
 #include "paddle_ext/joiner.h"
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
@@ -31,6 +35,7 @@ namespace paddle_ext {
 struct JointShape {
   index_t B, T, R, S, C;
   int64_t termination;
+  double clamp = -neg_inf<double>();  // the grad clamp's bound; +inf: off
 };
 
 // Lattice context of row `row` = (b, t, r).
@@ -59,9 +64,9 @@ namespace cpu {
 template <typename T>
 void rnnt_joint_forward(const T* logits, const int64_t* symbols, const int64_t* ranges, T* px, T* py, acc_t<T>* lse,
                         const JointShape& d);
-template <typename T>
+template <typename T>  // scale [B]: read only with the clamp on
 void rnnt_joint_backward(const T* logits, const int64_t* symbols, const int64_t* ranges, const acc_t<T>* lse,
-                         const T* px_grad, const T* py_grad, T* logits_grad, const JointShape& d);
+                         const T* px_grad, const T* py_grad, const T* scale, T* logits_grad, const JointShape& d);
 template <typename T>
 void rnnt_prune_gather(const T* x, const int64_t* index, T* out, index_t B, index_t N, index_t M, index_t D);
 template <typename T>
@@ -85,7 +90,8 @@ void rnnt_joint_forward(const T* logits, const int64_t* symbols, const int64_t* 
                         const JointShape& d, cudaStream_t stream);
 template <typename T>
 void rnnt_joint_backward(const T* logits, const int64_t* symbols, const int64_t* ranges, const acc_t<T>* lse,
-                         const T* px_grad, const T* py_grad, T* logits_grad, const JointShape& d, cudaStream_t stream);
+                         const T* px_grad, const T* py_grad, const T* scale, T* logits_grad, const JointShape& d,
+                         cudaStream_t stream);
 template <typename T>
 void rnnt_prune_gather(const T* x, const int64_t* index, T* out, index_t B, index_t N, index_t M, index_t D,
                        cudaStream_t stream);

@@ -15,6 +15,8 @@
 // Grad of loss_grad[b] * loss w.r.t. a unit j of a head with softmax p at node n:
 //   g (p_j N(n) - E_j(n)),   gamma_a = exp(alpha(n) + w_a(n) + beta(dest) - logZ) (x (1 + fastemit) for ds = 1),
 // N the sum of gamma over the node's arcs, E_j over those emitting j. An item with logZ = -inf gets zeros.
+// With the clamp on (grad_clamp.h), gamma leaves out g, each token unit's value is clamped, then every value
+// is multiplied by g; the duration units are not clamped (NeMo's TDT clamps only the token logits' grads).
 // Lattice values are float64 for every input dtype; a node's heads (max, log_sum) per head are kept for the
 // grad as lse [B, T, S+1, 4] float64.
 #pragma once
@@ -22,6 +24,7 @@
 #include <cmath>
 
 #include "paddle_ext/common.h"
+#include "paddle_ext/grad_clamp.h"
 #include "paddle_ext/joiner.h"
 #include "paddle_ext/log_math.h"
 #include "paddle_ext/rnnt_joint_logprobs.h"
@@ -60,6 +63,7 @@ inline JumpArcs jump_grouped(JumpArcs a) {
 struct JumpLattice {
   index_t B, T, S, C, D;  // logits [B, T, S+1, C + D]: C token units, D duration units (0 for multi-blank)
   double sigma, fastemit_lambda;
+  double clamp;  // the grad clamp's bound; +inf: off
   JumpArcs arcs;
   PE_HOSTDEVICE index_t X() const { return C + D; }
   PE_HOSTDEVICE index_t node(index_t b, index_t t, index_t s) const { return (b * T + t) * (S + 1) + s; }
@@ -193,6 +197,19 @@ PE_HOSTDEVICE inline double jump_arc_scale(const JumpLattice& L, int k, double g
   return L.arcs.ds[k] == 1 ? g * (1.0 + L.fastemit_lambda) : g;
 }
 
+// The loss grad g as the occupancies carry it: g, or with the clamp on 1 (jump_finish scales each value by g
+// after clamping it); 0 stays 0, so rows of an item with g = 0 stay zero either way.
+PE_HOSTDEVICE inline double jump_fold(const JumpLattice& L, double g) {
+  return g == 0.0 || !clamp_on(L.clamp) ? g : 1.0;
+}
+
+// A grad value v computed with jump_fold(L, g): as it is with the clamp off, else clamped (token units) and
+// times g.
+PE_HOSTDEVICE inline double jump_finish(const JumpLattice& L, double v, double g, bool token) {
+  if (!clamp_on(L.clamp)) return v;
+  return (token ? clamp_grad(v, L.clamp) : v) * g;
+}
+
 // log(sum(exp(v[0, n)))) with log_add_exp's rules, one term at a time (the GPU's way).
 PE_HOSTDEVICE inline double jump_log_sum(const double* v, int n) {
   LogSumAcc<double> acc;
@@ -217,10 +234,11 @@ PE_HOSTDEVICE inline double jump_occupancy(const JumpLattice& L, const T* logits
 }
 
 // After a row's grad holds softmax * N everywhere: the columns its arcs emit get softmax * N - E, each column
-// written once with the summed occupancy of the arcs that emit it (tokens, then the duration units).
+// written once with the summed occupancy of the arcs that emit it (tokens, then the duration units); gamma and
+// n_out carry jump_fold(L, g).
 template <typename T>
 PE_HOSTDEVICE inline void jump_emitted_grads(const JumpLattice& L, const T* x, T* dx, const double* h, int64_t symbol,
-                                             const double* gamma, double n_out) {
+                                             const double* gamma, double n_out, double g) {
   const JumpArcs& a = L.arcs;
   double emitted[kMaxJumpArcs], by_duration[kMaxJumpDurations];
   bool token_used[kMaxJumpArcs], duration_used[kMaxJumpDurations];
@@ -241,12 +259,13 @@ PE_HOSTDEVICE inline void jump_emitted_grads(const JumpLattice& L, const T* x, T
   for (int k = 0; k < a.count; ++k) {
     if (!token_used[k]) continue;
     const int64_t unit = jump_token(a, k, symbol);
-    dx[unit] = store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[unit]), h[0], h[1], -emitted[k], -n_out)));
+    const double v = joint_grad<double>(load(x[unit]), h[0], h[1], -emitted[k], -n_out);
+    dx[unit] = store<T>(static_cast<acc_t<T>>(jump_finish(L, v, g, true)));
   }
   for (index_t d = 0; d < L.D; ++d) {
-    if (duration_used[d])
-      dx[L.C + d] =
-          store<T>(static_cast<acc_t<T>>(joint_grad<double>(load(x[L.C + d]), h[2], h[3], -by_duration[d], -n_out)));
+    if (!duration_used[d]) continue;
+    const double v = joint_grad<double>(load(x[L.C + d]), h[2], h[3], -by_duration[d], -n_out);
+    dx[L.C + d] = store<T>(static_cast<acc_t<T>>(jump_finish(L, v, g, false)));
   }
 }
 

@@ -15,6 +15,7 @@ import paddle
 
 import paddle_ext
 from paddle_ext import _library
+from paddle_ext.rnnt_loss.common import NO_CLAMP
 
 from . import Case
 
@@ -147,7 +148,7 @@ def _rnnt(calls):
         return px, py
 
     def joint_raw(x, r):
-        px, py, _ = ops.pe_rnnt_joint_logprobs(x, symbols, r, 0)
+        px, py, _, _ = ops.pe_rnnt_joint_logprobs(x, symbols, r, 0, NO_CLAMP)
         return px, py
 
     def loss_raw(logprobs):

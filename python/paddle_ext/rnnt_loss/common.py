@@ -4,6 +4,7 @@ recursion, the reduction; and the two paths (fast lane, checked) of each public 
 from __future__ import annotations
 
 import functools
+import struct
 
 import paddle
 from paddle.autograd import PyLayer
@@ -176,6 +177,23 @@ def _fast_lane(floats, symbols, termination_symbol, rnnt_type, others=()):
             and _amp.fast_lane(floats, (symbols, *others)))
 
 
+def real_bits(value: float) -> int:
+    """value's float64 bit pattern: an op takes a real exactly this way (a float attribute is float32)."""
+    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+
+
+NO_CLAMP = real_bits(_INF)  # the clamp's bound (as real_bits) that clamps nothing
+
+
+@paddle.jit.not_to_static
+def _check_clamp(op, clamp) -> float:
+    """NeMo's and torchaudio's ``clamp`` as the kernels' bound: clamp > 0 clamps each logit's grad to
+    [-clamp, clamp]; clamp <= 0 is off (bound +inf)."""
+    if not is_real(clamp) or clamp != clamp:
+        raise ValueError(f"{op}: clamp must be a float (> 0 clamps the logits' grads, <= 0 is off), got {clamp!r}")
+    return float(clamp) if clamp > 0 else _INF
+
+
 @paddle.jit.not_to_static
 def _check_loss_args(op, delay_penalty, reduction, fastemit_lambda):
     """-> (delay_penalty, fastemit_lambda) as floats."""
@@ -200,6 +218,31 @@ class _ScaleGrad(PyLayer):
         return grad * ctx.factor
 
 
+class _OwnLossGrad(PyLayer):
+    """Identity whose backward hands its input a grad of -1 (that of each item's loss -x) whatever comes in."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _fill.full_like(grad, -1.0)
+
+
+def _with_item_scale(negated_loss, scale):
+    """The grad clamp's plumbing (paddle_ext/grad_clamp.h): the value stays -loss (scale is the joiner op's zero
+    output), the lattice below gets each item's own loss's grad, and scale's grad is each item's upstream grad,
+    which the joiner op's backward applies after clamping."""
+    if negated_loss.stop_gradient:
+        return negated_loss
+    if paddle.in_dynamic_mode():
+        own = _OwnLossGrad.apply(negated_loss)
+    else:
+        own = paddle.static.nn.static_pylayer(paddle.assign, [negated_loss], lambda grad: _fill.full_like(grad, -1.0))
+    return own - scale
+
+
 def _fastemit(px, fastemit_lambda):
     """px with its grad scaled by 1 + fastemit_lambda and its values untouched (a straight-through
     px + lambda * (px - px.detach()) would turn px's -inf cells into NaN)."""
@@ -211,17 +254,23 @@ def _fastemit(px, fastemit_lambda):
     return paddle.static.nn.static_pylayer(paddle.assign, [px], lambda grad: _times(grad, factor))
 
 
-def _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda, checked=True):
+def _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda, checked=True,
+          scale=None):
     """What every loss does with its (px, py): delay penalty, FastEmit, the recursion, the reduction. An item
     with no path gets ans = -inf and zero grads from the recursion, so an inf loss (and 'sum'/'mean' inf).
-    checked=False (the fast lane, without return_grad): the recursion's kernel checks px, py and boundary."""
+    checked=False (the fast lane, without return_grad): the recursion's kernel checks px, py and boundary.
+    scale: the joiner op's scale output where the grad clamp is on (_with_item_scale)."""
     px = _fastemit(_add_delay_penalty(px, boundary, rnnt_type, delay_penalty), fastemit_lambda)
     if not checked:
-        return _reduce(_recursion_in_kernel_checks(px, py, boundary), reduction)
-    out = _recursion(px, py, boundary, return_grad, op, boundary_checked=True)  # (by the loss's _check_common)
+        out = _recursion_in_kernel_checks(px, py, boundary)
+    else:
+        out = _recursion(px, py, boundary, return_grad, op, boundary_checked=True)  # (by the loss's _check_common)
+    negated = out[0] if return_grad else out
+    if scale is not None:
+        negated = _with_item_scale(negated, scale)
     if return_grad:  # occupation probabilities: the recursion's own, before FastEmit's scaling
-        return _reduce(out[0], reduction), out[1]
-    return _reduce(out, reduction)
+        return _reduce(negated, reduction), out[1]
+    return _reduce(negated, reduction)
 
 
 def _paths(twin, n):

@@ -147,4 +147,4 @@ def _fused_or_composed(am, lm, weight, bias, symbols, ranges, termination_symbol
                                      ranges, int(termination_symbol), ACTIVATIONS.index(activation))
         return px, py
     return _joint_logprobs(composed_joiner(am, lm, weight, bias, activation, ranges), symbols, ranges,
-                           termination_symbol)
+                           termination_symbol)[:2]

@@ -226,12 +226,12 @@ def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bound
     if checked:
         check_args = (op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
         deferred = _check_pruned(*check_args, kernel_checks=True)
-        px, py = run_kernel_checked(deferred, _check_pruned, check_args, _joint_logprobs, logits,
-                                     _symbols64(symbols), _symbols64(ranges), termination_symbol)
+        px, py, _ = run_kernel_checked(deferred, _check_pruned, check_args, _joint_logprobs, logits,
+                                        _symbols64(symbols), _symbols64(ranges), termination_symbol)
     else:
         if logits.shape[2] > symbols.shape[1] + 1:  # (with no frames, no range value shows it)
             raise _amp.TakeFullPath
-        px, py = _joint_logprobs(logits, symbols, ranges, termination_symbol)
+        px, py, _ = _joint_logprobs(logits, symbols, ranges, termination_symbol)
     if rnnt_type == "regular":
         B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
