@@ -31,6 +31,12 @@ REDUCE_SPELLINGS = {"mul": ("mul", "multiply")}
 def reduce_spelling(reduce: str, turn: int) -> str:
     spellings = REDUCE_SPELLINGS.get(reduce, (reduce,))
     return spellings[turn % len(spellings)]
+
+
+# The transducer losses' string options (rnnt_type, reduction) take exactly their names, which Paddle's own
+# losses compare by value: so a name as a plain str or as NumPy's str_; the cases pass each in turn.
+def option_spelling(option: str, turn: int):
+    return (option, np.str_(option))[turn % 2]
 # Row lengths on and around the block sizes of the CPU kernels (see the module docstring).
 LONG_ROWS = (15, 16, 17, 255, 256, 257, 511, 512, 513, 1024, 1025, 1500)
 
@@ -542,7 +548,8 @@ RNNT_SCALES = {"normal": 1.0, "x30": 30.0, "x1e3": 1e3}
 
 def rnnt_cases(n=None):
     """Small transducer problems: lm [B, S+1, C], am [B, T, C], logits [B, T, S+1, C] (full), pruned
-    logits [B, T, R, C] with valid ranges, symbols, boundary; logits scaled by 1, 30 or 1e3."""
+    logits [B, T, R, C] with valid ranges, symbols, boundary; logits scaled by 1, 30 or 1e3; every spelling of
+    rnnt_type and reduction (option_spelling)."""
     name = "rnnt"
     n = count(72) if n is None else n
     types = ("regular", "modified", "constrained")
@@ -581,7 +588,10 @@ def rnnt_cases(n=None):
                 starts[b, t] = cur
         ranges = starts[..., None] + np.arange(R)
         pruned_logits = rng.normal(size=(B, T, R, C)) * scale
-        yield dict(id=f"rnnt-{seed}-{loss}-{rnnt_type}-{scale_name}-B{B}S{S}T{T}C{C}", loss=loss, rnnt_type=rnnt_type,
+        reduction = ("none", "mean", "sum")[(seed // 2) % 3]
+        yield dict(id=f"rnnt-{seed}-{loss}-{rnnt_type}-{scale_name}-B{B}S{S}T{T}C{C}-{reduction}", loss=loss,
+                   rnnt_type=rnnt_type, rnnt_type_arg=option_spelling(rnnt_type, seed // 3),
+                   reduction=reduction, reduction_arg=option_spelling(reduction, seed // 5),
                    lm=lm, am=am, logits=logits, pruned_logits=pruned_logits, ranges=ranges, symbols=symbols,
                    boundary=boundary, termination_symbol=0, lm_only_scale=float(rng.choice([0.0, 0.1, 0.25])),
                    am_only_scale=float(rng.choice([0.0, 0.1, 0.3])))
@@ -594,7 +604,7 @@ def transducer_jump_cases(n=None):
     0, without 1, unsorted) or [B, T, S+1, C] (multi-blank, 0 to 3 big blanks), scaled by 1, 30 or 1e4,
     some units and some whole nodes -inf; boundaries with any start, items without a path (T_b = 0 < S_b);
     frames of up to 10 nodes (several SIMD chunks); sigma, fastemit_lambda and the grad clamp (off, or
-    0.01 / 0.3)."""
+    0.01 / 0.3); every reduction in every spelling (option_spelling)."""
     name = "transducer_jump"
     n = count(48) if n is None else n
     for seed in range(n):
@@ -627,7 +637,9 @@ def transducer_jump_cases(n=None):
                 s1, t1 = int(rng.integers(0, S + 1)), int(rng.integers(0, T + 1))
                 rows.append([int(rng.integers(0, s1 + 1)), int(rng.integers(0, t1 + 1)), s1, t1])
             boundary = np.array(rows, dtype=np.int64)
-        yield dict(id=f"jump-{seed}-{kind}-x{scale:g}-B{B}T{T}S{S}-{lattice}", kind=kind, logits=logits,
+        reduction = ("none", "mean", "sum")[(seed // 6) % 3]
+        yield dict(id=f"jump-{seed}-{kind}-x{scale:g}-B{B}T{T}S{S}-{lattice}-{reduction}", kind=kind, logits=logits,
+                   reduction=reduction, reduction_arg=option_spelling(reduction, seed // 18),
                    symbols=rng.integers(0, C, size=(B, S)).astype(np.int64), lattice=lattice, blank=blank,
                    boundary=boundary, sigma=float(rng.choice([0.0, 0.05, 0.5])),
                    fastemit_lambda=float(rng.choice([0.0, 0.3])), clamp=float(rng.choice([-1.0, 0.01, 0.3])))

@@ -479,7 +479,7 @@ def test_rnnt_losses(case):
     grad sums to 0. An item without a path (e.g. pruned windows that leave none) is inf with zero grads."""
     c = case
     sym, bd = paddle.to_tensor(c["symbols"]), None if c["boundary"] is None else paddle.to_tensor(c["boundary"])
-    kw = dict(boundary=bd, rnnt_type=c["rnnt_type"], reduction="none")
+    kw = dict(boundary=bd, rnnt_type=c["rnnt_type_arg"], reduction="none")
     term = c["termination_symbol"]
     if c["loss"] in ("simple", "smoothed"):
         inputs = [_tensor(c["lm"], "float64", grad=True), _tensor(c["am"], "float64", grad=True)]
@@ -519,6 +519,45 @@ def test_rnnt_losses(case):
 
 
 
+def _reduced(loss, reduction):
+    with np.errstate(invalid="ignore"):
+        return {"none": loss, "mean": np.mean(loss), "sum": np.sum(loss)}[reduction]
+
+
+@pytest.mark.parametrize("case", RNNT)
+def test_rnnt_losses_reduced(case):
+    """Each loss with the case's reduction in its drawn spelling (a str or NumPy's str_; rnnt_type too) equals
+    the reduced reference, and its grads are the weighted grads of reduction 'none'."""
+    c = case
+    sym, bd = paddle.to_tensor(c["symbols"]), None if c["boundary"] is None else paddle.to_tensor(c["boundary"])
+    term, rt = c["termination_symbol"], c["rnnt_type"]
+    if c["loss"] in ("simple", "smoothed"):
+        fn = paddle_ext.rnnt_loss_simple if c["loss"] == "simple" else paddle_ext.rnnt_loss_smoothed
+        inputs = [c["lm"], c["am"]]
+        extra = () if c["loss"] == "simple" else (c["lm_only_scale"], c["am_only_scale"])
+        call = lambda xs, **kw: fn(*xs, sym, term, *extra, boundary=bd, **kw)  # noqa: E731
+    elif c["loss"] == "full":
+        inputs = [c["logits"]]
+        call = lambda xs, **kw: paddle_ext.rnnt_loss(*xs, sym, term, boundary=bd, **kw)  # noqa: E731
+    else:
+        inputs = [c["pruned_logits"]]
+        rg = paddle.to_tensor(c["ranges"])
+        call = lambda xs, **kw: paddle_ext.rnnt_loss_pruned(*xs, sym, rg, term, boundary=bd, **kw)  # noqa: E731
+    xs = [_tensor(x, "float64", grad=True) for x in inputs]
+    got = call(xs, rnnt_type=c["rnnt_type_arg"], reduction=c["reduction_arg"])
+    none = call([x.detach() for x in xs], rnnt_type=rt, reduction="none").numpy()
+    np.testing.assert_array_equal(got.numpy(), _reduced(none, c["reduction"]))
+    if not np.isfinite(none).all() or not none.size:
+        return
+    weights = {"none": np.linspace(0.5, 1.5, none.size), "mean": np.full(none.size, 1.0 / none.size),
+               "sum": np.ones(none.size)}[c["reduction"]]
+    grads = paddle.grad((got * paddle.to_tensor(weights)).sum() if c["reduction"] == "none" else got, xs)
+    xs2 = [_tensor(x, "float64", grad=True) for x in inputs]
+    want = paddle.grad((call(xs2, rnnt_type=rt, reduction="none") * paddle.to_tensor(weights)).sum(), xs2)
+    for g, w in zip(grads, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-12, atol=1e-15)
+
+
 @pytest.mark.parametrize("case", _params(c for c in fc.rnnt_cases() if c["loss"] == "full"))
 @pytest.mark.parametrize("clamp", [0.01, 0.3])
 def test_rnnt_loss_clamped_grads(case, clamp):
@@ -547,22 +586,26 @@ JUMP = _params(fc.transducer_jump_cases())
 
 @pytest.mark.parametrize("case", JUMP)
 def test_transducer_jump_losses(case):
-    """tdt_loss / multiblank_rnnt_loss (reduction 'none', float64) against the lattice references: the loss
-    and the grads of a weighted sum, at 1e-9; an item without a path is inf with zero grads."""
+    """tdt_loss / multiblank_rnnt_loss (float64; the case's reduction in its drawn spelling) against the lattice
+    references: the loss and the grads (of a weighted sum for 'none'), at 1e-9; an item without a path is inf
+    with zero grads."""
     c = case
     tdt = c["kind"] == "tdt"
     fn = paddle_ext.tdt_loss if tdt else paddle_ext.multiblank_rnnt_loss
     x = _tensor(c["logits"], "float64", grad=True)
     bd = None if c["boundary"] is None else paddle.to_tensor(c["boundary"])
-    loss = fn(x, paddle.to_tensor(c["symbols"]), c["lattice"], c["blank"], bd, reduction="none", sigma=c["sigma"],
-              fastemit_lambda=c["fastemit_lambda"], clamp=c["clamp"])
+    loss = fn(x, paddle.to_tensor(c["symbols"]), c["lattice"], c["blank"], bd, reduction=c["reduction_arg"],
+              sigma=c["sigma"], fastemit_lambda=c["fastemit_lambda"], clamp=c["clamp"])
     ref = (refs.tdt_loss if tdt else refs.multiblank_loss)(c["logits"], c["symbols"], c["lattice"], c["blank"],
                                                            c["boundary"], c["sigma"])
-    fc.assert_matches(loss.numpy(), ref, "float64", 1e-9 * max(1.0, np.abs(ref[np.isfinite(ref)]).max(initial=0)),
-                      "loss", rtol=1e-9)
-    weights = np.linspace(0.5, 1.5, len(ref))
-    if loss.size:
+    fc.assert_matches(np.atleast_1d(loss.numpy()), np.atleast_1d(_reduced(ref, c["reduction"])), "float64",
+                      1e-9 * max(1.0, np.abs(ref[np.isfinite(ref)]).sum(initial=0)), "loss", rtol=1e-9)
+    B = len(ref)
+    weights = {"none": np.linspace(0.5, 1.5, B), "mean": np.full(B, 1.0 / max(B, 1)), "sum": np.ones(B)}[c["reduction"]]
+    if B and c["reduction"] == "none":
         (loss * paddle.to_tensor(weights)).sum().backward()
+    elif B:
+        loss.backward()
     want = (refs.tdt_loss_grad if tdt else refs.multiblank_loss_grad)(
         c["logits"], c["symbols"], c["lattice"], c["blank"], c["boundary"], c["sigma"], c["fastemit_lambda"], weights,
         c["clamp"])

@@ -264,7 +264,7 @@ def test_bad_shapes_and_dtypes(args, exc, match):
 
 
 @pytest.mark.parametrize("boundary,exc,match", [
-    (np.zeros((2, 4), np.int32), TypeError, "int64"),
+    (np.zeros((2, 4), np.int16), TypeError, "must be int32 or int64, got int16"),
     (np.zeros((3, 4), np.int64), ValueError, r"shape \[B, 4\]"),
     (np.zeros((2, 3), np.int64), ValueError, r"shape \[B, 4\]"),
     (np.array([[0, 0, 3, 4], [2, 0, 1, 4]]), ValueError, r"row 1 .*s_begin <= s_end <= S"),

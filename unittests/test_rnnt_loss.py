@@ -386,7 +386,8 @@ def _lt(a):
     (dict(delay_penalty=-1.0), ValueError, "delay_penalty"),
     (dict(termination_symbol=5), ValueError, "termination_symbol"),
     (dict(termination_symbol=-1), ValueError, "termination_symbol"),
-    (dict(symbols=np.full((3, 4), 7)), ValueError, r"symbols must lie in \[0, 5\)"),
+    (dict(symbols=np.full((3, 4), 7)), ValueError,
+     r"symbols must lie in \[0, C\) = \[0, 5\), C = lm's and am's last dim = 5; got values in \[7, 7\]"),
     (dict(symbols=np.zeros((3, 3), np.int64)), ValueError, r"symbols must have shape \[B, S\]"),
     (dict(symbols=np.zeros((3, 4), np.float32)), TypeError, "integer"),
     (dict(boundary=np.array([[0, 0, 4, 7], [0, 0, 5, 7], [0, 0, 4, 7]])), ValueError, "row 1"),
@@ -420,7 +421,8 @@ def test_symbols_checked_by_the_kernel_raise_the_python_error_alone(loss):
         "rnnt_loss_pruned": lambda: paddle_ext.rnnt_loss_pruned(logits[:, :, :2], bad, ranges[:, :3], 0),
         "tdt_loss": lambda: paddle_ext.tdt_loss(paddle.concat([logits, logits[..., :2]], -1), bad, [0, 1], 0),
     }
-    with pytest.raises(ValueError, match=rf"^{loss}: symbols must lie in \[0, {C}\), got values in \[{C}, {C}\]") as err:
+    with pytest.raises(ValueError, match=rf"^{loss}: symbols must lie in \[0, C\) = \[0, {C}\), C = .* = {C}; got "
+                                         rf"values in \[{C}, {C}\]") as err:
         calls[loss]()
     assert err.value.__context__ is None and err.value.__cause__ is None
 
@@ -978,3 +980,133 @@ def test_simple_logprobs_grads_of_one_output_count_the_other_as_zero(rnnt_type, 
     both = paddle.grad([px, py], [lm_t, am_t], zeros)
     for a, b in zip(alone, both):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+# --------------------------------------------------------- index dtypes, boundary_from_lengths, spellings
+
+INDEX_CALLS = {  # every entry point with an integer index argument: (its numpy args, kwargs), ranges where it takes them
+    "mutual_information_recursion": lambda lm, am, lg, sy, bd, rg: ((lm[:, 1:, :4], lm[:, :, :4], bd.clip(0, 3)), {}),
+    "joint_mutual_information_recursion": lambda lm, am, lg, sy, bd, rg: (
+        ([lm[:, 1:, :4]], [lm[:, :, :4]], bd.clip(0, 3)), {}),
+    "get_rnnt_logprobs": lambda lm, am, lg, sy, bd, rg: ((lm, am, sy, 0, "regular", bd), {}),
+    "rnnt_loss_simple": lambda lm, am, lg, sy, bd, rg: ((lm, am, sy, 0, bd), {}),
+    "get_rnnt_logprobs_smoothed": lambda lm, am, lg, sy, bd, rg: ((lm, am, sy, 0, 0.1, 0.1, bd), {}),
+    "rnnt_loss_smoothed": lambda lm, am, lg, sy, bd, rg: ((lm, am, sy, 0, 0.1, 0.1, bd), {}),
+    "get_rnnt_logprobs_joint": lambda lm, am, lg, sy, bd, rg: ((lg, sy, 0, bd), {}),
+    "rnnt_loss": lambda lm, am, lg, sy, bd, rg: ((lg, sy, 0, bd), {"clamp": 0.1}),
+    "get_rnnt_logprobs_pruned": lambda lm, am, lg, sy, bd, rg: ((lg[:, :, :2], sy, rg, 0, bd), {}),
+    "rnnt_loss_pruned": lambda lm, am, lg, sy, bd, rg: ((lg[:, :, :2], sy, rg, 0, bd), {}),
+    "tdt_loss": lambda lm, am, lg, sy, bd, rg: ((np.concatenate([lg, lg[..., :2]], -1), sy, [0, 1], 0, bd), {}),
+    "multiblank_rnnt_loss": lambda lm, am, lg, sy, bd, rg: ((lg, sy, [2], 4, bd), {}),
+    "do_rnnt_pruning": lambda lm, am, lg, sy, bd, rg: ((am, lm, rg), {}),
+}
+
+
+def _index_problem():
+    B, T, S, C = 2, 5, 3, 5
+    lm, am, symbols, _ = problem(B=B, T=T, S=S, C=C, seed=40)
+    logits = np.random.default_rng(41).normal(size=(B, T, S + 1, C))
+    boundary = np.array([[0, 0, 3, 5], [0, 0, 2, 4]], np.int64)
+    return lm, am, logits, symbols, boundary, _with_start(np.array([[0, 0, 1, 1, 2], [0, 1, 1, 1, 1]]), 2)
+
+
+def _run_index_call(fn, as_int32):
+    """fn's outputs and its floating inputs' grads, its index arrays int32 or int64."""
+    args, kwargs = INDEX_CALLS[fn](*_index_problem())
+
+    def tensor(a):
+        if isinstance(a, list) and a and isinstance(a[0], np.ndarray):
+            return [tensor(x) for x in a]
+        if not isinstance(a, np.ndarray):
+            return a
+        x = paddle.to_tensor(a.astype(np.int32) if as_int32 and a.dtype == np.int64 else a)
+        x.stop_gradient = a.dtype != np.float64
+        return x
+
+    inputs = [tensor(a) for a in args]
+    floats = [x for a in inputs for x in (a if isinstance(a, list) else [a])
+              if isinstance(x, paddle.Tensor) and x.dtype == paddle.float64]
+    outs = getattr(paddle_ext, fn)(*inputs, **kwargs)
+    outs = [o for o in (outs if isinstance(outs, (tuple, list)) else [outs])]
+    total = sum(paddle.where(paddle.isfinite(o), o, paddle.zeros_like(o)).sum() for o in outs)
+    grads = paddle.grad(total, floats, allow_unused=True)
+    return [o.numpy() for o in outs] + [g.numpy() for g in grads if g is not None]
+
+
+@pytest.mark.parametrize("fn", sorted(INDEX_CALLS))
+def test_int32_and_int64_index_arguments_give_the_same_results(fn):
+    """boundary, symbols and ranges: int32 goes where int64 goes (cast once where the function starts)."""
+    for got, want in zip(_run_index_call(fn, True), _run_index_call(fn, False)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fn", ["rnnt_loss", "tdt_loss", "mutual_information_recursion"])
+def test_boundary_of_another_integer_dtype_is_refused(fn):
+    args, kwargs = INDEX_CALLS[fn](*_index_problem())
+    args = [a if not isinstance(a, np.ndarray) else
+            paddle.to_tensor(a.astype(np.int16) if a.shape[-1:] == (4,) and a.dtype == np.int64 else a) for a in args]
+    with pytest.raises(TypeError, match=rf"^{fn}: boundary must be int32 or int64, got int16"):
+        getattr(paddle_ext, fn)(*args, **kwargs)
+
+
+@pytest.mark.parametrize("dtypes", [("int64", "int64"), ("int32", "int32"), ("int32", "int64")])
+def test_boundary_from_lengths(dtypes):
+    logit_lengths, target_lengths = np.array([7, 5, 6]), np.array([4, 2, 0])
+    got = paddle_ext.boundary_from_lengths(paddle.to_tensor(logit_lengths.astype(dtypes[0])),
+                                           paddle.to_tensor(target_lengths.astype(dtypes[1])))
+    assert got.dtype == paddle.int64 and got.shape == [3, 4]
+    np.testing.assert_array_equal(got.numpy(), [[0, 0, 4, 7], [0, 0, 2, 5], [0, 0, 0, 6]])
+    logits = np.random.default_rng(42).normal(size=(3, 7, 5, 5))
+    symbols = t(np.random.default_rng(43).integers(1, 5, size=(3, 4)))
+    np.testing.assert_allclose(paddle_ext.rnnt_loss(t(logits), symbols, 0, got, reduction="none").numpy(),
+                               refs.rnnt_loss(logits, symbols.numpy(), 0, got.numpy()), rtol=1e-12)
+
+
+def test_boundary_from_lengths_in_a_static_program():
+    with paddle.pir_utils.IrGuard():
+        paddle.enable_static()
+        try:
+            main = paddle.static.Program()
+            with paddle.static.program_guard(main):
+                a, b = paddle.static.data("a", [None], "int32"), paddle.static.data("b", [None], "int64")
+                out = paddle_ext.boundary_from_lengths(a, b)
+            (got,) = paddle.static.Executor().run(main, feed={"a": np.array([3, 4], np.int32),
+                                                             "b": np.array([1, 0], np.int64)}, fetch_list=[out])
+        finally:
+            paddle.disable_static()
+    np.testing.assert_array_equal(got, [[0, 0, 1, 3], [0, 0, 0, 4]])
+
+
+@pytest.mark.parametrize("args,exc,match", [
+    (([3, 4], np.array([1, 2])), TypeError, r"logit_lengths must be a paddle.Tensor, got list"),
+    ((np.array([3.0, 4.0]), np.array([1, 2])), TypeError, r"logit_lengths must be an integer tensor, got float64"),
+    ((np.array([3, 4]), np.array([[1, 2]])), ValueError, r"target_lengths must be 1-D \[B\], got shape \[1, 2\]"),
+    ((np.array([3, 4]), np.array([1, 2, 3])), ValueError,
+     r"logit_lengths and target_lengths must both be \[B\], got \[2\] and \[3\]"),
+    ((np.array([3, -4]), np.array([1, 2])), ValueError, r"logit_lengths must be >= 0, got logit_lengths\[1\] = -4"),
+])
+def test_boundary_from_lengths_errors(args, exc, match):
+    args = [paddle.to_tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+    with pytest.raises(exc, match="^boundary_from_lengths: " + match):
+        paddle_ext.boundary_from_lengths(*args)
+
+
+@pytest.mark.parametrize("spelling", [np.str_, type("Sub", (str,), {})])
+def test_string_options_are_taken_in_any_str_spelling(spelling):
+    """rnnt_type and reduction as a str subclass or NumPy's str_ (Paddle's own losses take them: they compare by
+    value): the same results as the plain strings, everywhere (normalized where each function starts)."""
+    lm, am, logits, symbols, boundary, _ = _index_problem()
+    for rnnt_type in TYPES:
+        for reduction in ("none", "mean", "sum"):
+            kw = dict(rnnt_type=spelling(rnnt_type), reduction=spelling(reduction))
+            plain = dict(rnnt_type=rnnt_type, reduction=reduction)
+            for fn, args in (("rnnt_loss", (logits, symbols, 0, boundary)),
+                             ("rnnt_loss_simple", (lm, am, symbols, 0, boundary))):
+                tensors = [t(a) if isinstance(a, np.ndarray) else a for a in args]
+                got = getattr(paddle_ext, fn)(*tensors, **kw)
+                want = getattr(paddle_ext, fn)(*tensors, **plain)
+                np.testing.assert_array_equal(got.numpy(), want.numpy())
+    tdt_logits = t(np.concatenate([logits, logits[..., :2]], -1))
+    got = paddle_ext.tdt_loss(tdt_logits, t(symbols), [0, 1], 0, reduction=spelling("sum"))
+    np.testing.assert_array_equal(got.numpy(), paddle_ext.tdt_loss(tdt_logits, t(symbols), [0, 1], 0,
+                                                                   reduction="sum").numpy())

@@ -79,7 +79,7 @@ def test_tdt_float32_within_gemm_rounding():
      "termination_symbol must be >= 2"),
     ("multiblank_rnnt_loss_fused_joiner", dict(durations=[1]), ValueError, "ints >= 2"),
     ("multiblank_rnnt_loss_fused_joiner", dict(symbols=np.full((3, 4), 9, np.int64)), ValueError,
-     "symbols must lie in \\[0, 9\\)"),
+     "symbols must lie in \\[0, C\\) = \\[0, 9\\), C = weight's last dim = 9"),
 ])
 def test_bad_input_errors_name_the_function(fn, over, exc, match):
     arrays, symbols, _ = joiner_problem(C=9, seed=25)

@@ -345,7 +345,9 @@ def test_lower_precision_dtypes(kind, dtype, rtol):
     (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1, -2], 0), r"tdt_loss: durations must hold ints >= 0, got -2"),
     (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1.5], 0), r"tdt_loss: durations must be a list of ints"),
     (lambda x, s: paddle_ext.tdt_loss(x, s, list(range(9)), 0), r"tdt_loss: logits' last dim must be C \+ D"),
-    (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1, 2], 5), r"tdt_loss: termination_symbol must be an int in \[0, 5\)"),
+    (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1, 2], 5),
+     r"tdt_loss: termination_symbol must be an int in \[0, C\) = \[0, 5\), C = logits' last dim - len\(durations\) = "
+     r"8 - 3 = 5; got 5"),
     (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1, 2], 0, reduction="avg"), r"tdt_loss: reduction must be one of"),
     (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1, 2], 0, sigma=float("inf")), r"tdt_loss: sigma must be a finite"),
     (lambda x, s: paddle_ext.tdt_loss(x, s, [0, 1, 2], 0, fastemit_lambda=-1.0),
@@ -365,6 +367,17 @@ def test_errors_name_the_argument_and_value(call, match):
     logits, symbols, _, _, _ = problem("tdt", C=5, durations=(0, 1, 2), boundary=False)
     with pytest.raises((ValueError, TypeError), match=match):
         call(t(logits), t(symbols))
+
+
+def test_a_size_derived_from_the_logits_says_how():
+    """C = logits' last dim - len(durations): a symbol out of range names that subtraction, not just [0, C)."""
+    x = paddle.randn([1, 4, 3, 5], dtype="float64")
+    with pytest.raises(ValueError, match=r"^tdt_loss: symbols must lie in \[0, C\) = \[0, 1\), C = logits' last dim - "
+                                         r"len\(durations\) = 5 - 4 = 1; got values in \[1, 2\]$"):
+        paddle_ext.tdt_loss(x, paddle.to_tensor([[1, 2]]), [0, 1, 2, 3], 0)
+    with pytest.raises(ValueError, match=r"tdt_loss: logits' last dim must be C \+ D .* D = len\(durations\) = 5, got 5 "
+                                         r"\(C = 5 - 5 = 0\)"):
+        paddle_ext.tdt_loss(x, paddle.to_tensor([[1, 2]]), [0, 1, 2, 3, 4], 0)
 
 
 def test_bad_boundary_is_rejected():

@@ -14,9 +14,9 @@ from .adaptive_log_softmax import adaptive_log_softmax_full, adaptive_log_softma
 from .logcumsumexp import logcumsumexp
 from .mutual_information import joint_mutual_information_recursion, mutual_information_recursion
 from .put_along_axis import put_along_axis, put_along_axis_
-from .rnnt_loss import (do_rnnt_pruning, get_rnnt_logprobs, get_rnnt_logprobs_joint, get_rnnt_logprobs_pruned,
-                        get_rnnt_logprobs_smoothed, get_rnnt_prune_ranges, rnnt_loss, rnnt_loss_fused_joiner,
-                        rnnt_loss_pruned, rnnt_loss_simple, rnnt_loss_smoothed)
+from .rnnt_loss import (boundary_from_lengths, do_rnnt_pruning, get_rnnt_logprobs, get_rnnt_logprobs_joint,
+                        get_rnnt_logprobs_pruned, get_rnnt_logprobs_smoothed, get_rnnt_prune_ranges, rnnt_loss,
+                        rnnt_loss_fused_joiner, rnnt_loss_pruned, rnnt_loss_simple, rnnt_loss_smoothed)
 from .transducer_jump_loss import multiblank_rnnt_loss, multiblank_rnnt_loss_fused_joiner, tdt_loss, tdt_loss_fused_joiner
 
 __version__ = "0.1.0"
@@ -26,6 +26,6 @@ __all__ = ["logcumsumexp", "put_along_axis", "put_along_axis_", "mutual_informat
            "rnnt_loss_simple", "rnnt_loss_smoothed", "rnnt_loss", "rnnt_loss_pruned", "rnnt_loss_fused_joiner",
            "get_rnnt_prune_ranges",
            "do_rnnt_pruning", "get_rnnt_logprobs", "get_rnnt_logprobs_joint", "get_rnnt_logprobs_pruned",
-           "get_rnnt_logprobs_smoothed", "tdt_loss", "multiblank_rnnt_loss", "tdt_loss_fused_joiner",
+           "get_rnnt_logprobs_smoothed", "boundary_from_lengths", "tdt_loss", "multiblank_rnnt_loss", "tdt_loss_fused_joiner",
            "multiblank_rnnt_loss_fused_joiner", "adaptive_log_softmax_target",
            "adaptive_log_softmax_full", "nn", "library_path"]

@@ -146,6 +146,27 @@ def floating_dtype(dtype, arg: str, op: str, allow_complex: bool = False):
     return d
 
 
+def index64(x):
+    """An int32 index tensor (boundary, symbols, ranges) as int64, once where the public function starts, so that
+    int32 and int64 go the same way (the fast lane, the kernels); anything else as it is, for the checks to name."""
+    if x is None or (x.__class__ is paddle.Tensor and x.dtype is _INT64):
+        return x
+    if is_tensor(x) and same_dtype(canonical_dtype(x.dtype), _INT32):
+        return x.astype("int64")
+    return x
+
+
+def choice(value, choices):
+    """A string option as the one of ``choices`` it equals (a str subclass, NumPy's str_), once where the public
+    function starts, so that no code path reads the user's spelling; anything else as it is, for the checks to
+    name."""
+    if value.__class__ is not str and isinstance(value, str):
+        for c in choices:
+            if value == c:
+                return c
+    return value
+
+
 def check_int(value, arg: str, op: str) -> int:
     if value.__class__ is int:
         return value

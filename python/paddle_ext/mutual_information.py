@@ -6,7 +6,7 @@ import numpy as np
 import paddle
 
 from . import _amp, _library
-from ._checks import check_tensor, dtype_name, is_floating, is_plain_dtype, known_dim, same_dtype
+from ._checks import check_tensor, dtype_name, index64, is_floating, is_plain_dtype, known_dim, same_dtype
 
 
 @paddle.jit.not_to_static
@@ -16,8 +16,8 @@ def check_boundary(boundary, B, S, T, op, arg="boundary"):
     if boundary is None:
         return None
     check_tensor(boundary, arg, op)
-    if not same_dtype(boundary.dtype, paddle.int64):
-        raise TypeError(f"{op}: {arg} must be int64, got {dtype_name(boundary.dtype)}")
+    if not same_dtype(boundary.dtype, paddle.int64):  # (int32 was cast where the public function starts)
+        raise TypeError(f"{op}: {arg} must be int32 or int64, got {dtype_name(boundary.dtype)}")
     shape = list(boundary.shape)
     if len(shape) != 2 or shape[1] != 4 or (known_dim(shape[0], B) and shape[0] != B):
         raise ValueError(f"{op}: {arg} must have shape [B, 4] = [{B}, 4], got {shape}")
@@ -87,6 +87,7 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, *, na
     First-order grads only: a backward through grads taken with ``paddle.grad(..., create_graph=True)``
     raises NotImplementedError (the registered grad op's double-grad op refuses; docs/mutual_information.md).
     """
+    boundary = index64(boundary)
     if not return_grad and _amp.fast_lane((px, py), (boundary,)):
         return _amp.first_try(_recursion_in_kernel_checks, _checked_recursion, px, py, boundary)
     return _checked_recursion(px, py, boundary, return_grad)
@@ -142,6 +143,7 @@ def joint_mutual_information_recursion(px, py, boundary=None):
     First-order grads only: a backward through grads taken with ``paddle.grad(..., create_graph=True)``
     raises NotImplementedError (as for :func:`mutual_information_recursion`).
     """
+    boundary = index64(boundary)
     if (px.__class__ is list and py.__class__ is list and px and len(px) == len(py)
             and _amp.fast_lane((*px, *py), (boundary,)) and _one_dtype(px, py)):
         return _amp.first_try(_joint_in_kernel_checks, _checked_joint, px, py, boundary)

@@ -10,14 +10,17 @@ name the function called, an item with no path gets an inf loss and zero grads.
 
 from __future__ import annotations
 
+import functools
+
 import paddle
 
 from . import _amp, _library
 from ._checks import is_int as _is_int
-from ._checks import is_real, run_kernel_checked
+from ._checks import choice, index64, is_real, run_kernel_checked
 from ._checks import known_dim as _known
 from .rnnt_loss.common import REDUCTIONS, _check_clamp, _check_common, _check_float, _symbols64, real_bits
-from .rnnt_loss.fused_joiner import ACTIVATIONS, check_joiner, composed_joiner, fused_fits, zero_bias
+from .rnnt_loss.fused_joiner import (ACTIVATIONS, check_joiner, check_weight_units, composed_joiner, fused_fits,
+                                     zero_bias)
 
 MAX_DURATIONS = 16  # the kernels' fixed arc table
 _INF = float("inf")
@@ -111,6 +114,8 @@ def tdt_loss(logits, symbols, durations, termination_symbol, boundary=None, redu
     The loss is -log of the total weight of the paths (0, 0) -> (T, S); an item with no path gets inf (and
     zero grads).
     """
+    symbols, boundary = index64(symbols), index64(boundary)
+    reduction = choice(reduction, REDUCTIONS)
     return _amp.float32_op(_tdt_loss, 1, logits, symbols, durations, termination_symbol, boundary, reduction, sigma,
                            fastemit_lambda, clamp)
 
@@ -119,23 +124,27 @@ def _tdt_loss(logits, symbols, durations, termination_symbol, boundary, reductio
     op = "tdt_loss"
     reals = _check_reals(op, reduction, sigma, fastemit_lambda, clamp)
     B, T, S1, X = _check_float(logits, "logits", op, 4)
-    durations, check_args = _tdt_checks(op, "logits' last dim", durations, X, symbols, termination_symbol, B, S1, T,
-                                        boundary)
-    deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
-    return run_kernel_checked(deferred, _check_common, check_args, _jump_loss, op, logits, symbols, termination_symbol,
+    durations, check, check_args = _tdt_checks(op, "logits' last dim", durations, X, symbols, termination_symbol, B,
+                                               S1, T, boundary)
+    deferred = check(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
+    return run_kernel_checked(deferred, check, check_args, _jump_loss, op, logits, symbols, termination_symbol,
                                boundary, reduction, reals, durations, False)
 
 
 @paddle.jit.not_to_static
 def _tdt_checks(op, units, durations, X, symbols, termination_symbol, B, S1, T, boundary):
-    """-> (durations as ints, _check_common's arguments) for X = C + D units (``units`` names that dim)."""
+    """-> (durations as ints, the symbols' check, its arguments) for X = C + D units (``units`` names that dim;
+    the check's errors say how C follows from it)."""
     durations = _check_durations(op, "durations", durations, 0, need_positive=True)
-    C = X - len(durations) if _known(X) else -1
+    D = len(durations)
+    C = X - D if _known(X) else -1
     if _known(X) and C < 1:
-        raise ValueError(f"{op}: {units} must be C + D with C >= 1 token units and D = {len(durations)} "
-                         f"durations, got {X}")
-    return durations, (op, symbols, termination_symbol, C if C >= 0 else X, B, S1 - 1 if _known(S1) else -1, T,
-                       boundary, "regular")
+        raise ValueError(f"{op}: {units} must be C + D with C >= 1 token units and D = len(durations) = {D}, got "
+                         f"{X} (C = {X} - {D} = {C})")
+    c_from = f"{units} - len(durations)" + (f" = {X} - {D}" if _known(X) else "")
+    check = functools.partial(_check_common, c_from=c_from)
+    return durations, check, (op, symbols, termination_symbol, C if C >= 0 else X, B, S1 - 1 if _known(S1) else -1,
+                              T, boundary, "regular")
 
 
 @_library.unified
@@ -149,6 +158,8 @@ def multiblank_rnnt_loss(logits, symbols, big_blank_durations, termination_symbo
     ``sigma`` is subtracted from every log-prob; ``clamp`` > 0 clamps the grad of every logit (as NeMo's
     multi-blank loss); other arguments as in :func:`tdt_loss`.
     """
+    symbols, boundary = index64(symbols), index64(boundary)
+    reduction = choice(reduction, REDUCTIONS)
     return _amp.float32_op(_multiblank_rnnt_loss, 1, logits, symbols, big_blank_durations, termination_symbol,
                            boundary, reduction, sigma, fastemit_lambda, clamp)
 
@@ -184,6 +195,8 @@ def tdt_loss_fused_joiner(am, lm, weight, bias, symbols, durations, termination_
     the grads of am ``[B, T, J]``, lm ``[B, S+1, J]``, weight ``[J, C + D]`` and bias ``[C + D]`` (or None);
     activation 'tanh', 'relu' or 'identity'. On CPU the joiner's logits are never whole (blocks of lattice
     rows, recomputed in the backward), as in :func:`paddle_ext.rnnt_loss_fused_joiner`."""
+    symbols, boundary = index64(symbols), index64(boundary)
+    reduction, activation = choice(reduction, REDUCTIONS), choice(activation, ACTIVATIONS)
     if bias is None:
         bias = zero_bias(weight)
     return _amp.float32_op(_tdt_loss_fused_joiner, 4, am, lm, weight, bias, symbols, durations, termination_symbol,
@@ -195,10 +208,10 @@ def _tdt_loss_fused_joiner(am, lm, weight, bias, symbols, durations, termination
     op = "tdt_loss_fused_joiner"
     reals = _check_reals(op, reduction, sigma, fastemit_lambda, -1.0)
     B, T, S1, J, X = check_joiner(op, am, lm, weight, bias, activation)
-    durations, check_args = _tdt_checks(op, "weight's last dim", durations, X, symbols, termination_symbol, B, S1, T,
-                                        boundary)
-    deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
-    return run_kernel_checked(deferred, _check_common, check_args, _jump_joiner_loss, op,
+    durations, check, check_args = _tdt_checks(op, "weight's last dim", durations, X, symbols, termination_symbol, B,
+                                               S1, T, boundary)
+    deferred = check(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
+    return run_kernel_checked(deferred, check, check_args, _jump_joiner_loss, op,
                               (am, lm, weight, bias, activation), symbols, termination_symbol, boundary, reduction,
                               reals, durations, False)
 
@@ -210,6 +223,8 @@ def multiblank_rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, big_blank_d
     """The multi-blank RNN-T loss with the joiner fused in: equal to ``multiblank_rnnt_loss`` on the logits
     ``act(am[:, :, None] + lm[:, None]) @ weight + bias`` (weight ``[J, C]``); arguments as in
     :func:`tdt_loss_fused_joiner` and :func:`multiblank_rnnt_loss`."""
+    symbols, boundary = index64(symbols), index64(boundary)
+    reduction, activation = choice(reduction, REDUCTIONS), choice(activation, ACTIVATIONS)
     if bias is None:
         bias = zero_bias(weight)
     return _amp.float32_op(_multiblank_rnnt_loss_fused_joiner, 4, am, lm, weight, bias, symbols, big_blank_durations,
@@ -223,10 +238,10 @@ def _multiblank_rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, big_blank_
     big = _check_durations(op, "big_blank_durations", big_blank_durations, 2)
     B, T, S1, J, C = check_joiner(op, am, lm, weight, bias, activation)
     check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, "regular")
-    deferred = _check_common(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
+    deferred = check_weight_units(*check_args, kernel_checks=True)  # the op's CPU kernel checks the symbols
     if termination_symbol - len(big) < 0:
-        run_kernel_checked(deferred, _check_common, check_args, _check_big_blanks, op, termination_symbol, big)
-    return run_kernel_checked(deferred, _check_common, check_args, _jump_joiner_loss, op,
+        run_kernel_checked(deferred, check_weight_units, check_args, _check_big_blanks, op, termination_symbol, big)
+    return run_kernel_checked(deferred, check_weight_units, check_args, _jump_joiner_loss, op,
                               (am, lm, weight, bias, activation), symbols, termination_symbol, boundary, reduction,
                               reals, big, True)
 

@@ -20,6 +20,7 @@ full or pruned loss); ``common`` holds the checks and what every
 loss does with its (px, py).
 """
 
+from .common import boundary_from_lengths
 from .full import get_rnnt_logprobs_joint, rnnt_loss
 from .fused_joiner import rnnt_loss_fused_joiner
 from .pruned import do_rnnt_pruning, get_rnnt_logprobs_pruned, get_rnnt_prune_ranges, rnnt_loss_pruned
@@ -27,6 +28,7 @@ from .simple import get_rnnt_logprobs, rnnt_loss_simple
 from .smoothed import get_rnnt_logprobs_smoothed, rnnt_loss_smoothed
 
 __all__ = [
+    "boundary_from_lengths",
     "do_rnnt_pruning",
     "get_rnnt_logprobs",
     "get_rnnt_logprobs_joint",

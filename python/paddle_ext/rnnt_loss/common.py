@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import struct
 
+import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
@@ -50,10 +51,12 @@ def _dims(x):
 
 
 @paddle.jit.not_to_static
-def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type, kernel_checks=False):
-    """B, S, T, C are static dims (-1 where dynamic). With kernel_checks (the op run next checks the symbols'
-    values on CPU), the values of a CPU tensor in dygraph are left to it: returns True then, and the caller
-    runs this again without kernel_checks if the op fails (see run_kernel_checked)."""
+def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type, kernel_checks=False,
+                  c_from="logits' last dim"):
+    """B, S, T, C are static dims (-1 where dynamic); c_from says where C comes from, for the errors that bound a
+    value by it. With kernel_checks (the op run next checks the symbols' values on CPU), the values of a CPU
+    tensor in dygraph are left to it: returns True then, and the caller runs this again without kernel_checks if
+    the op fails (see run_kernel_checked)."""
     check_tensor(symbols, "symbols", op)
     if not is_integer(symbols.dtype):
         raise TypeError(f"{op}: symbols must be an integer tensor, got {dtype_name(symbols.dtype)}")
@@ -61,7 +64,8 @@ def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_ty
     if len(shape) != 2 or not (_agree(shape[0], B) and _agree(shape[1], S)):
         raise ValueError(f"{op}: symbols must have shape [B, S] = [{B}, {S}], got {list(shape)}")
     if not is_int(termination_symbol) or not 0 <= termination_symbol < C:
-        raise ValueError(f"{op}: termination_symbol must be an int in [0, {C}), got {termination_symbol!r}")
+        raise ValueError(f"{op}: termination_symbol must be an int in [0, C) = [0, {C}), C = {c_from} = {C}; got "
+                         f"{termination_symbol!r}")
     if rnnt_type not in RNNT_TYPES:
         raise ValueError(f"{op}: rnnt_type must be one of {RNNT_TYPES}, got {rnnt_type!r}")
     if boundary is not None:
@@ -83,7 +87,8 @@ def _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_ty
         values = symbols.numpy()  # (one copy: Paddle's min and max would be two ops and two syncs)
         lo, hi = values.min(), values.max()
     if lo < 0 or hi >= C:
-        raise ValueError(f"{op}: symbols must lie in [0, {C}), got values in [{lo}, {hi}]")
+        raise ValueError(f"{op}: symbols must lie in [0, C) = [0, {C}), C = {c_from} = {C}; got values in "
+                         f"[{lo}, {hi}]")
     return False
 
 
@@ -175,6 +180,41 @@ def _fast_lane(floats, symbols, termination_symbol, rnnt_type, others=()):
     rnnt_type, int64 symbols (``others``: more int64 tensors, or None)."""
     return (termination_symbol.__class__ is int and rnnt_type in RNNT_TYPES
             and _amp.fast_lane(floats, (symbols, *others)))
+
+
+@paddle.jit.not_to_static
+def _check_lengths(op, logit_lengths, target_lengths):
+    for arg, x in (("logit_lengths", logit_lengths), ("target_lengths", target_lengths)):
+        check_tensor(x, arg, op)
+        if not is_integer(x.dtype):
+            raise TypeError(f"{op}: {arg} must be an integer tensor, got {dtype_name(x.dtype)}")
+        if len(x.shape) != 1:
+            raise ValueError(f"{op}: {arg} must be 1-D [B], got shape {list(x.shape)}")
+    B, Bt = logit_lengths.shape[0], target_lengths.shape[0]
+    if _known(B, Bt) and B != Bt:
+        raise ValueError(f"{op}: logit_lengths and target_lengths must both be [B], got [{B}] and [{Bt}]")
+    if paddle.in_dynamic_mode():
+        for arg, x in (("logit_lengths", logit_lengths), ("target_lengths", target_lengths)):
+            values = x.numpy()
+            if (values < 0).any():
+                b = int(np.flatnonzero(values < 0)[0])
+                raise ValueError(f"{op}: {arg} must be >= 0, got {arg}[{b}] = {values[b]}")
+
+
+def boundary_from_lengths(logit_lengths, target_lengths):
+    """The ``boundary`` of a padded batch from NeMo's and torchaudio's lengths: int64 ``[B, 4]`` rows
+    ``(0, 0, target_lengths[b], logit_lengths[b])``, i.e. ``(s_begin, t_begin, s_end, t_end) = (0, 0, S_b, T_b)``.
+
+    Args:
+        logit_lengths (Tensor): integer ``[B]``, the frames of each item (T_b; NeMo's ``act_lens``).
+        target_lengths (Tensor): integer ``[B]``, the symbols of each item (S_b; NeMo's ``label_lens``).
+
+    The losses check the rows against the logits' T and S (``T_b <= T``, ``S_b <= S``) when they get them.
+    """
+    _check_lengths("boundary_from_lengths", logit_lengths, target_lengths)
+    t_end, s_end = logit_lengths.astype("int64"), target_lengths.astype("int64")
+    zeros = _fill.zeros_like(t_end)
+    return paddle.stack([zeros, zeros, s_end, t_end], axis=1)
 
 
 def real_bits(value: float) -> int:

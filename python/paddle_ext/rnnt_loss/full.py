@@ -5,10 +5,10 @@ from __future__ import annotations
 import paddle
 
 from .. import _amp, _library
-from .._checks import run_kernel_checked
+from .._checks import choice, index64, run_kernel_checked
 from .._checks import known_dim as _known
-from .common import (NO_CLAMP, _check_clamp, _check_common, _check_float, _check_loss_args, _dims, _fast_lane,
-                     _finish_px, _loss, _neg_inf, _paths, _symbols64, real_bits)
+from .common import (NO_CLAMP, REDUCTIONS, RNNT_TYPES, _check_clamp, _check_common, _check_float, _check_loss_args,
+                     _dims, _fast_lane, _finish_px, _loss, _neg_inf, _paths, _symbols64, real_bits)
 
 
 def _joint_logprobs(logits, symbols, ranges, termination_symbol, clamp_bits=NO_CLAMP):
@@ -24,6 +24,8 @@ def _joint_logprobs(logits, symbols, ranges, termination_symbol, clamp_bits=NO_C
 def get_rnnt_logprobs_joint(logits, symbols, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) from joiner logits ``[B, T, S+1, C]``: their log-softmax over C at the symbol and termination
     columns (one fused op; the normalised [B, T, S+1, C] tensor is never written)."""
+    symbols, boundary = index64(symbols), index64(boundary)
+    rnnt_type = choice(rnnt_type, RNNT_TYPES)
     args = (logits, symbols, termination_symbol, boundary, rnnt_type, "get_rnnt_logprobs_joint")
     if boundary is None and _fast_lane((logits,), symbols, termination_symbol, rnnt_type):
         return _amp.first_try(*_get_rnnt_logprobs_joint_paths, *args)[:2]
@@ -61,6 +63,8 @@ def rnnt_loss(logits, symbols, termination_symbol, boundary=None, rnnt_type="reg
     ``paddle.nn.functional.rnnt_loss(log_softmax(logits), ..., fastemit_lambda=fastemit_lambda,
     reduction='none')``, values and grads.
     """
+    symbols, boundary = index64(symbols), index64(boundary)
+    rnnt_type, reduction = choice(rnnt_type, RNNT_TYPES), choice(reduction, REDUCTIONS)
     args = (logits, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
             fastemit_lambda, clamp)
     if not return_grad and _fast_lane((logits,), symbols, termination_symbol, rnnt_type, (boundary,)):

@@ -10,17 +10,21 @@ tensor, a static program of a CUDA build) the same loss is computed on the compo
 
 from __future__ import annotations
 
+import functools
+
 import paddle
 import paddle.nn.functional as F
 
 from .. import _amp, _fill, _library
-from .._checks import check_tensor, dtype_name, run_kernel_checked, same_dtype
+from .._checks import check_tensor, choice, dtype_name, index64, run_kernel_checked, same_dtype
 from .._checks import known_dim as _known
-from .common import _agree, _check_common, _check_float, _check_loss_args, _dims, _finish_px, _loss, _neg_inf, _symbols64
+from .common import (REDUCTIONS, RNNT_TYPES, _agree, _check_common, _check_float, _check_loss_args, _dims, _finish_px,
+                     _loss, _neg_inf, _symbols64)
 from .full import _joint_logprobs
 from .pruned import _check_pruned_ranges, do_rnnt_pruning
 
 ACTIVATIONS = ("tanh", "relu", "identity")  # the op's activation attr is the index
+check_weight_units = functools.partial(_check_common, c_from="weight's last dim")  # (C comes from the joiner's weight)
 
 
 @paddle.jit.not_to_static
@@ -97,6 +101,9 @@ def rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, termination_symbol, bo
     On CPU neither the ``[B, T, S+1, C]`` logits nor the ``[B, T, S+1, J]`` activations are formed: blocks of
     lattice rows are reduced to the lattice's log-probs and recomputed in the backward.
     """
+    symbols, boundary, ranges = index64(symbols), index64(boundary), index64(ranges)
+    rnnt_type, reduction = choice(rnnt_type, RNNT_TYPES), choice(reduction, REDUCTIONS)
+    activation = choice(activation, ACTIVATIONS)
     if bias is None:
         bias = zero_bias(weight)
     return _amp.float32_op(_rnnt_loss_fused_joiner, 4, am, lm, weight, bias, symbols, termination_symbol, boundary,
@@ -131,12 +138,12 @@ def _joiner_logprobs(op, am, lm, weight, bias, symbols, ranges, termination_symb
 def _check_symbols_and_ranges(op, symbols, termination_symbol, X, B, S, T, boundary, rnnt_type, ranges,
                               kernel_checks=False):
     """_check_common, then the pruned loss's checks of ranges (when given); kernel_checks as there."""
-    deferred = _check_common(op, symbols, termination_symbol, X, B, S, T, boundary, rnnt_type, kernel_checks)
+    deferred = check_weight_units(op, symbols, termination_symbol, X, B, S, T, boundary, rnnt_type, kernel_checks)
     if ranges is None:
         return deferred
     check_tensor(ranges, "ranges", op)
     R = ranges.shape[2] if len(ranges.shape) == 3 else -1
-    return run_kernel_checked(deferred, _check_common, (op, symbols, termination_symbol, X, B, S, T, boundary,
+    return run_kernel_checked(deferred, check_weight_units, (op, symbols, termination_symbol, X, B, S, T, boundary,
                                                         rnnt_type), _check_pruned_ranges, op, ranges, B, T, R, S,
                               kernel_checks) or deferred
 

@@ -9,10 +9,11 @@ import paddle
 
 from .. import _amp, _library
 from .._checks import check_tensor, dtype_name, is_int, is_integer, run_kernel_checked
+from .._checks import choice, index64
 from .._checks import known_dim as _known
 from ..mutual_information import check_boundary
-from .common import (_agree, _check_common, _check_float, _check_loss_args, _dims, _fast_lane, _finish_px, _loss,
-                     _neg_inf, _no_elements, _paths, _symbols64)
+from .common import (REDUCTIONS, RNNT_TYPES, _agree, _check_common, _check_float, _check_loss_args, _dims, _fast_lane,
+                     _finish_px, _loss, _neg_inf, _no_elements, _paths, _symbols64)
 from .full import _joint_logprobs
 
 
@@ -86,6 +87,7 @@ def get_rnnt_prune_ranges(px_grad, py_grad, boundary, s_range):
         s_range (int): symbols kept per frame, >= 0; after the rule above >= 2 for regular RNN-T (and where
             T is dynamic), >= 1 otherwise.
     """
+    boundary = index64(boundary)
     return _amp.float32_op(_get_rnnt_prune_ranges, 2, px_grad, py_grad, boundary, s_range)
 
 
@@ -143,6 +145,7 @@ def do_rnnt_pruning(am, lm, ranges):
     """Prune encoder (am ``[B, T, Da]``) and predictor (lm ``[B, S+1, Dl]``) outputs with ranges
     ``[B, T, s_range]``: returns ``am_pruned [B, T, s_range, Da]`` and ``lm_pruned [B, T, s_range, Dl]``.
     Both are row gathers by one fused op whose grad adds the rows back (no [B, T, s_range, D] index tensor)."""
+    ranges = index64(ranges)
     return _amp.moved_in_float32(_do_rnnt_pruning, 2, am, lm, ranges)  # 16-bit inputs: moved as float32 (exact)
 
 
@@ -215,6 +218,8 @@ def _check_pruned_ranges(op, ranges, B, T, R, S, kernel_checks):
 
 def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular"):
     """(px, py) from pruned joiner logits ``[B, T, s_range, C]``: entries outside each frame's range are -inf."""
+    symbols, ranges, boundary = index64(symbols), index64(ranges), index64(boundary)
+    rnnt_type = choice(rnnt_type, RNNT_TYPES)
     args = (logits, symbols, ranges, termination_symbol, boundary, rnnt_type, "get_rnnt_logprobs_pruned")
     if boundary is None and _fast_lane((logits,), symbols, termination_symbol, rnnt_type, (ranges,)):
         return _amp.first_try(*_get_rnnt_logprobs_pruned_paths, *args)
@@ -244,6 +249,8 @@ def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None,
     """The RNN-T loss on pruned joiner output ``logits [B, T, s_range, C]`` (k2 ``rnnt_loss_pruned``),
     with ``ranges`` from :func:`get_rnnt_prune_ranges`; other arguments as in :func:`rnnt_loss_simple`.
     Ranges that leave an item no path give it an inf loss and zero grads."""
+    symbols, ranges, boundary = index64(symbols), index64(ranges), index64(boundary)
+    rnnt_type, reduction = choice(rnnt_type, RNNT_TYPES), choice(reduction, REDUCTIONS)
     args = (logits, symbols, ranges, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
             fastemit_lambda)
     if not return_grad and _fast_lane((logits,), symbols, termination_symbol, rnnt_type, (ranges, boundary)):

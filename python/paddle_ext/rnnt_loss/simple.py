@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+
 import paddle
 
 from .. import _amp, _library
 from .._checks import dtype_name, run_kernel_checked, same_dtype
+from .._checks import choice, index64
 from .._checks import known_dim as _known
-from .common import (_agree, _check_common, _check_float, _check_loss_args, _fast_lane, _finish_px, _loss, _max_const,
-                     _paths, _symbols64)
+from .common import (REDUCTIONS, RNNT_TYPES, _agree, _check_common, _check_float, _check_loss_args, _fast_lane,
+                     _finish_px, _loss, _max_const, _paths, _symbols64)
 
 
 @paddle.jit.not_to_static
@@ -21,6 +24,10 @@ def _check_lm_am(lm, am, op):
         raise ValueError(f"{op}: lm must be [B, S+1, C] with am's B = {B}, C = {C} and dtype; got lm "
                          f"{list(lm.shape)} {dtype_name(lm.dtype)}, am {list(am.shape)} {dtype_name(am.dtype)}")
     return B, S, T, C
+
+
+LM_AM_UNITS = "lm's and am's last dim"  # where C comes from, for the errors
+_check_symbols = functools.partial(_check_common, c_from=LM_AM_UNITS)
 
 
 def _exp_shifted(x):
@@ -36,6 +43,8 @@ def get_rnnt_logprobs(lm, am, symbols, termination_symbol, rnnt_type="regular", 
     Returns: px ``[B, S, T+1]`` (regular) or ``[B, S, T]``, py ``[B, S+1, T]``. Note k2's argument order:
     ``rnnt_type`` comes before ``boundary`` here (and after it in every other function).
     """
+    symbols, boundary = index64(symbols), index64(boundary)
+    rnnt_type = choice(rnnt_type, RNNT_TYPES)
     args = (lm, am, symbols, termination_symbol, boundary, rnnt_type, "get_rnnt_logprobs")
     if boundary is None and _fast_lane((lm, am), symbols, termination_symbol, rnnt_type):
         return _amp.first_try(*_get_rnnt_logprobs_paths, *args)
@@ -47,8 +56,8 @@ def _get_rnnt_logprobs(lm, am, symbols, termination_symbol, boundary, rnnt_type,
     if checked:
         B, S, T, C = _check_lm_am(lm, am, op)  # static dims: -1 where dynamic
         check_args = (op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
-        deferred = _check_common(*check_args, kernel_checks=True)
-        px, py = run_kernel_checked(deferred, _check_common, check_args, _simple_logprobs, lm, am, symbols,
+        deferred = _check_symbols(*check_args, kernel_checks=True)
+        px, py = run_kernel_checked(deferred, _check_symbols, check_args, _simple_logprobs, lm, am, symbols,
                                      termination_symbol, rnnt_type)
     else:
         if lm.shape[1] != symbols.shape[1] + 1:  # (the kernel also takes one lm row for all s)
@@ -91,6 +100,8 @@ def rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_ty
         loss, or ``(loss, (px_grad, py_grad))``. An item with no path through its lattice (e.g. modified or
         constrained with T_b < S_b) gets an inf loss and zero grads.
     """
+    symbols, boundary = index64(symbols), index64(boundary)
+    rnnt_type, reduction = choice(rnnt_type, RNNT_TYPES), choice(reduction, REDUCTIONS)
     args = (lm, am, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
             fastemit_lambda)
     if not return_grad and _fast_lane((lm, am), symbols, termination_symbol, rnnt_type, (boundary,)):

@@ -5,16 +5,18 @@ from __future__ import annotations
 import paddle
 
 from .. import _amp, _fill, _library
-from .._checks import is_real
-from .common import (_check_common, _check_loss_args, _dims, _finish_px, _loss, _neg_inf, _symbols64, _times,
-                     UNIGRAM_FLOOR)
-from .simple import _check_lm_am, _exp_shifted, _simple_logprobs
+from .._checks import choice, index64, is_real
+from .common import (REDUCTIONS, RNNT_TYPES, UNIGRAM_FLOOR, _check_common, _check_loss_args, _dims, _finish_px, _loss,
+                     _neg_inf, _symbols64, _times)
+from .simple import LM_AM_UNITS, _check_lm_am, _exp_shifted, _simple_logprobs
 
 
 def get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, am_only_scale=0.1,
                                boundary=None, rnnt_type="regular"):
     """(px, py) of the simple loss interpolated with an LM-only and an AM-only (unigram-LM) model:
     ``lm_only_scale * lm + am_only_scale * am + (1 - both) * combined``, in log space."""
+    symbols, boundary = index64(symbols), index64(boundary)
+    rnnt_type = choice(rnnt_type, RNNT_TYPES)
     return _amp.float32_op(_get_rnnt_logprobs_smoothed, 2, lm, am, symbols, termination_symbol, lm_only_scale,
                            am_only_scale, boundary, rnnt_type, "get_rnnt_logprobs_smoothed")
 
@@ -27,7 +29,7 @@ def _get_rnnt_logprobs_smoothed(lm, am, symbols, termination_symbol, lm_only_sca
             raise ValueError(f"{op}: {arg} must be a float in [0, 1], got {v!r}")
     if lm_only_scale + am_only_scale > 1.0:
         raise ValueError(f"{op}: lm_only_scale + am_only_scale must be <= 1, got {lm_only_scale + am_only_scale}")
-    _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type)
+    _check_common(op, symbols, termination_symbol, C, B, S, T, boundary, rnnt_type, c_from=LM_AM_UNITS)
     B, _, C = _dims(am)  # the graph's dims: tensors where dynamic
     S = _dims(symbols)[1]
     symbols = _symbols64(symbols)
@@ -65,6 +67,8 @@ def rnnt_loss_smoothed(lm, am, symbols, termination_symbol, lm_only_scale=0.1, a
                        rnnt_type="regular", delay_penalty=0.0, reduction="mean", return_grad=False, *,
                        fastemit_lambda=0.0, name=None):
     """rnnt_loss_simple on the smoothed (px, py) of :func:`get_rnnt_logprobs_smoothed` (k2 ``rnnt_loss_smoothed``)."""
+    symbols, boundary = index64(symbols), index64(boundary)
+    rnnt_type, reduction = choice(rnnt_type, RNNT_TYPES), choice(reduction, REDUCTIONS)
     return _amp.float32_op(_rnnt_loss_smoothed, 2, lm, am, symbols, termination_symbol, lm_only_scale, am_only_scale,
                            boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda)
 
