@@ -74,7 +74,7 @@ def mutual_information_recursion(px, py, boundary=None, return_grad=False, *, na
         px (Tensor): ``[B, S, T+1]`` or ``[B, S, T]``, float16/bfloat16/float32/float64 (16-bit types
             are computed in float32).
         py (Tensor): ``[B, S+1, T]``, px's dtype.
-        boundary (Tensor|None): int64 ``[B, 4]`` rows ``(s_begin, t_begin, s_end, t_end)`` with
+        boundary (Tensor|None): int64 (or int32) ``[B, 4]`` rows ``(s_begin, t_begin, s_end, t_end)`` with
             ``0 <= s_begin <= s_end <= S`` and ``0 <= t_begin <= t_end <= T``; default ``(0, 0, S, T)``.
         return_grad (bool): also return ``(px_grad, py_grad)``, the grads of ``ans.sum()`` (occupation
             probabilities), as non-differentiable tensors.

@@ -99,7 +99,8 @@ def tdt_loss(logits, symbols, durations, termination_symbol, boundary=None, redu
         durations (list[int]): D <= 16 distinct ints >= 0, one of them >= 1, in any order (e.g. ``[0, 1, 2, 3, 4]``,
             ``[1, 2, 3, 4, 5]``: every emission takes a frame, ``[0, 2, 4]``: no step of one frame).
         termination_symbol (int): the blank, in ``[0, C)``.
-        boundary (Tensor|None): int64 ``[B, 4]`` rows ``(s_begin, t_begin, s_end, t_end)``; default ``(0, 0, S, T)``.
+        boundary (Tensor|None): int64 or int32 ``[B, 4]`` rows ``(s_begin, t_begin, s_end, t_end)``; default
+            ``(0, 0, S, T)`` (:func:`paddle_ext.boundary_from_lengths` builds them from lengths).
         reduction (str): 'none' ([B]), 'mean' (over the batch) or 'sum'.
         sigma (float): subtracted from every token log-prob (logit under-normalisation).
         fastemit_lambda (float): >= 0; the loss is unchanged and the grads through symbol arcs are scaled by

@@ -83,7 +83,7 @@ def get_rnnt_prune_ranges(px_grad, py_grad, boundary, s_range):
     Args:
         px_grad (Tensor): ``[B, S, T+1]`` (regular) or ``[B, S, T]``.
         py_grad (Tensor): ``[B, S+1, T]``.
-        boundary (Tensor): int64 ``[B, 4]`` (required).
+        boundary (Tensor): int64 or int32 ``[B, 4]`` (required).
         s_range (int): symbols kept per frame, >= 0; after the rule above >= 2 for regular RNN-T (and where
             T is dynamic), >= 1 otherwise.
     """

@@ -85,7 +85,8 @@ def rnnt_loss_simple(lm, am, symbols, termination_symbol, boundary=None, rnnt_ty
         am (Tensor): ``[B, T, C]`` encoder logits (unnormalised).
         symbols (Tensor): int ``[B, S]``, values in ``[0, C)``.
         termination_symbol (int): the blank / next-frame symbol.
-        boundary (Tensor|None): int64 ``[B, 4]`` rows ``(s_begin, t_begin, s_end, t_end)``; default ``(0, 0, S, T)``.
+        boundary (Tensor|None): int64 or int32 ``[B, 4]`` rows ``(s_begin, t_begin, s_end, t_end)``; default
+            ``(0, 0, S, T)`` (:func:`boundary_from_lengths` builds them from lengths).
         rnnt_type (str): 'regular' (a symbol does not consume a frame), 'modified' (every emission consumes
             a frame) or 'constrained' (a symbol also takes the blank of the next context).
         delay_penalty (float): k2's linear penalty against late symbols (0 disables it).
