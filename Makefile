@@ -1,4 +1,4 @@
-# make test | make demo | make bench | make wheel — each sets up .venv from nothing when needed.
+# make test | make demo | make bench | make wheel | make release — each sets up .venv from nothing when needed.
 PYTHON ?= python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
@@ -10,7 +10,7 @@ export MAX_JOBS ?= $(JOBS)
 export GLOG_minloglevel ?= 2
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: venv build wheel test test-compat test-gpu bench-gpu demo bench info clean
+.PHONY: venv build wheel sdist release test test-compat test-gpu bench-gpu demo bench info clean
 
 venv: $(DEPS)
 $(DEPS): requirements.txt
@@ -24,18 +24,43 @@ build: $(DEPS)
 	$(VPY) tools/native_build.py binding
 	$(VPY) -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps .
 
-# dist/paddle_ext-<version>-py3-none-<platform>.whl: the kernel library and one binding per supported CPU
-# release of Paddle (their headers come from each release's wheel, fetched once into build/paddle-sdk).
-wheel: $(DEPS)
-	$(VPY) tools/native_build.py binding --release all
-	rm -f dist/paddle_ext-*.whl
-	PADDLE_EXT_RELEASES=all $(VPY) -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps . -w dist
+WHEEL_DEPS := $(VENV)/.wheel-deps-installed
+$(WHEEL_DEPS): requirements-wheel.txt $(DEPS)
+	$(VPY) -m pip install --disable-pip-version-check -q -r requirements-wheel.txt
+	touch $@
+
+# dist/paddle_ext-<version>-py3-none-manylinux_2_24_x86_64.whl: the kernel library and one binding per supported
+# CPU release of Paddle (their headers come from each release's wheel, fetched once into build/paddle-sdk),
+# linked for older distributions (tools/manylinux.py). auditwheel audits it with the libraries of the user's
+# Paddle (libpaddle.so, its libiomp5.so) left out, as they are never bundled, and tags it: it fails when a
+# symbol is newer than the policy allows.
+MANYLINUX_POLICY := manylinux_2_24_x86_64
+wheel: $(DEPS) $(WHEEL_DEPS)
+	$(VPY) tools/native_build.py binding --release all --manylinux
+	rm -rf build/wheel dist/paddle_ext-*.whl
+	PADDLE_EXT_RELEASES=all PADDLE_EXT_MANYLINUX=1 $(VPY) -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps . -w build/wheel
+	$(VENV)/bin/auditwheel repair --plat $(MANYLINUX_POLICY) --only-plat --exclude libpaddle.so --exclude libiomp5.so \
+	  --patcher none -w dist build/wheel/paddle_ext-*.whl
 	@ls -l dist/paddle_ext-*.whl
 
-test: build
+# dist/paddle_ext-<version>.tar.gz: the sources; `pip install --no-build-isolation` builds it against the
+# Paddle installed (PADDLE_EXT_WITH_CUDA=1: with the CUDA kernels).
+sdist: $(DEPS) $(WHEEL_DEPS)
+	rm -f dist/paddle_ext-*.tar.gz
+	$(VPY) -m build --sdist --no-isolation -o dist .
+
+# dist/simple/: a PEP 503 package index holding the wheel and the sdist (both through `twine check`), for
+# `pip install --index-url file://$(abspath dist/simple) paddle-ext`.
+release: wheel sdist
+	$(VENV)/bin/twine check --strict dist/paddle_ext-*.whl dist/paddle_ext-*.tar.gz
+	$(VPY) tools/package_index.py dist
+
+# (with the wheel's tools: test_native_build.py links a probe the manylinux way)
+test: build $(WHEEL_DEPS)
 	$(VPY) -m pytest unittests -q -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 
-# `make test-compat PADDLE=3.0.0`: installs the wheel (`make wheel`) with no compiler reachable into its own
+# `make test-compat PADDLE=3.0.0`: installs paddle-ext from the release's index (`make release`: the wheel) with
+# no compiler reachable, as a user would from a package index, into its own
 # .venv-compat-<release> with that Paddle, and runs a compact suite: each op family's forward, grads, static
 # program, export + jit.load + paddle.inference, AMP, empty tensors and a bad-input error, a user's script,
 # plus the registry, the installed files and the import checks.
@@ -72,14 +97,14 @@ COMPAT_TESTS := unittests/test_registry.py unittests/test_install_layout.py unit
   unittests/test_adaptive_log_softmax_op.py::test_static_program_rejects_bad_target_in_cpp \
   unittests/test_adaptive_log_softmax_layer.py::test_static_mode_layer
 
-test-compat: wheel
+test-compat: release
 	@test -n "$(PADDLE)" || { echo "make test-compat: name a Paddle release, e.g. make test-compat PADDLE=3.0.0" >&2; exit 2; }
 	test -x $(COMPAT_PY) || $(PYTHON) -m venv $(COMPAT_VENV)
 	sed '/^paddlepaddle==/d' requirements.txt > $(COMPAT_VENV)/requirements.txt
 	$(COMPAT_PY) -m pip install --disable-pip-version-check -q "paddlepaddle==$(PADDLE)" -r $(COMPAT_VENV)/requirements.txt
 	$(COMPAT_PY) -m pip uninstall --disable-pip-version-check -q -y paddle-ext paddle_ext_lib 2>/dev/null || true
 	PATH="$(abspath $(COMPAT_VENV))/bin:$$PATH" tools/without_compilers.sh \
-	  pip install --disable-pip-version-check -q --only-binary=:all: --find-links dist paddle-ext
+	  pip install --disable-pip-version-check -q --index-url "file://$(abspath dist/simple)" paddle-ext
 	PATH="$(abspath $(COMPAT_VENV))/bin:$$PATH" tools/without_compilers.sh \
 	  python -m pytest $(COMPAT_TESTS) -q -p no:cacheprovider --durations=5 $(PYTEST_ARGS)
 

@@ -2,19 +2,23 @@
 
     pip install --no-build-isolation .    # against the Paddle installed here (what `make build` does)
     pip install .                         # isolated build against paddlepaddle 3.3.1 (pyproject.toml)
-    PADDLE_EXT_RELEASES=all pip wheel --no-build-isolation --no-deps . -w dist   # `make wheel`
+    PADDLE_EXT_RELEASES=all PADDLE_EXT_MANYLINUX=1 pip wheel --no-build-isolation --no-deps . -w build/wheel
+                                          # `make wheel` (then auditwheel tags it manylinux)
 
 Installed: paddle_ext/_native/libpaddle_ext_kernels.so (the kernels, Paddle-free) and one binding
 paddle_ext/_native/paddle_<release>/paddle_ext_ops.so per Paddle release built for: by default the
 installed one, or those named in PADDLE_EXT_RELEASES ("3.0.0 3.2.2" or "all").
 PADDLE_EXT_WITH_CUDA=1/0 overrides the CUDA choice (default: whether the installed Paddle has CUDA).
+PADDLE_EXT_MANYLINUX=1 links the libraries for older distributions (tools/manylinux.py; CPU only).
 MAX_JOBS sets the number of parallel compile jobs (default: all cores).
+The version is `__version__` in python/paddle_ext/__init__.py, read from there.
 """
 
 import importlib.util
 import json
 import os
 import pathlib
+import re
 import shutil
 import sys
 import warnings
@@ -81,15 +85,15 @@ class BuildPyWithNative(build_py):
         native = package / "_native"
         shutil.rmtree(native, ignore_errors=True)
         native.mkdir(parents=True)
-        kernels = native_build.kernels(WITH_CUDA)
+        kernels = native_build.kernels(WITH_CUDA, MANYLINUX)
         shutil.copy2(kernels, native / native_build.KERNEL_LIBRARY)
         for release in RELEASES:
-            binding = native_build.binding(release, kernels, WITH_CUDA)
+            binding = native_build.binding(release, kernels, WITH_CUDA, MANYLINUX)
             folder = native / (f"paddle_{release}" + ("_cuda" if WITH_CUDA else ""))
             folder.mkdir()
             shutil.copy2(binding, folder / native_build.BINDING_LIBRARY)
         (package / "ops_manifest.json").write_text((native_build.GENERATED / "ops_manifest.json").read_text())
-        info = {"with_cuda": WITH_CUDA, "releases": RELEASES}
+        info = {"with_cuda": WITH_CUDA, "releases": RELEASES, "manylinux": MANYLINUX}
         (package / "build_info.json").write_text(json.dumps(info) + "\n")
 
 
@@ -118,14 +122,22 @@ def _requirement() -> str:
     return f"{package}>=3.0,<3.4"
 
 
+def _version() -> str:
+    text = (ROOT / "python" / "paddle_ext" / "__init__.py").read_text()
+    return re.search(r'^__version__ = "([^"]+)"$', text, re.M)[1]
+
+
 _check_build_requirements()
 WITH_CUDA = _with_cuda()
 RELEASES = _releases()
+MANYLINUX = os.environ.get("PADDLE_EXT_MANYLINUX", "0").lower() in ("1", "true", "on", "yes")
 
 setup(
     name="paddle-ext",
-    version="0.1.0",
+    version=_version(),
     description="Fast, exact custom operators for PaddlePaddle",
+    long_description=(ROOT / "README.md").read_text(),
+    long_description_content_type="text/markdown",
     packages=["paddle_ext", "paddle_ext.adaptive_log_softmax", "paddle_ext.codegen", "paddle_ext.nn", "paddle_ext.rnnt_loss",
               "paddle_ext.benchmarks", "paddle_ext.demo"],
     package_dir={"": "python"},

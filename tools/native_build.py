@@ -14,8 +14,10 @@ Objects are rebuilt only when their source, a header they include (gcc's depfile
 line changed; ccache is used where it is installed; MAX_JOBS compile jobs run at once (default: all
 cores). Nothing carries debug sections.
 
-    python tools/native_build.py kernels [--cuda]
-    python tools/native_build.py binding [--release 3.2.2 ...] [--cuda]
+With --manylinux (`make wheel`) the libraries are linked for older distributions (tools/manylinux.py).
+
+    python tools/native_build.py kernels [--cuda] [--manylinux]
+    python tools/native_build.py binding [--release 3.2.2 ...] [--cuda] [--manylinux]
 """
 
 from __future__ import annotations
@@ -169,9 +171,18 @@ def _omp_runtime_dir() -> pathlib.Path | None:
     return libs if (libs / "libiomp5.so").is_file() else None
 
 
+def _manylinux_link_args(cuda: bool) -> list[str]:
+    if cuda:
+        raise SystemExit("paddle_ext build: the manylinux link is for the CPU wheel; build CUDA kernels without it")
+    spec = importlib.util.spec_from_file_location("manylinux_link", pathlib.Path(__file__).with_name("manylinux.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.link_args(BUILD, say)
+
+
 # ------------------------------------------------------------------------------------------- kernels
 
-def kernels(cuda: bool = False) -> pathlib.Path:
+def kernels(cuda: bool = False, manylinux: bool = False) -> pathlib.Path:
     """Builds (when stale) and returns build/kernels/<cpu|cuda>/libpaddle_ext_kernels.so."""
     out = BUILD / "kernels" / ("cuda" if cuda else "cpu")
     includes = [f"-I{ROOT / 'paddle_ext' / 'include'}", f"-I{ROOT}"]
@@ -201,6 +212,7 @@ def kernels(cuda: bool = False) -> pathlib.Path:
     # Paddle's own OpenMP runtime: found by soname once Paddle is loaded, else next to Paddle's libraries.
     link_args += ([f"-L{omp}", "-l:libiomp5.so", "-Wl,-rpath,$ORIGIN/../../paddle/libs"] if omp else ["-fopenmp"])
     link_args += ["-ldl"]  # gemm.cc finds the oneDNN Paddle loaded (dlopen/dlsym; in libc itself from glibc 2.34)
+    link_args += _manylinux_link_args(cuda) if manylinux else []
     compiled = _compile_all("kernel library", units)
     library = out / KERNEL_LIBRARY
     _link("kernel library", library, [u.obj for u in units], [*link_args, f"-Wl,-soname,{KERNEL_LIBRARY}"], compiled)
@@ -281,7 +293,7 @@ def binding_dir(release: str, cuda: bool = False) -> pathlib.Path:
     return BUILD / "bindings" / (f"{release}-cuda" if cuda else release)
 
 
-def binding(release: str, kernel_library: pathlib.Path, cuda: bool = False) -> pathlib.Path:
+def binding(release: str, kernel_library: pathlib.Path, cuda: bool = False, manylinux: bool = False) -> pathlib.Path:
     """Builds (when stale) and returns the binding of Paddle `release`, linked to `kernel_library`."""
     include = paddle_headers(release)
     families = generate_registrations()
@@ -309,6 +321,7 @@ def binding(release: str, kernel_library: pathlib.Path, cuda: bool = False) -> p
                  "-Wl,--no-as-needed", f"-L{stub.parent}", "-l:libpaddle.so", "-Wl,--as-needed",
                  # the kernel library sits one folder up, Paddle's core library in paddle/base
                  "-Wl,-rpath,$ORIGIN/..:$ORIGIN/../../../paddle/base"]
+    link_args += _manylinux_link_args(cuda) if manylinux else []
     relink = compiled or not library.exists() or library.stat().st_mtime < kernel_library.stat().st_mtime
     _link(f"binding for Paddle {release}", library, [u.obj for u in units], link_args, relink)
     return library
@@ -320,15 +333,16 @@ def main(argv=None) -> int:
     parser.add_argument("--release", action="append", help="a Paddle release (repeatable; 'all': every one "
                         "a wheel carries); default: the installed Paddle")
     parser.add_argument("--cuda", action="store_true", help="with the CUDA kernels")
+    parser.add_argument("--manylinux", action="store_true", help="link for older distributions (the wheel's link)")
     args = parser.parse_args(argv)
     start = time.monotonic()
-    library = kernels(args.cuda)
+    library = kernels(args.cuda, args.manylinux)
     if args.part == "binding":
         releases = args.release or [installed_paddle()[0]]
         if "all" in releases:
             releases = list(RELEASES)
         for release in releases:
-            binding(release, library, args.cuda)
+            binding(release, library, args.cuda, args.manylinux)
     say(f"done in {time.monotonic() - start:.0f} s")
     return 0
 

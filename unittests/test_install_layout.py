@@ -5,12 +5,14 @@ else; no debug sections; one OpenMP runtime; the binding of the running Paddle i
 import importlib.metadata
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
 import paddle
 import pytest
 
+import elf_versions
 import paddle_ext
 from paddle_ext import _library
 
@@ -64,6 +66,19 @@ def test_the_binding_links_the_kernel_library_and_paddle_by_soname():
     assert "[libpaddle_ext_kernels.so]" in done.stdout and "[libpaddle.so]" in done.stdout, done.stdout
     assert "$ORIGIN/.." in done.stdout  # relocatable: no path of the machine that built it
     assert "site-packages" not in done.stdout and "/build/" not in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="no readelf")
+def test_the_wheels_libraries_need_no_newer_glibc_or_libstdcxx_than_its_manylinux_policy():
+    """`make wheel` links them with tools/manylinux.py: glibc 2.17's symbols, libstdc++'s up to the policy's;
+    a binding's only unversioned references are Paddle's and the kernel library's."""
+    if not _library.build_info().get("manylinux"):
+        pytest.skip("a local build links this machine's glibc and libstdc++")
+    elf_versions.assert_within_manylinux(_library.kernel_library_path())
+    bindings = list(_library.NATIVE.glob("paddle_*/paddle_ext_ops.so"))
+    assert len(bindings) == len(_library.supported_releases())
+    for binding in bindings:
+        elf_versions.assert_within_manylinux(binding, lambda name: re.search("paddle|phi|common", name) is not None)
 
 
 def test_an_install_from_the_wheel_needs_no_compiler():

@@ -6,7 +6,10 @@ import pathlib
 import sys
 import time
 
+import numpy as np
 import pytest
+
+import elf_versions
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("native_build", ROOT / "tools" / "native_build.py")
@@ -75,3 +78,54 @@ def test_the_binding_needs_no_cpython_symbol():
                                    check=True).stdout.split()
         assert [s for s in undefined if s.startswith("Py") or s.startswith("_Py")] == [], library
 
+
+@pytest.mark.skipif(importlib.util.find_spec("ziglang") is None, reason="no zig toolchain (requirements-wheel.txt)")
+def test_the_manylinux_link_binds_old_symbol_versions_and_the_library_runs(tmp_path):
+    """tools/manylinux.py on what the kernels and bindings use (libm, dlopen, shared_ptr, std::string, an
+    ostringstream, exceptions caught through an exception_ptr): no glibc symbol newer than 2.17, no libstdc++
+    symbol newer than the policy's (what is newer is linked in), nothing left unversioned; it loads and runs."""
+    import ctypes  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    source = tmp_path / "probe.cc"
+    source.write_text(r"""
+#include <cmath>
+#include <dlfcn.h>
+#include <exception>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+extern "C" double probe(double x) {
+  auto values = std::make_shared<std::vector<double>>(3, x);
+  auto copy = values;
+  std::exception_ptr error;
+  try {
+    if (x < 10) throw std::runtime_error("small " + std::to_string(x));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::exception_ptr kept = error;
+  std::ostringstream text;
+  try {
+    std::rethrow_exception(kept);
+  } catch (const std::runtime_error& e) {
+    text << e.what();
+  }
+  void* self = dlopen(nullptr, RTLD_LAZY);
+  return std::exp((*copy)[0]) + std::log(x) + std::hypot(x, x) + std::exp(static_cast<float>(x))
+         + static_cast<double>(text.str().size()) + (self != nullptr);
+}
+""")
+    obj, library = tmp_path / "probe.o", tmp_path / "probe.so"
+    subprocess.run(["g++", *native_build.BASE_FLAGS, "-D_GLIBCXX_USE_CXX11_ABI=1", "-c", str(source), "-o", str(obj)],
+                   check=True)
+    subprocess.run(["g++", "-shared", "-s", "-o", str(library), str(obj), "-ldl",
+                    *native_build._manylinux_link_args(False)], check=True)
+    elf_versions.assert_within_manylinux(library)
+    probe = ctypes.CDLL(str(library)).probe
+    probe.restype, probe.argtypes = ctypes.c_double, [ctypes.c_double]
+    x = 2.0
+    expected = np.exp(x) + np.log(x) + np.hypot(x, x) + float(np.exp(np.float32(x))) + len("small 2.000000") + 1
+    assert abs(probe(x) - expected) < 1e-5 * expected

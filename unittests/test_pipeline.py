@@ -357,7 +357,7 @@ def test_isolated_wheel_build_installs_and_runs_in_a_fresh_venv(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-    assert {name.split("/")[0] for name in names} == {"paddle_ext", "paddle_ext-0.1.0.dist-info"}, names
+    assert {name.split("/")[0] for name in names} == {"paddle_ext", f"paddle_ext-{paddle_ext.__version__}.dist-info"}, names
     pinned = next(line.split("paddlepaddle==")[1].split('"')[0] for line in (ROOT / "pyproject.toml").read_text().splitlines()
                   if "paddlepaddle==" in line)
     assert f"paddle_ext/_native/paddle_{pinned}/paddle_ext_ops.so" in names

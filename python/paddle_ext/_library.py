@@ -253,7 +253,8 @@ def output_cache_bytes() -> int:
 
 
 def build_info() -> dict:
-    """What setup.py recorded: whether CUDA kernels were compiled in, and the Paddle releases bound."""
+    """What setup.py recorded: whether CUDA kernels were compiled in, the Paddle releases bound, and whether the
+    libraries were linked for manylinux (the wheel)."""
     path = pathlib.Path(__file__).with_name("build_info.json")
     return json.loads(path.read_text()) if path.exists() else {"with_cuda": False, "releases": []}
 
