@@ -29,7 +29,7 @@ import paddle.nn.functional as F
 
 import paddle_ext
 
-from . import Case, torch_or_none
+from . import Case, _joiner, torch_or_none
 from .adaptive_log_softmax import _PeakRss, math_threads, with_paddle_threads
 
 TERM = 0
@@ -255,9 +255,21 @@ def _jump_cases(B, S, T, C, D, quick):
     ]
 
 
+def _joiner_cases(quick):
+    """The step with its joiner (benchmarks/_joiner.py): fused vs unfused vs fast_rnnt vs the GEMM floor, the
+    full loss at B=8 T=250 S=50 J=512 C=2000 and its neighbours (C=500, C=5000, T=500), TDT and the pruned
+    recipe at the first shape."""
+    n = threads()
+    shapes = [("rnnt", 2, 6, 3, 16, 12), ("tdt", 2, 6, 3, 16, 12), ("pruned", 2, 8, 6, 16, 12)] if quick else [
+        ("rnnt", 8, 250, 50, 512, 2000), ("rnnt", 8, 250, 50, 512, 500), ("rnnt", 8, 250, 50, 512, 5000),
+        ("rnnt", 8, 500, 50, 512, 2000), ("tdt", 8, 250, 50, 512, 2000), ("pruned", 8, 250, 50, 512, 2000)]
+    return [_joiner.case(*shape, quick, n, with_paddle_threads, fast_rnnt()) for shape in shapes]
+
+
 def cases(quick: bool):
     if quick:
-        return _simple_cases(2, 5, 12, 8, 3, quick) + _full_case(2, 4, 6, 8, quick) + _jump_cases(2, 4, 6, 8, 3, quick)
+        return (_simple_cases(2, 5, 12, 8, 3, quick) + _full_case(2, 4, 6, 8, quick) + _jump_cases(2, 4, 6, 8, 3, quick)
+                + _joiner_cases(quick))
     return (_simple_cases(16, 100, 500, 500, 5, quick) + _full_case(8, 50, 200, 500, quick)
             + _jump_cases(8, 50, 200, 500, 5, quick) + _jump_cases(16, 20, 100, 1000, 5, quick)
-            + _jump_cases(8, 80, 300, 50, 5, quick))
+            + _jump_cases(8, 80, 300, 50, 5, quick) + _joiner_cases(quick))
