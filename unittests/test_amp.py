@@ -91,6 +91,21 @@ CASES = {
     "rnnt_loss_pruned(return_grad, fastemit_lambda)": (
         [[B, T, 2, C]], lambda x: paddle_ext.rnnt_loss_pruned(x, _symbols(), _ranges(), 0, _boundary(),
                                                               return_grad=True, fastemit_lambda=0.5)),
+    "rnnt_loss_fused_joiner": (
+        [[B, T, 6], [B, S + 1, 6], [6, C], [C]],
+        lambda am, lm, w, b: paddle_ext.rnnt_loss_fused_joiner(am, lm, w, b, _symbols(), 0, _boundary(),
+                                                               delay_penalty=0.1)),
+    "rnnt_loss_fused_joiner(ranges)": (
+        [[B, T, 6], [B, S + 1, 6], [6, C], [C]],
+        lambda am, lm, w, b: paddle_ext.rnnt_loss_fused_joiner(am, lm, w, b, _symbols(), 0, _boundary(),
+                                                               ranges=_ranges(), activation="relu")),
+    "tdt_loss_fused_joiner": (
+        [[B, T, 6], [B, S + 1, 6], [6, C + 2]],
+        lambda am, lm, w: paddle_ext.tdt_loss_fused_joiner(am, lm, w, None, _symbols(), [0, 1], 0, _boundary())),
+    "multiblank_rnnt_loss_fused_joiner": (
+        [[B, T, 6], [B, S + 1, 6], [6, C], [C]],
+        lambda am, lm, w, b: paddle_ext.multiblank_rnnt_loss_fused_joiner(am, lm, w, b, _symbols() - 1, [2], 3,
+                                                                          _boundary(), reduction="none")),
     "get_rnnt_logprobs": (
         LM_AM, lambda lm, am: paddle_ext.get_rnnt_logprobs(lm, am, _symbols(), 0, boundary=_boundary())),
     "get_rnnt_logprobs_smoothed": (
@@ -352,6 +367,11 @@ class _Model(paddle.nn.Layer):
         logits = self.joiner(paddle.tanh(enc_pruned + dec_pruned))
         return simple + paddle_ext.rnnt_loss_pruned(logits, symbols, ranges, 0, boundary, fastemit_lambda=0.01)
 
+    def _fused_joiner(self, tokens, symbols, boundary, labels):
+        """The joiner fused into the loss, its am / lm from bfloat16 matmuls under AMP."""
+        enc, dec = self._encode(tokens, symbols)
+        return paddle_ext.rnnt_loss_fused_joiner(enc, dec, self.joiner.weight, None, symbols, 0, boundary)
+
     def _adaptive_layer(self, tokens, symbols, boundary, labels):
         enc, _ = self._encode(tokens, symbols)
         return self.adaptive(enc.reshape([-1, 16]), labels)[1]
@@ -367,8 +387,8 @@ class _Model(paddle.nn.Layer):
                                               a.cutoffs)[1]
 
 
-FAMILIES = ["logcumsumexp", "put_along_axis", "mutual_information", "rnnt_loss", "rnnt_pruned", "adaptive_layer",
-            "adaptive_functional", "adaptive_input"]
+FAMILIES = ["logcumsumexp", "put_along_axis", "mutual_information", "rnnt_loss", "rnnt_pruned", "fused_joiner",
+            "adaptive_layer", "adaptive_functional", "adaptive_input"]
 
 
 @pytest.mark.parametrize("mode", ["dygraph", "to_static"])

@@ -55,6 +55,20 @@ def test_bench_case_filter_runs_only_matching_rows(tmp_path):
     assert all("broadcast" in r["name"] and "materialised" in r["ratios"] and "paddle" in r["ratios"] for r in rows)
 
 
+def test_bench_joiner_rows_time_and_measure_memory_in_fresh_processes(tmp_path):
+    """`--op rnnt_loss --case joiner`: fused vs unfused (vs the GEMM floor), each candidate's peak memory from a
+    fresh process and its difference from the fused op in the note."""
+    path = tmp_path / "bench.json"
+    assert cli.main(["bench", "--op", "rnnt_loss", "--quick", "--repeats", "1", "--case", "joiner + rnnt_loss",
+                     "--json", str(path)]) == 0
+    (row,) = json.loads(path.read_text())
+    assert {"unfused", "gemm floor"} <= set(row["ratios"])
+    peaks = dict(part.rsplit(" ", 1) for part in row["note"].split("fresh process each): ")[1].split(";")[0]
+                 .split(", "))
+    assert set(peaks) >= {"paddle_ext", "unfused"} and all(float(v) >= 0 for v in peaks.values()), row["note"]
+    assert "max rel diff loss/grads vs paddle_ext: unfused" in row["note"]
+
+
 def test_every_benchmark_module_defines_cases():
     for name, module in benchmarks.modules():
         assert callable(module.cases), name

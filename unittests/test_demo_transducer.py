@@ -44,11 +44,11 @@ def test_tdt_greedy_decoding_skips_the_predicted_durations():
     import paddle  # noqa: PLC0415
 
     with paddle.no_grad():
-        model.join_out.weight.set_value(paddle.zeros_like(model.join_out.weight))
+        model.joiner.output_linear.weight.set_value(paddle.zeros_like(model.joiner.output_linear.weight))
         bias = np.full(transducer.VOCAB + len(transducer.DURATIONS), -10.0, np.float32)
         bias[3] = 10.0
         bias[transducer.VOCAB + transducer.DURATIONS.index(2)] = 10.0
-        model.join_out.bias.set_value(paddle.to_tensor(bias))
+        model.joiner.output_linear.bias.set_value(paddle.to_tensor(bias))
     x = np.zeros((2, 9, transducer.FEAT), np.float32)
     boundary = np.array([[0, 0, 4, 9], [0, 0, 2, 4]], np.int64)
     assert transducer.tdt_greedy_decode(model, x, boundary) == [[3] * 5, [3] * 2]

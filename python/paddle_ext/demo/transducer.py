@@ -4,11 +4,12 @@ The task is generated: a symbol sequence (no immediate repeats) is "spoken" as n
 symbol lasting 2-4 frames with 0-2 frames of silence around it, so the alignment is unknown and the
 model has to learn it. Training follows k2's pruned recipe: first ``rnnt_loss_simple`` alone (an
 additive joiner on projections of the encoder and predictor outputs), then ``rnnt_loss_simple`` plus
-``rnnt_loss_pruned`` on the full (non-linear) joiner, evaluated only inside the ranges that
-``get_rnnt_prune_ranges`` picks from the simple loss's occupation grads. The metric is the greedy-
+the pruned loss on the full (non-linear) joiner, ``paddle_ext.nn.TransducerJoiner``, evaluated only inside
+the ranges that ``get_rnnt_prune_ranges`` picks from the simple loss's occupation grads (its ``rnnt_loss``
+with ``ranges``: the joiner fused into the loss). The metric is the greedy-
 decoding symbol error rate (edit distance / reference length) on held-out utterances.
 
-A second model, a Token-and-Duration Transducer (``tdt_loss``, durations 0-4), trains on the same batches
+A second model, a Token-and-Duration Transducer (its joiner's fused ``tdt_loss``, durations 0-4), trains on the same batches
 with the same encoder and predictor; its joiner also predicts how many frames each token covers, and its
 greedy decoding skips those frames. Both rows report the error rate and the decoding time.
 """
@@ -25,6 +26,7 @@ import paddle_ext
 
 from . import DemoTask, TaskResult
 from ._parallel import Ranks
+from ..nn import TransducerJoiner
 from .export import export_and_compare
 
 VOCAB = 8  # symbol 0 is the blank; real symbols 1..7
@@ -72,9 +74,8 @@ class Transducer(paddle.nn.Layer):
         self.pred_emb = paddle.nn.Embedding(VOCAB, HIDDEN)  # stateless predictor: the last symbol
         self.am_proj = paddle.nn.Linear(HIDDEN, VOCAB)  # the simple loss's additive joiner
         self.lm_proj = paddle.nn.Linear(HIDDEN, VOCAB)
-        self.join_enc = paddle.nn.Linear(HIDDEN, HIDDEN)  # the full joiner
-        self.join_pred = paddle.nn.Linear(HIDDEN, HIDDEN)
-        self.join_out = paddle.nn.Linear(HIDDEN, VOCAB + extra_outputs)
+        # the full joiner, whose losses never form its [B, T, S+1, VOCAB] logits (the fused ops)
+        self.joiner = TransducerJoiner(HIDDEN, HIDDEN, HIDDEN, VOCAB + extra_outputs)
 
     def encode(self, x):
         h = paddle.tanh(self.enc_in(x))  # [B, T, H]
@@ -84,9 +85,6 @@ class Transducer(paddle.nn.Layer):
         """Predictor outputs for contexts [blank] + symbols: [B, S+1, H]."""
         context = paddle.concat([paddle.full([symbols.shape[0], 1], BLANK, dtype="int64"), symbols], axis=1)
         return paddle.tanh(self.pred_emb(context))
-
-    def joiner(self, enc, pred):
-        return self.join_out(paddle.tanh(self.join_enc(enc) + self.join_pred(pred)))
 
     def forward(self, x, symbols, boundary, pruned: bool):
         """The training loss and the loss shown in the log: see train_step."""
@@ -114,14 +112,15 @@ def greedy_decode(model: Transducer, x: np.ndarray, boundary: np.ndarray, max_pe
     B, T, _ = x.shape
     with paddle.no_grad():
         enc = model.encode(paddle.to_tensor(x))  # [B, T, H]
-        enc_j = model.join_enc(enc)
+        joiner = model.joiner
+        enc_j = joiner.encoder_proj(enc)
         last = np.full(B, BLANK, np.int64)
         hyps = [[] for _ in range(B)]
         for t in range(T):
             active = t < boundary[:, 3]
             for _ in range(max_per_frame):
-                pred = model.join_pred(paddle.tanh(model.pred_emb(paddle.to_tensor(last))))
-                logits = model.join_out(paddle.tanh(enc_j[:, t] + pred))
+                pred = joiner.decoder_proj(paddle.tanh(model.pred_emb(paddle.to_tensor(last))))
+                logits = joiner.output_linear(paddle.tanh(enc_j[:, t] + pred))
                 best = logits.argmax(-1).numpy()
                 emit = active & (best != BLANK)
                 if not emit.any():
@@ -139,7 +138,7 @@ def tdt_greedy_decode(model: Transducer, x: np.ndarray, boundary: np.ndarray, ma
     max_per_frame-th symbol in a row on one frame), skipping the frames in between."""
     B = x.shape[0]
     with paddle.no_grad():
-        enc_j = model.join_enc(model.encode(paddle.to_tensor(x))).numpy()  # [B, T, H]
+        enc_j = model.joiner.encoder_proj(model.encode(paddle.to_tensor(x))).numpy()  # [B, T, H]
     t = np.zeros(B, np.int64)
     last = np.full(B, BLANK, np.int64)
     on_frame = np.zeros(B, np.int64)  # symbols emitted on the current frame
@@ -149,8 +148,8 @@ def tdt_greedy_decode(model: Transducer, x: np.ndarray, boundary: np.ndarray, ma
     with paddle.no_grad():
         while active.any():
             rows = np.nonzero(active)[0]
-            pred = model.join_pred(paddle.tanh(model.pred_emb(paddle.to_tensor(last[rows]))))
-            out = model.join_out(paddle.tanh(paddle.to_tensor(enc_j[rows, t[rows]]) + pred)).numpy()
+            pred = model.joiner.decoder_proj(paddle.tanh(model.pred_emb(paddle.to_tensor(last[rows]))))
+            out = model.joiner.output_linear(paddle.tanh(paddle.to_tensor(enc_j[rows, t[rows]]) + pred)).numpy()
             token, skip = out[:, :VOCAB].argmax(-1), durations[out[:, VOCAB:].argmax(-1)]
             for i, b in enumerate(rows):
                 step = int(skip[i])
@@ -197,17 +196,15 @@ def train_step(model, x, symbols, boundary, pruned: bool):
     if not pruned:
         return simple, simple
     ranges = paddle_ext.get_rnnt_prune_ranges(px_grad, py_grad, boundary, S_RANGE)
-    enc_p, pred_p = paddle_ext.do_rnnt_pruning(model.join_enc(enc), model.join_pred(pred), ranges)
-    logits = model.join_out(paddle.tanh(enc_p + pred_p))  # [B, T, S_RANGE, VOCAB]
-    pruned_loss = paddle_ext.rnnt_loss_pruned(logits, symbols, ranges, BLANK, boundary, reduction="mean")
+    # the pruned loss on the joiner inside the ranges, fused: no [B, T, S_RANGE, VOCAB] logits
+    pruned_loss = model.joiner.rnnt_loss(enc, pred, symbols, BLANK, boundary, reduction="mean", ranges=ranges)
     return 0.5 * simple + pruned_loss, pruned_loss
 
 
 def tdt_train_step(model, x, symbols, boundary):
-    """tdt_loss on the full joiner's [B, T, S+1, VOCAB + len(DURATIONS)] output."""
-    enc, pred = model.join_enc(model.encode(x)), model.join_pred(model.predict(symbols))
-    logits = model.join_out(paddle.tanh(enc.unsqueeze(2) + pred.unsqueeze(1)))
-    return paddle_ext.tdt_loss(logits, symbols, DURATIONS, BLANK, boundary, reduction="mean")
+    """tdt_loss on the full joiner (VOCAB + len(DURATIONS) outputs), fused: its logits are never formed."""
+    return model.joiner.tdt_loss(model.encode(x), model.predict(symbols), symbols, DURATIONS, BLANK, boundary,
+                                 reduction="mean")
 
 
 class TdtTrainer(paddle.nn.Layer):
