@@ -55,6 +55,20 @@ def test_sigma_fastemit_reductions_and_no_bias(kind, reduction):
     assert_same(fused, ref)
 
 
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_grad_clamp_on_each_blocks_logits_grad(kind):
+    """clamp: the unfused loss's clamp of each logit's grad, applied to every block's logits grad."""
+    durations, X, blank = CASES[kind]
+    arrays, symbols, boundary = joiner_problem(C=X, seed=26, scale=3.0)
+    symbols %= X - (len(durations) if kind == "tdt" else 0)
+    fused, ref = both(kind, arrays, symbols, durations, blank, boundary=t(boundary), reduction="sum", clamp=0.05,
+                      fastemit_lambda=0.3)
+    assert_same(fused, ref)
+    unclamped = both(kind, arrays, symbols, durations, blank, boundary=t(boundary), reduction="sum",
+                     fastemit_lambda=0.3)[0]
+    assert not np.allclose(fused[1][2], unclamped[1][2])  # the clamp bites
+
+
 def test_tdt_many_blocks_and_wide_inputs():
     arrays, symbols, _ = joiner_problem(B=2, T=5, S=3, J=4, C=20005, seed=23, scale=30.0)
     fused, ref = both("tdt", arrays, symbols, [0, 1, 2, 3, 4], 11, reduction="sum")

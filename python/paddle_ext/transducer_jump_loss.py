@@ -190,9 +190,11 @@ def _multiblank_checked_loss(op, logits, symbols, termination_symbol, boundary, 
 
 @_library.unified
 def tdt_loss_fused_joiner(am, lm, weight, bias, symbols, durations, termination_symbol, boundary=None,
-                          reduction="mean", *, activation="tanh", sigma=0.0, fastemit_lambda=0.0, name=None):
+                          reduction="mean", *, activation="tanh", sigma=0.0, fastemit_lambda=0.0, clamp=-1.0,
+                          name=None):
     """The TDT loss with the joiner fused in: equal to ``tdt_loss(act(am[:, :, None] + lm[:, None]) @ weight +
-    bias, symbols, durations, termination_symbol, boundary, reduction, sigma=sigma, fastemit_lambda=...)``, with
+    bias, symbols, durations, termination_symbol, boundary, reduction, sigma=sigma, fastemit_lambda=...,
+    clamp=clamp)`` (the clamp applied to each block's logits grad), with
     the grads of am ``[B, T, J]``, lm ``[B, S+1, J]``, weight ``[J, C + D]`` and bias ``[C + D]`` (or None);
     activation 'tanh', 'relu' or 'identity'. On CPU the joiner's logits are never whole (blocks of lattice
     rows, recomputed in the backward), as in :func:`paddle_ext.rnnt_loss_fused_joiner`."""
@@ -201,13 +203,13 @@ def tdt_loss_fused_joiner(am, lm, weight, bias, symbols, durations, termination_
     if bias is None:
         bias = zero_bias(weight)
     return _amp.float32_op(_tdt_loss_fused_joiner, 4, am, lm, weight, bias, symbols, durations, termination_symbol,
-                           boundary, reduction, activation, sigma, fastemit_lambda)
+                           boundary, reduction, activation, sigma, fastemit_lambda, clamp)
 
 
 def _tdt_loss_fused_joiner(am, lm, weight, bias, symbols, durations, termination_symbol, boundary, reduction,
-                           activation, sigma, fastemit_lambda):
+                           activation, sigma, fastemit_lambda, clamp):
     op = "tdt_loss_fused_joiner"
-    reals = _check_reals(op, reduction, sigma, fastemit_lambda, -1.0)
+    reals = _check_reals(op, reduction, sigma, fastemit_lambda, clamp)
     B, T, S1, J, X = check_joiner(op, am, lm, weight, bias, activation)
     durations, check, check_args = _tdt_checks(op, "weight's last dim", durations, X, symbols, termination_symbol, B,
                                                S1, T, boundary)
@@ -220,7 +222,7 @@ def _tdt_loss_fused_joiner(am, lm, weight, bias, symbols, durations, termination
 @_library.unified
 def multiblank_rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, big_blank_durations, termination_symbol,
                                       boundary=None, reduction="mean", *, activation="tanh", sigma=0.0,
-                                      fastemit_lambda=0.0, name=None):
+                                      fastemit_lambda=0.0, clamp=-1.0, name=None):
     """The multi-blank RNN-T loss with the joiner fused in: equal to ``multiblank_rnnt_loss`` on the logits
     ``act(am[:, :, None] + lm[:, None]) @ weight + bias`` (weight ``[J, C]``); arguments as in
     :func:`tdt_loss_fused_joiner` and :func:`multiblank_rnnt_loss`."""
@@ -229,13 +231,13 @@ def multiblank_rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, big_blank_d
     if bias is None:
         bias = zero_bias(weight)
     return _amp.float32_op(_multiblank_rnnt_loss_fused_joiner, 4, am, lm, weight, bias, symbols, big_blank_durations,
-                           termination_symbol, boundary, reduction, activation, sigma, fastemit_lambda)
+                           termination_symbol, boundary, reduction, activation, sigma, fastemit_lambda, clamp)
 
 
 def _multiblank_rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, big_blank_durations, termination_symbol,
-                                       boundary, reduction, activation, sigma, fastemit_lambda):
+                                       boundary, reduction, activation, sigma, fastemit_lambda, clamp):
     op = "multiblank_rnnt_loss_fused_joiner"
-    reals = _check_reals(op, reduction, sigma, fastemit_lambda, -1.0)
+    reals = _check_reals(op, reduction, sigma, fastemit_lambda, clamp)
     big = _check_durations(op, "big_blank_durations", big_blank_durations, 2)
     B, T, S1, J, C = check_joiner(op, am, lm, weight, bias, activation)
     check_args = (op, symbols, termination_symbol, C, B, S1 - 1 if _known(S1) else -1, T, boundary, "regular")

@@ -60,17 +60,18 @@ class TransducerJoiner(paddle.nn.Layer):
 
     @_library.unified
     def tdt_loss(self, encoder_out, decoder_out, symbols, durations, termination_symbol, boundary=None,
-                 reduction="mean", *, sigma=0.0, fastemit_lambda=0.0, name=None):
+                 reduction="mean", *, sigma=0.0, fastemit_lambda=0.0, clamp=-1.0, name=None):
         """:func:`paddle_ext.tdt_loss_fused_joiner` (num_outputs = C + len(durations))."""
         return _jump.tdt_loss_fused_joiner(*self._projected(encoder_out, decoder_out), symbols, durations,
                                            termination_symbol, boundary, reduction, activation=self.activation,
-                                           sigma=sigma, fastemit_lambda=fastemit_lambda)
+                                           sigma=sigma, fastemit_lambda=fastemit_lambda, clamp=clamp)
 
     @_library.unified
     def multiblank_rnnt_loss(self, encoder_out, decoder_out, symbols, big_blank_durations, termination_symbol,
-                             boundary=None, reduction="mean", *, sigma=0.0, fastemit_lambda=0.0, name=None):
+                             boundary=None, reduction="mean", *, sigma=0.0, fastemit_lambda=0.0, clamp=-1.0,
+                             name=None):
         """:func:`paddle_ext.multiblank_rnnt_loss_fused_joiner`."""
         return _jump.multiblank_rnnt_loss_fused_joiner(*self._projected(encoder_out, decoder_out), symbols,
                                                        big_blank_durations, termination_symbol, boundary, reduction,
                                                        activation=self.activation, sigma=sigma,
-                                                       fastemit_lambda=fastemit_lambda)
+                                                       fastemit_lambda=fastemit_lambda, clamp=clamp)
