@@ -69,6 +69,17 @@ def test_grad_clamp_on_each_blocks_logits_grad(kind):
     assert not np.allclose(fused[1][2], unclamped[1][2])  # the clamp bites
 
 
+@pytest.mark.parametrize("durations", [[1, 2], [2, 3, 4], [0, 2]])
+def test_tdt_durations_without_0_or_1(durations):
+    """Duration lists without 0 or without 1, as tdt_loss takes them: the same losses (inf where no path fits)."""
+    X = 7 + len(durations)
+    arrays, symbols, boundary = joiner_problem(C=X, T=9, S=3, seed=30)
+    symbols %= 7
+    fused, ref = both("tdt", arrays, symbols, durations, 6, boundary=t(boundary), reduction="none",
+                      weight_grads=[1.0, 0.0, 2.0])
+    assert_same(fused, ref)
+
+
 def test_tdt_many_blocks_and_wide_inputs():
     arrays, symbols, _ = joiner_problem(B=2, T=5, S=3, J=4, C=20005, seed=23, scale=30.0)
     fused, ref = both("tdt", arrays, symbols, [0, 1, 2, 3, 4], 11, reduction="sum")
