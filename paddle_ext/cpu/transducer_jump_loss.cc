@@ -36,10 +36,12 @@ struct HeadClamp {  // a head's grads clamped to [-bound, bound] (bound +inf: no
 // A node's arc terms padded with -inf to whole double vectors (kMaxJumpArcs + one vector of slack).
 constexpr int kPaddedArcs = kMaxJumpArcs + 8;
 
-// exp(v[k]) for k < n (v padded to whole vectors with -inf), in double lanes (vec_math.h's full-precision exp).
+// exp(v[k]) for k < n, in double lanes (vec_math.h's full-precision exp). The lanes past n are set to -inf
+// first: an earlier call left their exps there, and the exp of those is not defined for every value.
 template <int W>
 PE_VINLINE void exp_terms(double* v, int n) {
   using D = Lanes<W, double>;
+  for (int k = n; k % D::N != 0; ++k) v[k] = -kInf;
   for (int k = 0; k < n; k += D::N) D::store(v + k, D::exp(D::load(v + k)));
 }
 

@@ -151,7 +151,9 @@ struct ForwardChunk {
         const vd<W> r = load<W>(xr + p);
         const vl<W> raise = r > M;
         if (simd::any<W>(raise)) {
-          const vd<W> f = simd::select<W>(raise, simd::vexp_neg<W, true>(M - r), simd::splat<W>(1.0));  // M = -inf: 0
+          // M = -inf gives 0; the lanes that keep M take exp(0), so that every lane's argument is <= 0.
+          const vd<W> f = simd::select<W>(raise, simd::vexp_neg<W, true>(simd::select<W>(raise, M - r, vd<W>{})),
+                                          simd::splat<W>(1.0));
           Sr *= f, Si *= f, A *= f;
           M = simd::select<W>(raise, r, M);
           Mz = simd::select<W>(M == -kInf, vd<W>{}, M);

@@ -51,6 +51,19 @@ PE_HOSTDEVICE inline bool is_nan(A v) {
   return v != v;  // false for every integer type
 }
 
+// Integer add and mul wrap around in A. Signed overflow is undefined (and nvcc has no -fwrapv), so they run in
+// the unsigned type of A's promoted type, which wraps on every compiler, and convert back (modulo 2^bits).
+template <typename A, bool = std::is_integral<A>::value>
+struct WrapArith {
+  using type = A;
+};
+template <typename A>
+struct WrapArith<A, true> {
+  using type = std::make_unsigned_t<decltype(A() + A())>;  // int16 * int16 in unsigned int, not uint16 -> int
+};
+template <typename A>
+using wrap_arith_t = typename WrapArith<A>::type;
+
 // combine(self, v): the value of a slot after one more contribution v.
 template <Reduce R>
 struct ReduceOp;
@@ -62,14 +75,14 @@ struct ReduceOp<Reduce::Assign> {
 template <>
 struct ReduceOp<Reduce::Add> {
   template <typename A>
-  PE_HOSTDEVICE static A combine(A s, A v) { return s + v; }
+  PE_HOSTDEVICE static A combine(A s, A v) { return static_cast<A>(wrap_arith_t<A>(s) + wrap_arith_t<A>(v)); }
 };
 template <>
 struct ReduceOp<Reduce::Mean> : ReduceOp<Reduce::Add> {};  // a sum; divided by the count at the end
 template <>
 struct ReduceOp<Reduce::Mul> {
   template <typename A>
-  PE_HOSTDEVICE static A combine(A s, A v) { return s * v; }
+  PE_HOSTDEVICE static A combine(A s, A v) { return static_cast<A>(wrap_arith_t<A>(s) * wrap_arith_t<A>(v)); }
 };
 template <>
 struct ReduceOp<Reduce::Max> {  // a NaN on either side wins (PyTorch's rule; Paddle 3.3.1 drops it)
