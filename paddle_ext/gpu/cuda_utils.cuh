@@ -12,6 +12,9 @@
 #include "paddle_ext/common.h"
 #include "paddle_ext/memory.h"
 
+// The types the kernels of the float32-or-wider ops are built for (their Python API casts 16-bit inputs).
+#define PE_FOR_FLOAT32_64(M) M(float) M(double)
+
 namespace paddle_ext {
 namespace gpu {
 

@@ -614,8 +614,7 @@ void joint_mutual_information_grad(const T* occ, const T* out_grad, T* grad, ind
                                               index_t, bool, cudaStream_t);                                    \
   template void mutual_information_backward<T>(const T*, const T*, const int64_t*, const P*, const T*, T*, T*,  \
                                                index_t, index_t, index_t, bool, cudaStream_t);
-PE_INSTANTIATE(float)
-PE_INSTANTIATE(double)
+PE_FOR_FLOAT32_64(PE_INSTANTIATE)
 #undef PE_INSTANTIATE
 
 }  // namespace gpu

@@ -277,8 +277,7 @@ void rnnt_simple_logprobs_backward(const T* lm, const T* am, const int64_t* symb
   template void rnnt_simple_logprobs_backward<T>(const T*, const T*, const int64_t*, const T*, const T*, const T*, \
                                                  T*, T*, index_t, index_t, index_t, index_t, index_t, int64_t, bool, \
                                                  cudaStream_t);
-PE_INSTANTIATE(float)
-PE_INSTANTIATE(double)
+PE_FOR_FLOAT32_64(PE_INSTANTIATE)
 #undef PE_INSTANTIATE
 
 }  // namespace gpu

@@ -146,8 +146,7 @@ void transducer_jump_backward(const T* logits, const int64_t* symbols, const int
   template void transducer_jump_backward<T>(const T*, const int64_t*, const int64_t*, const double*,           \
                                             const double*, const double*, const T*, T*, const JumpLattice&,    \
                                             cudaStream_t);
-PE_INSTANTIATE(float)
-PE_INSTANTIATE(double)
+PE_FOR_FLOAT32_64(PE_INSTANTIATE)
 #undef PE_INSTANTIATE
 
 }  // namespace gpu

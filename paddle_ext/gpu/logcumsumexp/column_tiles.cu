@@ -73,17 +73,9 @@ __global__ void __launch_bounds__(kRowThreads, 4) forward_column_tiles_kernel(co
   for (int k = 0; k < kTileItems; ++k) v[k] = live && s + k < n ? static_cast<float>(load(x[at(s + k)])) : -kInf;
 
   // Column stats over the tile.
-  float mx = -kInf, mn = kInf;
-  int bad = 0;
-#pragma unroll
-  for (int k = 0; k < kTileItems; ++k) {
-    if (nan_or_pos_inf(v[k])) {
-      bad = 1;
-    } else if (v[k] != -kInf) {
-      mx = fmaxf(mx, v[k]);
-      mn = fminf(mn, v[k]);
-    }
-  }
+  float mx, mn;
+  int bad;
+  finite_range(v, mx, mn, bad);
   smax[warp][lane] = mx;
   smin[warp][lane] = mn;
   sbad[warp][lane] = bad;

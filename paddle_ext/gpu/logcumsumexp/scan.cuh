@@ -149,6 +149,21 @@ template <typename A>
 __device__ inline bool nan_or_pos_inf(A v) {
   return v != v || v == -neg_inf<A>();
 }
+// A thread's items in a tile: the max and min of the finite ones, and whether one is NaN or +inf (-inf is
+// an empty term).
+template <int N>
+__device__ __forceinline__ void finite_range(const float (&v)[N], float& mx, float& mn, int& bad) {
+  mx = neg_inf<float>(), mn = -neg_inf<float>(), bad = 0;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    if (nan_or_pos_inf(v[k])) {
+      bad = 1;
+    } else if (v[k] != neg_inf<float>()) {
+      mx = fmaxf(mx, v[k]);
+      mn = fminf(mn, v[k]);
+    }
+  }
+}
 
 template <typename T, typename A>
 union RowTemp {

@@ -42,17 +42,9 @@ __global__ void __launch_bounds__(kRowThreads, 4) forward_tiles_kernel(const T* 
   load_tile_striped(x, base, n, warp_s, reverse, xpose[warp], v);  // -inf past the row's end
 
   // Tile stats: max and min of the finite terms, NaN/+inf present.
-  float mx = -kInf, mn = kInf;
-  int bad = 0;
-#pragma unroll
-  for (int k = 0; k < kTileItems; ++k) {
-    if (nan_or_pos_inf(v[k])) {
-      bad = 1;
-    } else if (v[k] != -kInf) {
-      mx = fmaxf(mx, v[k]);
-      mn = fminf(mn, v[k]);
-    }
-  }
+  float mx, mn;
+  int bad;
+  finite_range(v, mx, mn, bad);
   mx = warp_reduce(mx, MaxOp<float>());
   mn = warp_reduce(mn, MinOp<float>());
   if (lane == 0) {

@@ -75,32 +75,27 @@ __global__ void __launch_bounds__(kThreads) assign_grads_rows_kernel(const T* g,
 template <Reduce R, typename T, typename A, typename Idx, int VW>
 __global__ void __launch_bounds__(kThreads) stats_rows_kernel(const Idx* idx, const T* values, const T* out, int32_t* count, int32_t* aux,
                                   T* mark, Rows sh, int logG) {
-  const Group gr(logG);
-  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
-  for (index_t r = gr.first; r < rows; r += gr.stride) {
-    const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
-      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
-      Pack<T, VW> mk;
+  for_each_update_pack<VW>(sh, logG, [&](index_t o, index_t p0, index_t e) {
+    const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+    Pack<T, VW> mk;
 #pragma unroll
-      for (int u = 0; u < VW; ++u) {
-        mk.v[u] = store<T>(A(0));
-        const index_t k = static_cast<index_t>(ix.v[u]);
-        if (!index_in_range(k, sh.n)) continue;
-        const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
-        atomicAdd(count + s, 1);
-        if constexpr (R == Reduce::Min || R == Reduce::Max) {
-          if (same_value(static_cast<A>(load(values[p0 + e + u])), static_cast<A>(load(out[s])))) {
-            atomicAdd(aux + s, 1);
-            mk.v[u] = store<T>(A(1));
-          }
+    for (int u = 0; u < VW; ++u) {
+      mk.v[u] = store<T>(A(0));
+      const index_t k = static_cast<index_t>(ix.v[u]);
+      if (!index_in_range(k, sh.n)) continue;
+      const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
+      atomicAdd(count + s, 1);
+      if constexpr (R == Reduce::Min || R == Reduce::Max) {
+        if (same_value(static_cast<A>(load(values[p0 + e + u])), static_cast<A>(load(out[s])))) {
+          atomicAdd(aux + s, 1);
+          mk.v[u] = store<T>(A(1));
         }
       }
-      if constexpr (R == Reduce::Min || R == Reduce::Max) {
-        if (mark) store_pack<VW>(mark + p0 + e, mk);
-      }
     }
-  }
+    if constexpr (R == Reduce::Min || R == Reduce::Max) {
+      if (mark) store_pack<VW>(mark + p0 + e, mk);
+    }
+  });
 }
 
 // values' grads (add, mean, amin, amax); count/aux may be null where the mode reads none (add).
@@ -108,51 +103,46 @@ __global__ void __launch_bounds__(kThreads) stats_rows_kernel(const Idx* idx, co
 template <Reduce R, typename T, typename A, typename Idx, int VW>
 __global__ void __launch_bounds__(kThreads) values_grad_rows_kernel(const Idx* idx, const T* values, const T* out, const T* g, const int32_t* count,
                                         const int32_t* aux, T* values_grad, bool include_self, Rows sh, int logG) {
-  const Group gr(logG);
-  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
-  for (index_t r = gr.first; r < rows; r += gr.stride) {
-    const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
-      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
-      if constexpr (R == Reduce::Add && VW > 1) {
-        if (uniform(ix) && index_in_range(static_cast<index_t>(ix.v[0]), sh.n)) {
-          const index_t s = (o * sh.n + wrap_index(static_cast<index_t>(ix.v[0]), sh.n)) * sh.inner + e;
-          store_pack<VW>(values_grad + p0 + e, load_pack<VW>(g + s));
-          continue;
-        }
+  for_each_update_pack<VW>(sh, logG, [&](index_t o, index_t p0, index_t e) {
+    const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+    if constexpr (R == Reduce::Add && VW > 1) {
+      if (uniform(ix) && index_in_range(static_cast<index_t>(ix.v[0]), sh.n)) {
+        const index_t s = (o * sh.n + wrap_index(static_cast<index_t>(ix.v[0]), sh.n)) * sh.inner + e;
+        store_pack<VW>(values_grad + p0 + e, load_pack<VW>(g + s));
+        return;
       }
-      Pack<T, VW> vg;
-      bool mk[VW];  // Min/Max: the stats pass's marks (in values_grad)
-      if constexpr (R == Reduce::Min || R == Reduce::Max) {
-        const Pack<T, VW> m = load_pack<VW>(values_grad + p0 + e);
-#pragma unroll
-        for (int u = 0; u < VW; ++u) mk[u] = static_cast<A>(load(m.v[u])) != A(0);
-      }
-#pragma unroll
-      for (int u = 0; u < VW; ++u) {
-        const index_t k = static_cast<index_t>(ix.v[u]), p = p0 + e + u;
-        if (!index_in_range(k, sh.n)) {
-          vg.v[u] = store<T>(A(0));
-          continue;
-        }
-        const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
-        if constexpr (R == Reduce::Add) {
-          vg.v[u] = g[s];
-        } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
-          // only a value equal to its slot's result (marked by the stats pass) has a grad, its share of
-          // g (matches: v and out stand in as equal); g and the ties are read for those alone
-          vg.v[u] = store<T>(mk[u] ? values_grad_of<R, A>(static_cast<A>(load(g[s])), A(0), A(0), 0, aux[s], A(1),
-                                                            include_self)
-                                     : A(0));
-        } else {
-          vg.v[u] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), static_cast<A>(load(values[p])),
-                                                  static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0, A(1),
-                                                  include_self));
-        }
-      }
-      store_pack<VW>(values_grad + p0 + e, vg);
     }
-  }
+    Pack<T, VW> vg;
+    bool mk[VW];  // Min/Max: the stats pass's marks (in values_grad)
+    if constexpr (R == Reduce::Min || R == Reduce::Max) {
+      const Pack<T, VW> m = load_pack<VW>(values_grad + p0 + e);
+#pragma unroll
+      for (int u = 0; u < VW; ++u) mk[u] = static_cast<A>(load(m.v[u])) != A(0);
+    }
+#pragma unroll
+    for (int u = 0; u < VW; ++u) {
+      const index_t k = static_cast<index_t>(ix.v[u]), p = p0 + e + u;
+      if (!index_in_range(k, sh.n)) {
+        vg.v[u] = store<T>(A(0));
+        continue;
+      }
+      const index_t s = (o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u;
+      if constexpr (R == Reduce::Add) {
+        vg.v[u] = g[s];
+      } else if constexpr (R == Reduce::Min || R == Reduce::Max) {
+        // only a value equal to its slot's result (marked by the stats pass) has a grad, its share of
+        // g (matches: v and out stand in as equal); g and the ties are read for those alone
+        vg.v[u] = store<T>(mk[u] ? values_grad_of<R, A>(static_cast<A>(load(g[s])), A(0), A(0), 0, aux[s], A(1),
+                                                          include_self)
+                                   : A(0));
+      } else {
+        vg.v[u] = store<T>(values_grad_of<R, A>(static_cast<A>(load(g[s])), static_cast<A>(load(values[p])),
+                                                static_cast<A>(load(out[s])), count[s], aux ? aux[s] : 0, A(1),
+                                                include_self));
+      }
+    }
+    store_pack<VW>(values_grad + p0 + e, vg);
+  });
 }
 
 // Per-slot statistics (Min/Max): aux starts from arr's part (include_self), count from 0.

@@ -110,6 +110,18 @@ struct Group {
   }
 };
 
+// f(o, p0, e) for each of this thread's packs of the update rows: row r (outer index o, first position p0 = r *
+// inner) for r = the group's first, + its stride, ...; in it the packs e of the lane (see Rows).
+template <int VW, typename F>
+__device__ __forceinline__ void for_each_update_pack(const Rows& sh, int logG, F&& f) {
+  const Group gr(logG);
+  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
+  for (index_t r = gr.first; r < rows; r += gr.stride) {
+    const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner;
+    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) f(o, p0, e);
+  }
+}
+
 template <typename V, int N>
 struct alignas(sizeof(V) * N) Pack {
   V v[N];

@@ -42,14 +42,10 @@ __device__ inline void combine_pack(A* acc, int32_t* count, const Pack<Idx, VW>&
 
 template <Reduce R, typename T, typename A, typename Idx, int VW>
 __global__ void __launch_bounds__(kThreads) combine_rows_kernel(A* acc, const T* values, const Idx* idx, int32_t* count, Rows sh, int logG) {
-  const Group gr(logG);
-  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
-  for (index_t r = gr.first; r < rows; r += gr.stride) {
-    const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step)
-      combine_pack<R, A>(acc, count, load_pack<VW>(idx + p0 + e), load_pack<VW>(values + p0 + e), o * sh.n, sh.n,
-                         sh.inner, e);
-  }
+  for_each_update_pack<VW>(sh, logG, [&](index_t o, index_t p0, index_t e) {
+    combine_pack<R, A>(acc, count, load_pack<VW>(idx + p0 + e), load_pack<VW>(values + p0 + e), o * sh.n, sh.n,
+                       sh.inner, e);
+  });
 }
 
 // mul / amin / amax: compare-and-swap. Lane `lane` takes the elements lane + G * u (u < kCasSpan) of a
@@ -103,19 +99,14 @@ __global__ void __launch_bounds__(kThreads) cas_rows_kernel(A* acc, const T* val
 // include_self=False: written slots start from the identity (all writers store the same value).
 template <Reduce R, typename A, typename Idx, int VW>
 __global__ void __launch_bounds__(kThreads) reset_rows_kernel(A* acc, const Idx* idx, Rows sh, int logG) {
-  const Group gr(logG);
-  const index_t rows = sh.outer * sh.m, step = index_t(VW) << logG;
-  for (index_t r = gr.first; r < rows; r += gr.stride) {
-    const index_t o = sh.outer == 1 ? 0 : r / sh.m, p0 = r * sh.inner;
-    for (index_t e = (index_t)gr.lane * VW; e < sh.inner; e += step) {
-      const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
+  for_each_update_pack<VW>(sh, logG, [&](index_t o, index_t p0, index_t e) {
+    const Pack<Idx, VW> ix = load_pack<VW>(idx + p0 + e);
 #pragma unroll
-      for (int u = 0; u < VW; ++u) {
-        const index_t k = static_cast<index_t>(ix.v[u]);
-        if (index_in_range(k, sh.n)) acc[(o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u] = reduce_identity<R, A>();
-      }
+    for (int u = 0; u < VW; ++u) {
+      const index_t k = static_cast<index_t>(ix.v[u]);
+      if (index_in_range(k, sh.n)) acc[(o * sh.n + wrap_index(k, sh.n)) * sh.inner + e + u] = reduce_identity<R, A>();
     }
-  }
+  });
 }
 
 // assign's last pass, over the target rows (o, k) (one launch for either state of the flag):
