@@ -23,7 +23,11 @@ def test_bench_quick_reports_medians_and_ratios(tmp_path, capsys):
     rows = json.loads(path.read_text())
     assert rows and all(r["medians_ms"]["paddle_ext"] > 0 for r in rows)
     assert all(r["ratios"] for r in rows) and any("paddle" in r["ratios"] for r in rows)
-    assert "| case | paddle_ext ms |" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "| case | paddle_ext ms |" in printed.out
+    for r in rows:  # each result printed once, in its table; stderr names the case, with no numbers
+        assert printed.out.count(f"| {r['name']} |") == 1 and f"measured logcumsumexp: {r['name']}\n" in printed.err
+    assert not any(line.startswith("logcumsumexp ") for line in printed.out.splitlines())  # no row lines besides
 
 
 def test_bench_overhead_reports_microseconds_per_call_against_the_raw_ops(tmp_path, capsys):

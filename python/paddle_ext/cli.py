@@ -65,10 +65,14 @@ def _bench(args) -> int:
     print(f"environment: {environment}")
     for tip in _environment.advice():
         print(f"  Paddle's own math (the paddle and paddle_ext columns of matmul-bound rows) runs faster with: {tip}")
-    results = benchmarks.run(selected=args.op, quick=args.quick, repeats=args.repeats, matching=args.case)
-    print()
-    print(f"Environment: {environment}.\n")
-    print(benchmarks.format_markdown(results))
+    # Each family's table as soon as it is measured (each result printed once); stderr names each case done.
+    results = []
+    for family in args.op or benchmarks.families():
+        rows = benchmarks.run(selected=[family], quick=args.quick, repeats=args.repeats, matching=args.case,
+                              log=lambda r: print(f"  measured {r.op}: {r.name}", file=sys.stderr, flush=True))
+        if rows:
+            print(f"\n{benchmarks.format_markdown(rows)}", flush=True)
+        results += rows
     if args.json:
         path = pathlib.Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -76,9 +76,10 @@ def warm_up(fn: Callable[[], object], calls: int = 3, seconds: float = 0.2) -> N
             break
 
 
-def run(selected=None, quick=False, repeats=7, log=print, matching=None) -> list[Result]:
+def run(selected=None, quick=False, repeats=7, log=None, matching=None) -> list[Result]:
     """`selected`: op families (all when empty); `matching`: substrings; when given, only the cases whose
-    name contains one of them run."""
+    name contains one of them run. `log(result)` is called as each case is measured (default: prints its row)."""
+    log = log or (lambda r: print(format_row(r)))
     unknown = sorted(set(selected or ()) - set(families()))
     if unknown:
         raise ValueError(f"benchmarks.run: unknown op family {', '.join(unknown)}; "
@@ -111,7 +112,7 @@ def run(selected=None, quick=False, repeats=7, log=print, matching=None) -> list
             base = medians.get(case.baseline)  # (a row may lack it: then no ratios)
             ratios = {k: v / base for k, v in medians.items() if k != case.baseline} if base else {}
             results.append(Result(case.op, case.name, medians, ratios, case.note, case.unit))
-            log(format_row(results[-1]))
+            log(results[-1])
     return results
 
 
