@@ -52,3 +52,29 @@ def test_tdt_greedy_decoding_skips_the_predicted_durations():
     x = np.zeros((2, 9, transducer.FEAT), np.float32)
     boundary = np.array([[0, 0, 4, 9], [0, 0, 2, 4]], np.int64)
     assert transducer.tdt_greedy_decode(model, x, boundary) == [[3] * 5, [3] * 2]
+
+
+def _constant_joiner(symbol: int) -> transducer.Transducer:
+    """A model whose joiner picks `symbol` at every step, whatever it sees."""
+    import paddle  # noqa: PLC0415
+
+    model = transducer.Transducer()
+    with paddle.no_grad():
+        model.join_out.weight.set_value(paddle.zeros_like(model.join_out.weight))
+        bias = np.full(transducer.VOCAB, -10.0, np.float32)
+        bias[symbol] = 10.0
+        model.join_out.bias.set_value(paddle.to_tensor(bias))
+    return model
+
+
+def test_the_error_rate_before_training_counts_every_extra_symbol():
+    """What the demo's first error rate means: greedy decoding emits up to 3 symbols a frame, so a joiner that
+    never says blank emits 3 T symbols, and each one beyond the reference is an error; emitting nothing is 1."""
+    x = np.zeros((2, 9, transducer.FEAT), np.float32)
+    symbols = np.array([[3, 1, 2, 4], [5, 6, 1, 1]], np.int64)
+    boundary = np.array([[0, 0, 4, 9], [0, 0, 2, 4]], np.int64)
+    rate, _, emitted = transducer.symbol_error_rate_timed(_constant_joiner(3), x, symbols, boundary)
+    assert emitted == (27 + 12) / 6
+    assert rate == (26 + 12) / 6  # 27 threes for [3, 1, 2, 4]: 3 substitutions, 23 insertions
+    assert transducer.symbol_error_rate_timed(_constant_joiner(transducer.BLANK), x, symbols, boundary)[::2] == (1.0, 0.0)
+    assert "emits 6.5 symbols per reference symbol" in transducer.untrained_baseline(rate, emitted)

@@ -175,17 +175,22 @@ def edit_distance(a, b) -> int:
     return row[-1]
 
 
-def symbol_error_rate(model, x, symbols, boundary, decode=greedy_decode) -> float:
-    return symbol_error_rate_timed(model, x, symbols, boundary, decode)[0]
-
-
 def symbol_error_rate_timed(model, x, symbols, boundary, decode=greedy_decode):
-    """(symbol error rate, seconds the decoding took)."""
+    """(symbol error rate, seconds the decoding took, symbols emitted per reference symbol)."""
     start = time.perf_counter()
     hyps = decode(model, x, boundary)
     seconds = time.perf_counter() - start
     refs = [list(symbols[i, :boundary[i, 2]]) for i in range(len(hyps))]
-    return sum(edit_distance(h, r) for h, r in zip(hyps, refs)) / sum(len(r) for r in refs), seconds
+    total = sum(len(r) for r in refs)
+    return sum(edit_distance(h, r) for h, r in zip(hyps, refs)) / total, seconds, sum(map(len, hyps)) / total
+
+
+def untrained_baseline(rate: float, emitted: float) -> str:
+    """What the error rate before training means: the edit distance counts every symbol emitted beyond the
+    reference, so an untrained joiner that emits a symbol at most steps scores far above 1 (emitting
+    nothing would score exactly 1)."""
+    return (f"before training: greedy symbol error rate {rate:.3f}, as the untrained joiner emits {emitted:.1f} "
+            f"symbols per reference symbol (each extra one is an error; emitting nothing scores 1.000)")
 
 
 def train_step(model, x, symbols, boundary, pruned: bool):
@@ -223,7 +228,8 @@ def run_tdt(steps: int, seed: int, data, log, ranks: Ranks) -> TaskResult:
     model = Transducer(extra_outputs=len(DURATIONS))
     opt = paddle.optimizer.Adam(learning_rate=3e-3, parameters=model.parameters())
     trained = ranks.wrap(TdtTrainer(model))
-    before, _ = symbol_error_rate_timed(model, x_test, s_test, b_test, tdt_greedy_decode)
+    before, _, emitted = symbol_error_rate_timed(model, x_test, s_test, b_test, tdt_greedy_decode)
+    log(f"   TDT {untrained_baseline(before, emitted)}")
     losses, start = [], time.perf_counter()
     for step in range(steps):
         x, symbols, boundary = (paddle.to_tensor(ranks.shard(a)) for a in make_batch(32, batch_rng, prototypes))
@@ -235,7 +241,7 @@ def run_tdt(steps: int, seed: int, data, log, ranks: Ranks) -> TaskResult:
         if step % max(1, steps // 6) == 0 or step == steps - 1:
             log(f"   step {step:4d}  tdt_loss {losses[-1]:.4f}")
     train_seconds = time.perf_counter() - start
-    after, decode_seconds = symbol_error_rate_timed(model, x_test, s_test, b_test, tdt_greedy_decode)
+    after, decode_seconds, _ = symbol_error_rate_timed(model, x_test, s_test, b_test, tdt_greedy_decode)
     log(f"   TDT greedy symbol error rate {before:.3f} -> {after:.3f}, decoding {decode_seconds * 1e3:.0f} ms "
         f"({len(x_test)} utterances; durations {DURATIONS})")
     extra = {"durations": DURATIONS, "decode_seconds": decode_seconds, **ranks.spread_extra(model)}
@@ -254,8 +260,9 @@ def run(steps: int, seed: int, out_dir, log=print, ranks: Ranks = Ranks()) -> li
     model = Transducer()
     opt = paddle.optimizer.Adam(learning_rate=3e-3, parameters=model.parameters())
     trained = ranks.wrap(model, find_unused_parameters=True)
-    before = symbol_error_rate(model, x_test, s_test, b_test)
-    log(f"   {len(x_test)} held-out utterances, vocab {VOCAB - 1} + blank; greedy symbol error rate {before:.3f}")
+    before, _, emitted = symbol_error_rate_timed(model, x_test, s_test, b_test)
+    log(f"   {len(x_test)} held-out utterances, vocab {VOCAB - 1} + blank")
+    log(f"   {untrained_baseline(before, emitted)}")
     tdt_batches = copy.deepcopy(rng)  # the TDT model gets the very same batches
     losses, start = [], time.perf_counter()
     warmup = steps // 2
@@ -274,7 +281,7 @@ def run(steps: int, seed: int, out_dir, log=print, ranks: Ranks = Ranks()) -> li
                     f"(rnnt_loss_pruned {ranks.mean(float(shown)):.4f})")
     train_seconds = time.perf_counter() - start
     extra = {"s_range": S_RANGE, "warmup_steps": warmup, **ranks.spread_extra(model)}
-    after, decode_seconds = symbol_error_rate_timed(model, x_test, s_test, b_test)
+    after, decode_seconds, _ = symbol_error_rate_timed(model, x_test, s_test, b_test)
     extra["decode_seconds"] = decode_seconds
     log(f"   greedy symbol error rate {before:.3f} -> {after:.3f}, decoding {decode_seconds * 1e3:.0f} ms")
     scorer = Scorer(model)
