@@ -108,8 +108,8 @@ def _weight(source: pathlib.Path, seen=None) -> int:
 
 
 def _compile_all(part: str, units: list[Unit]) -> bool:
-    """Compiles the stale units on `jobs()` workers, printing one line per finished unit; returns whether
-    anything was compiled."""
+    """Compiles the stale units on `jobs()` workers, printing a line when each unit starts and one when it
+    finishes; returns whether anything was compiled."""
     todo = sorted((u for u in units if u.stale()), key=lambda u: -_weight(u.source))  # long ones first
     if not todo:
         say(f"{part}: {len(units)} objects up to date")
@@ -118,22 +118,24 @@ def _compile_all(part: str, units: list[Unit]) -> bool:
     say(f"{part}: compiling {len(todo)} of {len(units)} sources on {workers} job(s)"
         + (" with ccache" if _launcher() else ""))
     start = time.monotonic()
-    done = [0]
+    started = [0]
     lock = threading.Lock()
 
     def run(unit: Unit):
         unit.obj.parent.mkdir(parents=True, exist_ok=True)
+        with lock:
+            started[0] += 1
+            label = f"[{started[0]}/{len(todo)}] {unit.source.relative_to(ROOT)}"
+        say(f"  {label} ...")
         began = time.monotonic()
         proc = subprocess.run(unit.command, capture_output=True, text=True)
         with lock:
-            done[0] += 1
             if proc.returncode != 0:
                 sys.stderr.write(proc.stdout + proc.stderr)
                 raise SystemExit(f"paddle_ext build: compiling {unit.source.relative_to(ROOT)} failed "
                                  f"(exit {proc.returncode}):\n  {shlex.join(unit.command)}")
             unit.obj.with_suffix(".cmd").write_text(shlex.join(unit.command))
-            say(f"  [{done[0]}/{len(todo)}] {unit.source.relative_to(ROOT)} "
-                f"({time.monotonic() - began:.0f} s, {time.monotonic() - start:.0f} s elapsed)")
+            say(f"  {label} done ({time.monotonic() - began:.0f} s, {time.monotonic() - start:.0f} s elapsed)")
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(run, u) for u in todo]

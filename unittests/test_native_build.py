@@ -129,3 +129,21 @@ extern "C" double probe(double x) {
     x = 2.0
     expected = np.exp(x) + np.log(x) + np.hypot(x, x) + float(np.exp(np.float32(x))) + len("small 2.000000") + 1
     assert abs(probe(x) - expected) < 1e-5 * expected
+
+
+def test_each_unit_is_named_when_it_starts_and_when_it_finishes(tmp_path, capsys, monkeypatch):
+    """A long compile shows which unit it is from its start, not only when it is done."""
+    monkeypatch.setattr(native_build, "ROOT", tmp_path)
+    monkeypatch.setenv("MAX_JOBS", "1")
+    units = []
+    for name in ("a", "b"):
+        source = tmp_path / f"{name}.cc"
+        source.write_text("\n")
+        obj = tmp_path / "out" / f"{name}.o"
+        units.append(native_build.Unit(source, obj, [sys.executable, "-c", f"open({str(obj)!r}, 'w')"]))
+    assert native_build._compile_all("part", units)
+    lines = [line for line in capsys.readouterr().err.splitlines() if ".cc" in line]
+    assert len(lines) == 4
+    for name in ("a", "b"):
+        start = lines.index(next(line for line in lines if f"{name}.cc ..." in line))
+        assert f"{name}.cc done (" in lines[start + 1]  # one job: each unit's start, then its end
