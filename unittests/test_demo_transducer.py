@@ -60,10 +60,10 @@ def _constant_joiner(symbol: int) -> transducer.Transducer:
 
     model = transducer.Transducer()
     with paddle.no_grad():
-        model.join_out.weight.set_value(paddle.zeros_like(model.join_out.weight))
+        model.joiner.output_linear.weight.set_value(paddle.zeros_like(model.joiner.output_linear.weight))
         bias = np.full(transducer.VOCAB, -10.0, np.float32)
         bias[symbol] = 10.0
-        model.join_out.bias.set_value(paddle.to_tensor(bias))
+        model.joiner.output_linear.bias.set_value(paddle.to_tensor(bias))
     return model
 
 
