@@ -500,19 +500,23 @@ def adaptive_log_softmax_thread_cases():
 
 
 def adaptive_projection_grad_cases(n=None):
-    """pe_adaptive_linear_target_vjp (float32): logits of every mix with x [M, n_in], w [n_in, K] on each of the
-    op's paths: whole (n_in >= 128) or in column blocks (the last one partial), w copied transposed (M >= 512,
-    n_in < 1024) or read in place."""
+    """pe_adaptive_linear_target / _vjp (float32): x [M, n_in] one-hot rows (ones where n_in = 1), so that the
+    logits x @ w are rows of w exactly, in any summation order and row block: w of every finite mix (and of
+    every mix where n_in = 1: no 0 * inf), on each of the op's paths: the grad in place in the logits block
+    (n_in >= 128) or in passes of columns (the last one partial), w copied transposed (M >= 512, n_in < 1024) or
+    read in place, one block of rows or several (K = 300000: 27-row blocks)."""
     name = "adaptive_projection_grad"
     shapes = ((5, 8, 300), (600, 16, 4000), (520, 8, 2000), (64, 4, 33000), (512, 128, 300), (3, 128, 17),
-              (7, 1024, 50), (0, 16, 40), (9, 3, 1), (520, 256, 700))
+              (7, 1024, 50), (0, 16, 40), (9, 3, 1), (520, 256, 700), (40, 1, 300000), (6, 1, 500))
     n = count(2 * len(shapes)) if n is None else n
     for seed in range(n):
         rng = rng_for(name, seed)
         m, n_in, k = shapes[seed % len(shapes)]
-        mix = MIXES[(seed // len(shapes) + seed) % len(MIXES)]
-        yield dict(id=f"als-proj-{seed}-{mix}-{m}x{n_in}x{k}", logits=values(rng, (m, k), mix, "float32"),
-                   x=values(rng, (m, n_in), "normal", "float32"), w=values(rng, (n_in, k), "normal", "float32"),
+        mixes = MIXES if n_in == 1 else FINITE_MIXES
+        mix = mixes[(seed // len(shapes) + seed) % len(mixes)]
+        x = np.zeros((m, n_in))
+        x[np.arange(m), rng.integers(0, n_in, size=m)] = 1
+        yield dict(id=f"als-proj-{seed}-{mix}-{m}x{n_in}x{k}", x=x, w=values(rng, (n_in, k), mix, "float32"),
                    target=rng.integers(0, k, size=m).astype(np.int64), g=values(rng, (m,), "normal", "float32"))
 
 

@@ -15,6 +15,7 @@ import paddle_ext
 from paddle_ext import _library
 from paddle_ext.adaptive_log_softmax import projection
 from op_test import static_mode
+import refs
 
 ONEDNN = _library.gemm_backend() == "onednn"
 needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this Paddle has no oneDNN loaded")
@@ -140,63 +141,77 @@ def test_layer_float32_same_as_on_paddle_matmul(head_bias, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def _target_grad_rows(kind, m, k, rng):
-    """logits [m, k] of one kind: plain, ±700 / ±1e4 spreads, or rows with some -inf (masked classes)."""
-    logits = rng.normal(size=(m, k)).astype(np.float32)
+def _exact_projection(kind, m, n_in, k, rng):
+    """x [m, n_in] and w [n_in, k] whose float32 product is exact in any summation order (small integers), so
+    that the logits of every row block equal the whole product's: plain, ±700 / ±1e4 spreads, masked classes
+    (-inf logits through the last feature, 1 on every row), or rows of only -inf and of only +inf (NaN)."""
+    x = rng.integers(-2, 3, size=(m, n_in)).astype(np.float32)
+    w = rng.integers(-3, 4, size=(n_in, k)).astype(np.float32)
     if kind == "spread":
-        logits *= np.float32(700) if k < 1000 else np.float32(1e4)
-    elif kind == "masked" and m and k >= 3:
-        logits[:, ::3] = -np.inf
-        logits[:, 1] = 0.5  # (each row keeps a finite entry)
-    elif kind == "nonfinite" and m >= 3:  # rows of only -inf, with +inf, with NaN: NaN grads (the header's rules)
-        logits[0] = -np.inf
-        logits[1, k // 2] = np.inf
-        logits[2, k - 1] = np.nan
-    return logits
+        w *= np.float32(700 if k < 1000 else 1e4)
+    elif kind == "masked" and n_in >= 2 and k >= 3:
+        x[:, -1] = 1
+        w[:, ::3] = 0
+        w[-1, ::3] = -np.inf
+    elif kind == "nonfinite" and n_in >= 2:  # every logit of a row -inf or +inf: NaN rows (the header's rules)
+        x[:, -1] = np.where(np.arange(m) % 2 == 0, 1, -1)
+        w[-1, :] = -np.inf
+    return x, w
 
 
 @needs_onednn
 @pytest.mark.parametrize("m,n_in,k", [
-    (512, 512, 300),   # n_in >= 128: one block, the whole logits grad in scratch; m >= 512: w copied transposed
-    (300, 1024, 50),   # w read in place (n_in >= 1024)
-    (256, 128, 900),   # w read in place (m < 512)
-    (64, 8, 40000),    # n_in < 128: blocks of 16384 columns, the last one partial; w read in place
-    (600, 16, 5000),   # blocks of 1744 columns, w's slices copied transposed
+    (512, 512, 300),     # n_in >= 128: the grad in place in the block's logits; m >= 512: w copied transposed
+    (300, 1024, 50),     # w read in place (n_in >= 1024)
+    (256, 128, 900),     # w read in place (m < 512)
+    (300, 128, 60000),   # 139-row blocks: three of them, the last partial
+    (64, 8, 40000),      # n_in < 128: passes of 16384 columns, the last one partial; w read in place
+    (600, 16, 5000),     # passes of 1744 columns, w copied transposed
+    (520, 16, 20000),    # 419-row blocks (two), each in passes of 2496 columns; w copied transposed
     (3, 5, 7), (5, 3, 1), (0, 4, 9), (4, 0, 6),
 ])
 @pytest.mark.parametrize("kind", ["plain", "spread", "masked", "nonfinite"])
-def test_linear_target_vjp_matches_its_composition(m, n_in, k, kind):
-    """pe_adaptive_linear_target_vjp = the target op's grad (pe_adaptive_log_softmax_target_vjp) through both
-    GEMMs of its projection, within the float32 GEMM bound, with targets in every block."""
-    rng = np.random.default_rng(m + 7 * k)
-    x, w = rand((m, n_in), 1), rand((n_in, k), 2)
-    logits = _target_grad_rows(kind, m, k, rng)
-    target = rng.integers(0, k, size=m)
+def test_linear_target_matches_its_composition(m, n_in, k, kind):
+    """pe_adaptive_linear_target (the grads of sum(out) formed in the forward) and pe_adaptive_linear_target_vjp
+    (any out_grad, the logits recomputed) = the whole-logits composition: pe_adaptive_matmul, the target op (out
+    bit for bit: the logits are exact) and its grad op, then both grad products within the float32 GEMM bound,
+    with targets in every block."""
+    rng = np.random.default_rng(m + 7 * k + n_in)
+    x, w = _exact_projection(kind, m, n_in, k, rng)
+    target = rng.integers(0, max(k, 1), size=m)
     if m:
         target[-1] = k - 1
     ops = _library.ops()
-    t_logits, t_target, t_og = paddle.to_tensor(logits), paddle.to_tensor(target), paddle.to_tensor(rand((m,), 3))
-    _, lse = ops.pe_adaptive_log_softmax_target(t_logits, t_target)
-    dlogits = ops.pe_adaptive_log_softmax_target_vjp(t_logits, t_target, lse, t_og).numpy()
-    x_grad, w_grad = ops.pe_adaptive_linear_target_vjp(paddle.to_tensor(x), paddle.to_tensor(w), t_target, t_logits,
-                                                       lse, t_og)
-    assert x_grad.shape == [m, n_in] and w_grad.shape == [n_in, k]
-    assert np.isfinite(dlogits).all() == (kind != "nonfinite" or m < 3)
-    d64 = dlogits.astype(np.float64)
-    for got, want, limit in ((x_grad.numpy(), d64 @ w.T.astype(np.float64), bound(dlogits, w.T)),
-                             (w_grad.numpy(), x.T.astype(np.float64) @ d64, bound(x.T, dlogits))):
-        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-        finite = ~np.isnan(want)
-        np.testing.assert_array_less(np.abs(got - want)[finite], limit[finite] + 1e-30 * 2)
+    tx, tw, tt = paddle.to_tensor(x), paddle.to_tensor(w), paddle.to_tensor(target)
+    out, x_unit, w_unit = ops.pe_adaptive_linear_target(tx, tw, tt, True)
+    out_only, x_none, w_none = ops.pe_adaptive_linear_target(tx, tw, tt, False)
+    g = rand((m,), 3)
+    x_grad, w_grad = ops.pe_adaptive_linear_target_vjp(tx, tw, tt, paddle.to_tensor(g))
+    assert x_unit.shape == x_grad.shape == [m, n_in] and w_unit.shape == w_grad.shape == [n_in, k]
+    assert x_none.size == 0 and w_none.size == 0
+    logits = paddle.to_tensor(x.astype(np.float64) @ w.astype(np.float64), dtype="float32")  # exact
+    want_out, lse = ops.pe_adaptive_log_softmax_target(logits, tt)
+    np.testing.assert_array_equal(out.numpy(), want_out.numpy())
+    np.testing.assert_array_equal(out_only.numpy(), want_out.numpy())
+    for grad_out, xg, wg in ((np.ones(m, np.float32), x_unit, w_unit), (g, x_grad, w_grad)):
+        d = ops.pe_adaptive_log_softmax_target_vjp(logits, tt, lse, paddle.to_tensor(grad_out)).numpy()
+        d64 = d.astype(np.float64)
+        for got, want, limit in ((xg.numpy(), d64 @ w.T.astype(np.float64), bound(d, w.T)),
+                                 (wg.numpy(), x.T.astype(np.float64) @ d64, bound(x.T, d))):
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+            finite = ~np.isnan(want)
+            np.testing.assert_array_less(np.abs(got - want)[finite], limit[finite] + 1e-30 * 2)
 
 
 @needs_onednn
-def test_linear_target_vjp_rejects_other_dtypes():
+def test_linear_target_rejects_other_dtypes_and_bad_targets():
     f64 = paddle.zeros([2, 3], "float64")
     with pytest.raises(Exception, match="float32 CPU tensors only"):
         _library.ops().pe_adaptive_linear_target_vjp(f64, paddle.zeros([3, 4], "float64"), paddle.zeros([2], "int64"),
-                                                     paddle.zeros([2, 4], "float64"), paddle.zeros([2], "float64"),
                                                      paddle.zeros([2], "float64"))
+    with pytest.raises(IndexError, match=r"target\[1\] = 4 is out of range \[0, 4\)"):
+        _library.ops().pe_adaptive_linear_target(paddle.zeros([2, 3]), paddle.zeros([3, 4]),
+                                                 paddle.to_tensor([0, 4]), True)
 
 
 @needs_onednn
@@ -307,3 +322,85 @@ def test_paddle_grad_of_one_input():
         np.testing.assert_allclose(ga.numpy(), np.ones((4, 3)) @ b.numpy().T, rtol=1e-5, atol=1e-6)
         (gb,) = paddle.grad(projection._gemm(a, b).sum(), b, create_graph=create_graph)
         np.testing.assert_allclose(gb.numpy(), a.numpy().T @ np.ones((4, 3)), rtol=1e-5, atol=1e-6)
+
+
+def _on_paddle_matmul(fn):
+    """fn() with the projections on Paddle's matmul: the layer's whole-logits path."""
+    fits_before = projection._gemm_fits
+    projection._gemm_fits = lambda *args: False
+    try:
+        return fn()
+    finally:
+        projection._gemm_fits = fits_before
+
+
+@needs_onednn
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("head_bias", [False, True])
+@pytest.mark.parametrize("uses_output", [False, True])
+def test_layer_in_row_blocks_equals_the_whole_logits_path(reduction, head_bias, uses_output):
+    """A head of 50002 columns over 400 rows (blocks of 167 rows) and tails of 20000 and 30000 classes: the
+    layer's loss, output and every grad equal those of the whole-logits path on Paddle's matmul, for a reduced
+    loss (grads formed in the forward and scaled), for 'none' and for a loss that also uses `output` (grads
+    recomputed block by block)."""
+    paddle.seed(7)
+    layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(16, 100000, [50000, 70000], div_value=2.0, head_bias=head_bias,
+                                                     reduction=reduction, ignore_index=-1)
+    if head_bias:
+        layer.head_bias.set_value(paddle.to_tensor(rand((50002,), 9)))
+    rng = np.random.default_rng(3)
+    x_np = rng.normal(size=(400, 16)).astype(np.float32)
+    y_np = np.where(rng.random(400) < 0.5, rng.integers(0, 50000, 400), rng.integers(50000, 100000, 400))
+    y_np[::37] = -1  # some rows ignored
+    weights = rng.normal(size=400).astype(np.float32)
+
+    def run():
+        x = paddle.to_tensor(x_np, stop_gradient=False)
+        out, loss = layer(x, paddle.to_tensor(y_np))
+        total = loss.sum() if reduction == "none" else loss
+        if uses_output:
+            total = total + (out * paddle.to_tensor(weights)).sum()
+        total.backward()
+        grads = [x.grad.numpy()] + [p.grad.numpy() for p in layer.parameters()]
+        layer.clear_gradients()
+        return [out.numpy(), loss.numpy()] + grads
+
+    blocked = run()
+    whole = _on_paddle_matmul(run)
+    for a, b in zip(blocked, whole):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@needs_onednn
+def test_layer_reduced_step_forms_the_grads_in_the_forward(monkeypatch):
+    """reduction 'mean' with the loss alone: the backward runs no projection op (it scales the grads the
+    forward formed); a loss that also uses `output` recomputes them (pe_adaptive_linear_target_vjp)."""
+    layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(8, 60, [20, 40], div_value=2.0)
+    x = paddle.to_tensor(rand((30, 8), 4), stop_gradient=False)
+    y = paddle.to_tensor(np.arange(30) * 2)
+    calls = []
+    dygraph_op = _library.dygraph_op
+    monkeypatch.setattr(_library, "dygraph_op", lambda name: calls.append(name) or dygraph_op(name))
+    out, loss = layer(x, y)
+    loss.backward()
+    assert "pe_adaptive_linear_target_vjp" not in calls
+    out, loss = layer(x, y)
+    (loss + (out * paddle.arange(30).astype("float32")).sum()).backward()
+    assert calls.count("pe_adaptive_linear_target_vjp") == 3  # the head and both tails
+
+
+@needs_onednn
+@pytest.mark.parametrize("head_bias", [False, True])
+def test_log_prob_and_predict_in_row_blocks(head_bias):
+    """log_prob and predict under no_grad (blocks of 83 rows over 200) equal the whole computation on Paddle's
+    matmul; log_prob with grads recorded is the same too."""
+    paddle.seed(8)
+    layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(16, 100000, [50000, 70000], div_value=2.0, head_bias=head_bias)
+    x = paddle.to_tensor(rand((200, 16), 5) * 3)
+    with paddle.no_grad():
+        blocked = layer.log_prob(x).numpy(), layer.predict(x).numpy()
+        whole = _on_paddle_matmul(lambda: (layer.log_prob(x).numpy(), layer.predict(x).numpy()))
+    np.testing.assert_allclose(blocked[0], whole[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(blocked[1], blocked[0].argmax(axis=1))
+    assert (blocked[1] == whole[1]).mean() > 0.99  # (float32 near-ties may go either way)
+    np.testing.assert_allclose(layer.log_prob(x).numpy(), blocked[0], rtol=1e-5, atol=1e-5)

@@ -428,24 +428,29 @@ def test_adaptive_log_softmax_threads(case):
 
 @pytest.mark.parametrize("case", _params(fc.adaptive_projection_grad_cases()))
 def test_adaptive_projection_grad(case):
-    """The layer's fused first-order backward: x_grad = d @ w^T and w_grad = x^T @ d with d the target grad
-    (float64 reference), within the target grad's float32 bound carried through the product plus the float32
-    GEMM bound (K terms)."""
+    """The projection + target op in blocks of rows: out, and x_grad = d @ w^T and w_grad = x^T @ d with d the
+    target grad (float64 reference) for the unit out_grad formed in the forward and for any out_grad (the logits
+    recomputed), within the target grad's float32 bound carried through the product plus the float32 GEMM
+    bound (K terms)."""
     c = case
     ops = paddle_ext._library.ops()
     if paddle_ext._library.gemm_backend() != "onednn":
         pytest.skip("this Paddle has no oneDNN loaded")
-    logits, target = paddle.to_tensor(c["logits"].astype("float32")), paddle.to_tensor(c["target"])
-    _, lse = ops.pe_adaptive_log_softmax_target(logits, target)
-    x_grad, w_grad = ops.pe_adaptive_linear_target_vjp(paddle.to_tensor(c["x"].astype("float32")),
-                                                       paddle.to_tensor(c["w"].astype("float32")), target, logits,
-                                                       lse, paddle.to_tensor(c["g"].astype("float32")))
-    d = refs.adaptive_log_softmax_target_grad(fc.round_to(c["logits"], "float32"), c["target"], c["g"])
     x, w = fc.round_to(c["x"], "float32"), fc.round_to(c["w"], "float32")
-    k = max(d.shape[1], 1)
-    d_mag = np.abs(np.nan_to_num(d)) + fc.finite_scale(c["g"])  # the target grad's own bound, per element
-    for got, ref, mag in ((x_grad, d @ w.T, d_mag @ np.abs(w.T)), (w_grad, x.T @ d, np.abs(x.T) @ d_mag)):
-        fc.assert_matches(_np(got), ref, "float32", 0.0, "projection grad", abs_scale=mag * (1 + k * 2.0**-24 / 1e-5))
+    tx, tw, target = paddle.to_tensor(x.astype("float32")), paddle.to_tensor(w.astype("float32")), paddle.to_tensor(c["target"])
+    out, x_unit, w_unit = ops.pe_adaptive_linear_target(tx, tw, target, True)
+    x_grad, w_grad = ops.pe_adaptive_linear_target_vjp(tx, tw, target, paddle.to_tensor(c["g"].astype("float32")))
+    logits = x @ w  # rows of w, exactly
+    ref_out = refs.adaptive_log_softmax_target(logits, c["target"])
+    fc.assert_matches(_np(out), ref_out, "float32", fc.finite_scale(ref_out), "out")
+    k = max(w.shape[1], 1)
+    for g, xg, wg in ((np.ones(x.shape[0]), x_unit, w_unit), (c["g"], x_grad, w_grad)):
+        d = refs.adaptive_log_softmax_target_grad(logits, c["target"], g)
+        # the target grad's own bound, per element: its float32 lse is off by a few ulps of the row's largest logit
+        spread = np.nan_to_num(np.abs(logits), posinf=0.0).max(axis=1, initial=0.0, keepdims=True)
+        d_mag = np.abs(np.nan_to_num(d)) * (1 + spread * 2.0**-21 / 1e-5) + fc.finite_scale(g)
+        for got, ref, mag in ((xg, d @ w.T, d_mag @ np.abs(w.T)), (wg, x.T @ d, np.abs(x.T) @ d_mag)):
+            fc.assert_matches(_np(got), ref, "float32", 0.0, "projection grad", abs_scale=mag * (1 + k * 2.0**-24 / 1e-5))
 
 
 @pytest.mark.parametrize("case", _params(fc.adaptive_ignore_cases()))

@@ -230,37 +230,67 @@ std::vector<paddle::Tensor> AlsMatmulGradKernel(const paddle::Tensor& x_in, cons
   return {x_grad, y_grad};
 }
 
-// x_grad and w_grad of out = target(x @ w) (pe_adaptive_matmul, then pe_adaptive_log_softmax_target) from the
-// saved logits and lse, the logits grad in scratch (cpu::als_linear_target_backward).
-std::vector<std::vector<int64_t>> AlsLinearTargetVjpInferShape(
-    const std::vector<int64_t>& x_shape, const std::vector<int64_t>& w_shape, const std::vector<int64_t>& target_shape,
-    const std::vector<int64_t>& logits_shape, const std::vector<int64_t>& lse_shape,
-    const std::vector<int64_t>& out_grad_shape) {
+// out = target(x @ w) (pe_adaptive_matmul, then pe_adaptive_log_softmax_target) in blocks of rows
+// (cpu::als_linear_target_blocked); with `grads`, also x_grad and w_grad of sum(out), else two empty tensors.
+namespace {
+
+Gemm linear_target_dims(const paddle::Tensor& x, const paddle::Tensor& w, const paddle::Tensor& target, const char* op) {
+  for (const paddle::Tensor* t : {&x, &w}) {
+    PE_CHECK(t->dtype() == paddle::DataType::FLOAT32 && t->is_cpu(), op,
+             ": float32 CPU tensors only (the Python API composes Paddle's ops elsewhere)");
+  }
+  const Gemm g = gemm_dims(x.shape(), w.shape(), false, false, op);
+  check_rows(target, g.m, op, "target");
+  check_targets(target, g.n, op);
+  return g;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> AlsLinearTargetInferShape(const std::vector<int64_t>& x_shape,
+                                                            const std::vector<int64_t>& w_shape,
+                                                            const std::vector<int64_t>& target_shape, bool grads) {
+  PE_CHECK(x_shape.size() == 2, "adaptive_linear_target: x must be 2-D [M, n_in]");
+  return {{x_shape[0]}, grads ? x_shape : std::vector<int64_t>{0}, grads ? w_shape : std::vector<int64_t>{0}};
+}
+
+std::vector<paddle::Tensor> AlsLinearTargetKernel(const paddle::Tensor& x_in, const paddle::Tensor& w_in,
+                                                  const paddle::Tensor& target_in, bool grads) {
+  const char* op = "adaptive_linear_target";
+  const paddle::Tensor x = dense(x_in), w = dense(w_in), target = dense(target_in);
+  const Gemm g = linear_target_dims(x, w, target, op);
+  paddle::Tensor out = new_output({g.m}, x.dtype(), x.place());
+  paddle::Tensor x_grad = new_output(grads ? x.shape() : std::vector<int64_t>{0}, x.dtype(), x.place(),
+                                     BlockCache::kGemmMinBytes);
+  paddle::Tensor w_grad = new_output(grads ? w.shape() : std::vector<int64_t>{0}, w.dtype(), w.place(),
+                                     BlockCache::kGemmMinBytes);
+  cpu::als_linear_target_blocked(ptr<float>(x), ptr<float>(w), target.data<int64_t>(), nullptr, mutable_ptr<float>(out),
+                                 grads ? mutable_ptr<float>(x_grad) : nullptr, grads ? mutable_ptr<float>(w_grad) : nullptr,
+                                 g.m, g.k, g.n);
+  return {out, x_grad, w_grad};
+}
+
+// x_grad and w_grad of out = target(x @ w) for any out_grad, the logits recomputed block by block.
+std::vector<std::vector<int64_t>> AlsLinearTargetVjpInferShape(const std::vector<int64_t>& x_shape,
+                                                               const std::vector<int64_t>& w_shape,
+                                                               const std::vector<int64_t>& target_shape,
+                                                               const std::vector<int64_t>& out_grad_shape) {
   return {x_shape, w_shape};
 }
 
 std::vector<paddle::Tensor> AlsLinearTargetVjpKernel(const paddle::Tensor& x_in, const paddle::Tensor& w_in,
-                                                     const paddle::Tensor& target_in, const paddle::Tensor& logits_in,
-                                                     const paddle::Tensor& lse_in, const paddle::Tensor& out_grad_in) {
+                                                     const paddle::Tensor& target_in, const paddle::Tensor& out_grad_in) {
   const char* op = "adaptive_linear_target_vjp";
-  const paddle::Tensor x = dense(x_in), w = dense(w_in), target = dense(target_in), logits = dense(logits_in),
-                       lse = dense(lse_in), out_grad = dense(out_grad_in);
-  for (const paddle::Tensor* t : {&x, &w, &logits, &lse, &out_grad}) {
-    PE_CHECK(t->dtype() == paddle::DataType::FLOAT32 && t->is_cpu(), op,
-             ": float32 CPU tensors only (the Python API composes the grad elsewhere)");
-  }
-  const Gemm g = gemm_dims(x.shape(), w.shape(), false, false, op);
-  const Rows r = rows_of(logits, op);
-  PE_CHECK(r.m == g.m && r.k == g.n, op, ": logits must be [", g.m, ", ", g.n, "] (x @ w), got [", r.m, ", ", r.k, "]");
-  check_rows(target, r.m, op, "target");
-  check_rows(lse, r.m, op, "lse");
-  check_rows(out_grad, r.m, op, "out_grad");
-  PE_CHECK(target.dtype() == paddle::DataType::INT64, op, ": target must be int64");
+  const paddle::Tensor x = dense(x_in), w = dense(w_in), target = dense(target_in), out_grad = dense(out_grad_in);
+  const Gemm g = linear_target_dims(x, w, target, op);
+  PE_CHECK(out_grad.dtype() == paddle::DataType::FLOAT32 && out_grad.is_cpu(), op, ": out_grad must be float32 on the CPU");
+  check_rows(out_grad, g.m, op, "out_grad");
+  paddle::Tensor out = new_output({g.m}, x.dtype(), x.place());  // (recomputed on the way; not returned)
   paddle::Tensor x_grad = new_output(x.shape(), x.dtype(), x.place(), BlockCache::kGemmMinBytes);
   paddle::Tensor w_grad = new_output(w.shape(), w.dtype(), w.place(), BlockCache::kGemmMinBytes);
-  cpu::als_linear_target_backward(ptr<float>(x), ptr<float>(w), target.data<int64_t>(), ptr<float>(logits),
-                                  ptr<float>(lse), ptr<float>(out_grad), mutable_ptr<float>(x_grad),
-                                  mutable_ptr<float>(w_grad), g.m, g.k, g.n);
+  cpu::als_linear_target_blocked(ptr<float>(x), ptr<float>(w), target.data<int64_t>(), ptr<float>(out_grad),
+                                 mutable_ptr<float>(out), mutable_ptr<float>(x_grad), mutable_ptr<float>(w_grad), g.m,
+                                 g.k, g.n);
   return {x_grad, w_grad};
 }
 

@@ -94,12 +94,13 @@ void als_full_forward(const T* logits, const T* offset, T* out, acc_t<T>* lse, i
 template <typename T>
 void als_full_backward(const T* logits, const acc_t<T>* lse, const T* out_grad, T* logits_grad, T* offset_grad, index_t m,
                        index_t k);
-// The target op's grad through the projection that made its logits (logits = x @ w; x [m, n_in], w [n_in, k]):
-// x_grad = dlogits @ w^T and w_grad = x^T @ dlogits on sgemm (gemm.h), dlogits in scratch: whole from n_in = 128
-// on, else one cache-sized block of columns at a time.
-void als_linear_target_backward(const float* x, const float* w, const int64_t* target, const float* logits,
-                                const float* lse, const float* out_grad, float* x_grad, float* w_grad, index_t m,
-                                index_t n_in, index_t k);
+// The target op through the projection that makes its logits (logits = x @ w; x [m, n_in], w [n_in, k]), in
+// blocks of rows so that the [m, k] logits never exist whole: out[r] = logits[r, target[r]] - lse(logits[r]),
+// and, where x_grad and w_grad are given, the grads of sum_r out_grad[r] * out[r] (out_grad nullptr: ones):
+// x_grad = dlogits @ w^T and w_grad = x^T @ dlogits on sgemm (gemm.h), each block's dlogits made and consumed
+// while the block is in memory.
+void als_linear_target_blocked(const float* x, const float* w, const int64_t* target, const float* out_grad,
+                               float* out, float* x_grad, float* w_grad, index_t m, index_t n_in, index_t k);
 }  // namespace cpu
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)

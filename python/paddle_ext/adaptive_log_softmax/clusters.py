@@ -58,8 +58,9 @@ class _ZeroGrads(PyLayer):
 _OLD_STATIC = tuple(int(v) for v in paddle.__version__.split(".")[:2] if v.isdigit()) < (3, 2)
 
 
-def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias):
-    """[N] log p(label | input) for a 2-D input, in the compute dtype."""
+def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias, reduced=False):
+    """[N] log p(label | input) for a 2-D input, in the compute dtype. ``reduced``: the loss sums its outputs
+    (reduction 'mean'/'sum': the projections form their grads in the forward, _projected_target)."""
     shortlist = cutoffs[0]
     dtype = _compute_dtype(input.dtype)
     # The head column of each row: its label in the shortlist, else shortlist + (cluster index - 1).
@@ -67,7 +68,7 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
     for c in cutoffs[:-1]:
         cluster = cluster + (label >= c).astype("int64")
     head_target = paddle.where(cluster == 0, label, cluster + (shortlist - 1))
-    output = _projected_target(input, head_weight, head_target, dtype, head_bias)
+    output = _projected_target(input, head_weight, head_target, dtype, head_bias, reduced)
     for i in range(len(cutoffs) - 1):
         low, high = cutoffs[i], cutoffs[i + 1]
         rows = paddle.nonzero((label >= low) & (label < high))  # [k, 1]
@@ -79,26 +80,26 @@ def _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias
             continue
         flat = rows.reshape([-1])
         x, y = _with_zero_row(paddle.gather(input, flat), paddle.gather(label, flat) - low)
-        local = _projected_target(_gemm(x, tail_weights[i][0]), tail_weights[i][1], y, dtype)
+        local = _projected_target(_gemm(x, tail_weights[i][0]), tail_weights[i][1], y, dtype, reduced=reduced)
         output = _index_add(output, flat, local, padded=True)
     return output
 
 
-def _kept_log_prob(input, label, keep, head_weight, tail_weights, cutoffs, head_bias):
+def _kept_log_prob(input, label, keep, head_weight, tail_weights, cutoffs, head_bias, reduced=False):
     """[N] log p(label | input), 0 on the rows that ``keep`` masks out (None: every row counts). The rows
     that count are gathered once and only they run through the head and the tails, then are scattered
     back (index_add): an ignored row costs no GEMM row and its input is never read. In dygraph a batch of
     only ignored rows runs every row cut by a where instead: no matmul sees an empty batch, and the head
     weight gets exact zero grads (which DataParallel needs)."""
     if keep is None:
-        return _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias)
+        return _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias, reduced)
     rows = paddle.nonzero(keep).reshape([-1])
     if (paddle.in_dynamic_mode() and rows.shape[0] == 0) or (not paddle.in_dynamic_mode() and _OLD_STATIC):
-        output = _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias)
+        output = _target_log_prob(input, label, head_weight, tail_weights, cutoffs, head_bias, reduced)
         return paddle.where(keep, output, _fill.zeros_like(output))  # where: no NaN * 0 reaches the output
     # (paddle.inference fails on an all-ignored batch when the head sees no row)
     x, y = _with_zero_row(paddle.gather(input, rows), paddle.gather(label, rows))
-    kept = _target_log_prob(x, y, head_weight, tail_weights, cutoffs, head_bias)
+    kept = _target_log_prob(x, y, head_weight, tail_weights, cutoffs, head_bias, reduced)
     return _index_add(_fill.zeros_like(keep, kept.dtype), rows, kept, padded=True)
 
 
@@ -207,7 +208,7 @@ def adaptive_log_softmax_with_loss_checked(input, label, head_weight, tail_weigh
     if not batched:
         x, label = x.unsqueeze(0), label.unsqueeze(0)
         keep = None if keep is None else keep.unsqueeze(0)
-    output = _kept_log_prob(x, label, keep, head_weight, tail_weights, cutoffs, head_bias)
+    output = _kept_log_prob(x, label, keep, head_weight, tail_weights, cutoffs, head_bias, reduction != "none")
     loss = _reduce(output, keep, reduction)
     if not batched:
         output = output.squeeze(0)
@@ -234,36 +235,63 @@ def _sum(x):
     return x if len(x.shape) == 0 else _library.sum_along(x, 0)
 
 
+# Rows per block of log_prob and predict: ~32 MiB of float32 per [rows, width] piece, at least 16 rows.
+_BLOCK_FLOATS = 8 << 20
+
+
+def _row_blocks(n, width):
+    """The [start, stop) row ranges of blocks of about _BLOCK_FLOATS / width rows."""
+    rows = max(16, _BLOCK_FLOATS // max(width, 1))
+    return [(r0, min(n, r0 + rows)) for r0 in range(0, n, rows)]
+
+
+def _records_grad(*tensors):
+    return paddle.is_grad_enabled() and any(t is not None and not t.stop_gradient for t in tensors)
+
+
 def adaptive_log_prob(input, head_weight, tail_weights, cutoffs, head_bias=None):
-    """[N, n_classes] (or [n_classes]) log-probabilities of every class, in ``input``'s dtype."""
+    """[N, n_classes] (or [n_classes]) log-probabilities of every class, in ``input``'s dtype. In dygraph without
+    grads, in blocks of rows written into the output: only the output is whole. (With grads, the backward needs
+    every cluster's logits, so the blocks would save nothing: computed whole.)"""
     out_dtype = _out_dtype(input)
     batched = len(input.shape) == 2
     x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
     if not batched:
         x = x.unsqueeze(0)
-    out = _full_log_prob(x, _linear(x, head_weight, head_bias), tail_weights, cutoffs)
-    if not batched:
-        out = out.squeeze(0)
-    return _cast(out, out_dtype)
+    if paddle.in_dynamic_mode() and not _records_grad(x, head_weight, head_bias, *(w for p in tail_weights for w in p)):
+        out = paddle.empty([x.shape[0], cutoffs[-1]], out_dtype)
+        for r0, r1 in _row_blocks(x.shape[0], cutoffs[-1]):
+            xb = x[r0:r1]
+            out[r0:r1] = _cast(_full_log_prob(xb, _linear(xb, head_weight, head_bias), tail_weights, cutoffs),
+                               out_dtype)
+    else:
+        out = _cast(_full_log_prob(x, _linear(x, head_weight, head_bias), tail_weights, cutoffs), out_dtype)
+    return out if batched else out.squeeze(0)
 
 
 def adaptive_predict(input, head_weight, tail_weights, cutoffs, head_bias=None):
-    """[N] (or 0-D) int64: argmax of the log-probabilities. In dygraph the full distribution is computed
-    only for the rows whose head argmax is a cluster (a shortlist argmax already beats every cluster
-    member); a static graph computes it for every row, since Paddle's inference kernels (oneDNN concat)
-    crash on the empty batch that the row selection can produce."""
+    """[N] (or 0-D) int64: argmax of the log-probabilities. In dygraph, in blocks of rows, and in each block the
+    full distribution is computed only for the rows whose head argmax is a cluster (a shortlist argmax already
+    beats every cluster member); a static graph computes it for every row, since Paddle's inference kernels
+    (oneDNN concat) crash on the empty batch that the row selection can produce."""
     batched = len(input.shape) == 2
     x, head_weight, tail_weights, head_bias = _prepare(input, head_weight, tail_weights, head_bias)
     if not batched:
         x = x.unsqueeze(0)
-    head = _linear(x, head_weight, head_bias)
     if not paddle.in_dynamic_mode():
-        pred = _argmax_rows(_full_log_prob(x, head, tail_weights, cutoffs))
-    else:
+        pred = _argmax_rows(_full_log_prob(x, _linear(x, head_weight, head_bias), tail_weights, cutoffs))
+        return pred if batched else pred.squeeze(0)
+    width = max(b - a for a, b in zip([0, *cutoffs], cutoffs))
+    preds = []
+    for r0, r1 in _row_blocks(x.shape[0], width):
+        xb = x[r0:r1]
+        head = _linear(xb, head_weight, head_bias)
         pred = paddle.argmax(head, axis=1)
         rows = paddle.nonzero(pred >= cutoffs[0])
         if rows.shape[0] > 0:
             flat = rows.reshape([-1])
-            lp = _full_log_prob(paddle.gather(x, flat), paddle.gather(head, flat), tail_weights, cutoffs)
+            lp = _full_log_prob(paddle.gather(xb, flat), paddle.gather(head, flat), tail_weights, cutoffs)
             pred = paddle.scatter(pred, flat, paddle.argmax(lp, axis=1))
+        preds.append(pred)
+    pred = preds[0] if len(preds) == 1 else paddle.concat(preds) if preds else paddle.zeros([0], "int64")
     return pred if batched else pred.squeeze(0)

@@ -1,14 +1,15 @@
 """The projections: float32 CPU products outside auto_cast on ``pe_adaptive_matmul`` (oneDNN's sgemm from
 the libdnnl that the user's Paddle loaded, on paddle_ext's thread count), every other one on Paddle's
-``matmul``/``linear``; and a projection followed by the target op as one PyLayer whose backward is one op."""
+``matmul``/``linear``; and a projection followed by the target op in blocks of rows (one op each way)."""
 
 from __future__ import annotations
 
+import numpy as np
 import paddle
 import paddle.nn.functional as F
 from paddle.autograd import PyLayer
 
-from .. import _amp, _library
+from .. import _amp, _fill, _library
 from ..put_along_axis import _apply as _pair_apply
 from ..put_along_axis import _grads, _ordered
 from .ops import _target, _target_grad_composed
@@ -95,19 +96,38 @@ class _Gemm(PyLayer):
         return _grads(ctx, a_grad, b_grad)
 
 
-def _projected_target(x, weight, target, dtype, bias=None):
-    """_target(x @ weight + bias, target) with the logits in ``dtype``. In dygraph with grads, where the product
-    runs on pe_adaptive_matmul, one PyLayer (_LinearTarget) whose backward is one op for both grads."""
-    if bias is None and paddle.in_dynamic_mode() and not (x.stop_gradient and weight.stop_gradient) \
-            and _gemm_fits(x, weight):
-        return _pair_apply(_LinearTarget, x, weight, {"target": target})
-    return _target(_cast(_linear(x, weight, bias), dtype), target)
+def _projected_target(x, weight, target, dtype, bias=None, reduced=False):
+    """_target(x @ weight + bias, target) with the logits in ``dtype``. In dygraph, where the product runs on
+    pe_adaptive_matmul: pe_adaptive_linear_target, which makes the logits in blocks of rows and never holds them
+    whole (a bias joins as one more input feature: [x, 1] @ [w; b]); with grads, under one PyLayer
+    (_LinearTarget). ``reduced``: the caller's loss is a sum or mean of the outputs (reduction 'mean'/'sum'),
+    so the forward forms the grads as it goes and the backward only scales them."""
+    if not (paddle.in_dynamic_mode() and _gemm_fits(x, weight, bias)):
+        return _target(_cast(_linear(x, weight, bias), dtype), target)
+    if bias is not None:
+        x = paddle.concat([x, _fill.full_like(x[:, :1], 1.0)], axis=1)
+        weight = paddle.concat([weight, bias.unsqueeze(0)], axis=0)
+    if not paddle.is_grad_enabled() or (x.stop_gradient and weight.stop_gradient):
+        return _library.dygraph_op("pe_adaptive_linear_target")(x, weight, target, False)[0]
+    return _pair_apply(_LinearTarget, x, weight, {"target": target, "reduced": reduced})
+
+
+def _uniform(out_grad):
+    """The one finite value of every element of out_grad (0.0 when it is empty), else None."""
+    g = out_grad.numpy().reshape(-1)
+    if g.size == 0:
+        return 0.0
+    first = g[0]
+    return float(first) if np.isfinite(first) and (g == first).all() else None
 
 
 class _LinearTarget(PyLayer):
-    """Dygraph autograd of pe_adaptive_log_softmax_target(x @ w): first-order grads from
-    pe_adaptive_linear_target_vjp (one op for both, the logits grad in its scratch); when the backward is recorded
-    (create_graph=True), the same grads from differentiable ops on logits recomputed from x and w, so that
+    """Dygraph autograd of pe_adaptive_log_softmax_target(x @ w) on pe_adaptive_linear_target (logits in blocks of
+    rows). ``reduced``: the forward forms the grads of sum(out), and the first backward whose out_grad is one value
+    c on every row (the grad a sum or mean of the outputs gives) scales them by c in place and hands them on (no
+    second copy). Any other out_grad, or a second backward (retain_graph): the grads from
+    pe_adaptive_linear_target_vjp, which recomputes the logits block by block. When the backward is recorded
+    (create_graph=True): the grads from differentiable ops on logits recomputed from x and w, so that
     higher-order grads see how the logits depend on them."""
 
     @staticmethod
@@ -115,18 +135,23 @@ class _LinearTarget(PyLayer):
         ctx.swap = spec["swap"]
         x, w = _ordered(ctx, pair)
         target = spec["target"]
-        logits = _library.ops().pe_adaptive_matmul(x, w, False, False)
-        out, lse = _library.ops().pe_adaptive_log_softmax_target(logits, target)
-        ctx.save_for_backward(x, w, target, logits, lse)
+        out, x_unit, w_unit = _library.ops().pe_adaptive_linear_target(x, w, target, spec["reduced"])
+        ctx.units = (x_unit, w_unit) if spec["reduced"] else None  # (not saved: the backward hands them on)
+        ctx.save_for_backward(x, w, target)
         return out
 
     @staticmethod
     def backward(ctx, out_grad):
-        x, w, target, logits, lse = ctx.saved_tensor()
-        if not paddle.is_grad_enabled():
-            x_grad, w_grad = _library.dygraph_op("pe_adaptive_linear_target_vjp")(x, w, target, logits, lse, out_grad)
-        else:
+        x, w, target = ctx.saved_tensor()
+        units, ctx.units = ctx.units, None
+        if paddle.is_grad_enabled():
             logits_grad = _target_grad_composed(paddle.matmul(x, w), target, out_grad)
             x_grad = paddle.matmul(logits_grad, w, transpose_y=True)
             w_grad = paddle.matmul(x, logits_grad, transpose_x=True)
+            return _grads(ctx, x_grad, w_grad)
+        c = _uniform(out_grad) if units is not None else None
+        if c is None:
+            x_grad, w_grad = _library.dygraph_op("pe_adaptive_linear_target_vjp")(x, w, target, out_grad)
+        else:
+            x_grad, w_grad = (u.scale_(c) if wanted else None for u, wanted in zip(units, ctx.wanted))
         return _grads(ctx, x_grad, w_grad)

@@ -30,6 +30,9 @@ class Case:
     # another's: for candidates on one allocator whose ratio is the point (a shared machine's drift then
     # hits every candidate alike).
     alternate: bool = False
+    # Candidate -> a function giving its peak memory in MiB (a fresh process's peak RSS growth over one call,
+    # the inputs and weights made before): the table's "<candidate> peak MiB" columns.
+    peak_mib: dict[str, Callable[[], float]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -40,6 +43,7 @@ class Result:
     ratios: dict[str, float]  # candidate time / baseline time
     note: str = ""
     unit: str = "ms"
+    peak_mib: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -111,7 +115,8 @@ def run(selected=None, quick=False, repeats=7, log=None, matching=None) -> list[
                 medians[cand] = time_median(fn, case.repeats or repeats) / case.calls
             base = medians.get(case.baseline)  # (a row may lack it: then no ratios)
             ratios = {k: v / base for k, v in medians.items() if k != case.baseline} if base else {}
-            results.append(Result(case.op, case.name, medians, ratios, case.note, case.unit))
+            peaks = {cand: measure() for cand, measure in case.peak_mib.items()}
+            results.append(Result(case.op, case.name, medians, ratios, case.note, case.unit, peaks))
             log(results[-1])
     return results
 
@@ -133,6 +138,7 @@ def format_row(r: Result) -> str:
     for cand, ms in r.medians_ms.items():
         ratio = f" ({r.ratios[cand]:.2f}x)" if cand in r.ratios else ""
         parts.append(f"{cand} {ms * _SCALE[r.unit]:9.3f} {_UNIT_LABEL[r.unit]}{ratio}")
+    parts.extend(f"{cand} peak {mib:.0f} MiB" for cand, mib in r.peak_mib.items())
     return "  ".join(parts) + (f"  [{r.note}]" if r.note else "")
 
 
@@ -142,13 +148,16 @@ def format_markdown(results: list[Result]) -> str:
     for op in dict.fromkeys(r.op for r in results):
         rows = [r for r in results if r.op == op]
         cands = list(dict.fromkeys(c for r in rows for c in r.medians_ms))
+        peaked = list(dict.fromkeys(c for r in rows for c in r.peak_mib))
         unit = rows[0].unit
-        lines = [f"**{op}**", "", "| case | " + " | ".join(f"{c} {_UNIT_LABEL[unit]}" for c in cands) + " |",
-                 "|" + "---|" * (len(cands) + 1)]
+        lines = [f"**{op}**", "", "| case | " + " | ".join([f"{c} {_UNIT_LABEL[unit]}" for c in cands]
+                                                          + [f"{c} peak MiB" for c in peaked]) + " |",
+                 "|" + "---|" * (len(cands) + len(peaked) + 1)]
         for r in rows:
             cells = ["–" if c not in r.medians_ms else
                      f"{r.medians_ms[c] * _SCALE[unit]:.{3 if unit == 'ms' else 1}f}"
                      + (f" ({r.ratios[c]:.2f}×)" if c in r.ratios else "") for c in cands]
+            cells += [f"{r.peak_mib[c]:.0f}" if c in r.peak_mib else "–" for c in peaked]
             lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
         tables.append("\n".join(lines))
     return "\n\n".join(tables)

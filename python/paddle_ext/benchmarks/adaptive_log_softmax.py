@@ -16,6 +16,7 @@ layers, not of two thread counts."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -127,6 +128,52 @@ def zipf_labels(n_classes: int, size: int, seed=0) -> np.ndarray:
     return np.random.default_rng(seed).choice(n_classes, size=size, p=p / p.sum()).astype(np.int64)
 
 
+# A fresh process's peak RSS growth over one forward + backward, the inputs and weights made first: VmHWM reset
+# to the resident size before the step (a child's ru_maxrss starts from its parent's peak at fork).
+_PEAK_SCRIPT = """
+import re, sys
+from paddle_ext.benchmarks.adaptive_log_softmax import _step_for_peak
+step = _step_for_peak(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [int(c) for c in sys.argv[4].split(",")],
+                      int(sys.argv[5]))
+def status(key):
+    return int(re.search(key + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1)) / 1024
+open("/proc/self/clear_refs", "w").write("5")
+before = status("VmRSS")
+step()
+print(status("VmHWM") - before)
+"""
+
+
+def _step_for_peak(candidate, in_features, n_classes, cutoffs, batch):
+    """One forward + backward of `candidate` ("paddle_ext" or "torch") with its inputs and weights made (in the
+    bench's threads), for _PEAK_SCRIPT."""
+    x_np = np.random.default_rng(0).normal(size=(batch, in_features)).astype(np.float32)
+    y_np = zipf_labels(n_classes, batch)
+    if candidate == "torch":
+        torch = torch_or_none()
+        layer = torch.nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, div_value=4.0)
+        xt, yt = torch.from_numpy(x_np).requires_grad_(), torch.from_numpy(y_np)
+        return lambda: layer(xt, yt).loss.backward()
+    paddle.seed(0)
+    layer = paddle_ext.nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, div_value=4.0)
+    x, y = paddle.to_tensor(x_np, stop_gradient=False), paddle.to_tensor(y_np)
+    return with_paddle_threads(lambda: layer(x, y)[1].backward(), math_threads())
+
+
+def _peak_mib(candidate, in_features, n_classes, cutoffs, batch):
+    """Peak RSS growth (MiB) of one step in a fresh process (NaN where the child fails)."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    args = [candidate, str(in_features), str(n_classes), ",".join(map(str, cutoffs)), str(batch)]
+    try:
+        out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, *args], capture_output=True, text=True, check=True,
+                             timeout=900)
+        return float(out.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError):
+        return float("nan")
+
+
 def _layer_case(in_features, n_classes, cutoffs, batch, quick):
     paddle.seed(0)
     rng = np.random.default_rng(0)
@@ -168,9 +215,12 @@ def _layer_case(in_features, n_classes, cutoffs, batch, quick):
 
     threads = math_threads()
     candidates = {"paddle_ext": with_paddle_threads(paddle_step(ours), threads)}
-    if batch >= 2048:  # the large case: the same layer with its projections on Paddle's matmul (before oneDNN)
+    # The large case at N = 2048 also runs the same layer with its projections on Paddle's matmul (before
+    # oneDNN); at N = 16384 only paddle_ext and torch run (the others take minutes and gigabytes a step).
+    if batch == 2048:
         candidates["paddle_ext_paddle_matmul"] = with_paddle_threads(_on_paddle_matmul(paddle_step(ours)), threads)
-    candidates["paddle_patched"] = with_paddle_threads(patched_step, threads)
+    if batch <= 2048:
+        candidates["paddle_patched"] = with_paddle_threads(patched_step, threads)
     torch = torch_or_none()
     if torch is not None:
         tl = torch.nn.AdaptiveLogSoftmaxWithLoss(in_features, n_classes, cutoffs, div_value=4.0)
@@ -185,13 +235,16 @@ def _layer_case(in_features, n_classes, cutoffs, batch, quick):
             return loss
 
         candidates["torch"] = torch_step
-    candidates["paddle_full_softmax"] = with_paddle_threads(full_step, threads)
+    if batch <= 2048:
+        candidates["paddle_full_softmax"] = with_paddle_threads(full_step, threads)
 
     label = f"fwd+bwd in={in_features} classes={n_classes} cutoffs={cutoffs} N={batch} f32"
     if batch >= 2048:  # the large case is run in both environments (docs): the row says which
         label += f" [{_environment_label()}]"
     # the large case: 3 timed runs (the full softmax alone is ~30 s a step on 2 cores)
-    case = Case("adaptive_log_softmax", label, {}, repeats=3 if batch >= 2048 else 5)
+    case = Case("adaptive_log_softmax", label, {}, repeats=3 if batch >= 2048 else 5,
+                peak_mib={name: functools.partial(_peak_mib, name, in_features, n_classes, cutoffs, batch)
+                          for name in ("paddle_ext", "torch") if name in candidates})
     peaks = {}
 
     def measured(name, fn):
@@ -245,38 +298,39 @@ def _fused_op_case(m, k, quick):
 
 
 def _projection_grad_case(m, n_in, k, quick):
-    """The layer's first-order backward through one projection (logits = x @ w, then the target op): the fused
-    op (pe_adaptive_linear_target_vjp) against the same grads from the target grad op and two
-    pe_adaptive_matmul calls (what a static program runs), Paddle's ops (softmax, one_hot, matmul) and NumPy."""
+    """One projection of a reduced loss's step (logits = x @ w, the target op, the grads of x and w for a unit
+    out_grad): pe_adaptive_linear_target (in blocks of rows, the grads formed in the forward) against the
+    same from pe_adaptive_matmul, the target op and its grad op, and two pe_adaptive_matmul calls ("composed",
+    what a static program runs), Paddle's ops (matmul, softmax, one_hot on 2 threads) and NumPy."""
     ops = paddle_ext._library.ops()
     rng = np.random.default_rng(2)
     x_np, w_np = rng.normal(size=(m, n_in)).astype(np.float32), rng.normal(size=(n_in, k)).astype(np.float32)
-    target_np, g_np = rng.integers(0, k, size=m), rng.normal(size=m).astype(np.float32)
-    x, w, target, g = (paddle.to_tensor(a) for a in (x_np, w_np, target_np, g_np))
-    logits = ops.pe_adaptive_matmul(x, w, False, False)
-    lse = ops.pe_adaptive_log_softmax_target(logits, target)[1]
-    logits_np = logits.numpy()
+    target_np = rng.integers(0, k, size=m)
+    x, w, target, g = (paddle.to_tensor(a) for a in (x_np, w_np, target_np, np.ones(m, np.float32)))
 
     def composed():
+        logits = ops.pe_adaptive_matmul(x, w, False, False)
+        out, lse = ops.pe_adaptive_log_softmax_target(logits, target)
         d = ops.pe_adaptive_log_softmax_target_vjp(logits, target, lse, g)
-        return ops.pe_adaptive_matmul(d, w, False, True), ops.pe_adaptive_matmul(x, d, True, False)
+        return out, ops.pe_adaptive_matmul(d, w, False, True), ops.pe_adaptive_matmul(x, d, True, False)
 
     def paddle_ops():
-        d = (paddle.nn.functional.one_hot(target, k) - paddle.nn.functional.softmax(logits, axis=1)) * g.unsqueeze(1)
+        logits = paddle.matmul(x, w)
+        d = paddle.nn.functional.one_hot(target, k) - paddle.nn.functional.softmax(logits, axis=1)
         return paddle.matmul(d, w, transpose_y=True), paddle.matmul(x, d, transpose_x=True)
 
     def numpy_fn():
-        p = np.exp(logits_np - logits_np.max(axis=1, keepdims=True))
+        logits = x_np @ w_np
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
         d = -p / p.sum(axis=1, keepdims=True)
         d[np.arange(m), target_np] += 1
-        d *= g_np[:, None]
         return d @ w_np.T, x_np.T @ d
 
     threads = math_threads()
-    candidates = {"paddle_ext": lambda: ops.pe_adaptive_linear_target_vjp(x, w, target, logits, lse, g),
+    candidates = {"paddle_ext": lambda: ops.pe_adaptive_linear_target(x, w, target, True),
                   "paddle_ext_composed": composed, "paddle": with_paddle_threads(paddle_ops, threads),
                   "numpy": numpy_fn}
-    return Case("adaptive_log_softmax", f"projection grad [{m}, {n_in}] x [{n_in}, {k}] f32", candidates,
+    return Case("adaptive_log_softmax", f"projection fwd+grad [{m}, {n_in}] x [{n_in}, {k}] f32", candidates,
                 repeats=5 if quick else 7)
 
 
@@ -361,6 +415,6 @@ def cases(quick: bool):
            _embedding_case(20000, 128, [2000, 6000, 15000], 4096, quick),
            *(_projection_grad_case(m, n_in, k, quick) for m, n_in, k in
              ((172, 128, 40000), (189, 32, 140000)) + (() if quick else ((2048, 512, 20003), (256, 512, 140000))))]
-    if not quick:  # the WikiText-103 configuration: heavy on 2 cores (the full softmax ~40 s)
-        out.append(_layer_case(512, 267735, [20000, 60000, 200000], 2048, quick))
+    if not quick:  # the WikiText-103 configuration: heavy on 2 cores (the full softmax ~40 s; N = 16384 ~10 s)
+        out += [_layer_case(512, 267735, [20000, 60000, 200000], batch, quick) for batch in (2048, 16384)]
     return out
