@@ -10,7 +10,7 @@ export MAX_JOBS ?= $(JOBS)
 export GLOG_minloglevel ?= 2
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: venv build wheel sdist release test test-compat test-gpu bench-gpu demo bench info clean
+.PHONY: venv build wheel sdist release test test-compat test-gpu test-gpu-emulated bench-gpu demo bench info clean
 
 venv: $(DEPS)
 $(DEPS): requirements.txt
@@ -111,6 +111,11 @@ test-compat: release
 # The CUDA runtime suite alone (skips without a GPU).
 test-gpu: build
 	$(VPY) -m pytest unittests/gpu -q -p no:cacheprovider -rs $(PYTEST_ARGS)
+
+# The CUDA runtime suite without a GPU: the CUDA sources and the shims built for the CPU on the emulated CUDA
+# runtime of unittests/gpu/emulation (docs/gpu_emulation.md; g++ only, no CUDA toolkit).
+test-gpu-emulated: $(DEPS)
+	PADDLE_EXT_GPU_EMULATE=1 $(VPY) -m pytest unittests/gpu -q -p no:cacheprovider -rfEs --durations=10 $(PYTEST_ARGS)
 
 # The CUDA launchers timed with CUDA events next to a device copy and torch's CUDA ops (needs a GPU; no
 # Paddle needed, so it also runs with a plain `python3 unittests/gpu/bench_gpu.py` on a bare GPU machine).

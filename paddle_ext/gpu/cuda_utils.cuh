@@ -15,6 +15,14 @@
 // The types the kernels of the float32-or-wider ops are built for (their Python API casts 16-bit inputs).
 #define PE_FOR_FLOAT32_64(M) M(float) M(double)
 
+// The body of a spin-wait on another warp or block: nothing on a GPU; the emulated runtime of the GPU suite
+// (docs/gpu_emulation.md) defines it to let the other threads run.
+#ifndef PE_SPIN_YIELD
+#define PE_SPIN_YIELD() \
+  do {                  \
+  } while (0)
+#endif
+
 namespace paddle_ext {
 namespace gpu {
 

@@ -132,11 +132,9 @@ __device__ void band_walk(Pol& pol, BandShared<W>& sh, index_t r0, index_t nrows
     // Lane 0 reads columns < j0 + K of the band below; lane 31 overwrites ring slots of the columns
     // <= j0 + K - 32 - kRing, which warp + 1 must have read.
     if (from_ring && lane == 0)
-      while (vload(sh.produced[warp - 1]) < std::min<index_t>(j0 + K, ncols)) {
-      }
+      while (vload(sh.produced[warp - 1]) < std::min<index_t>(j0 + K, ncols)) PE_SPIN_YIELD();
     if (up && lane == 31)
-      while (vload(sh.consumed[warp]) < j0 + K - 31 - kRing) {
-      }
+      while (vload(sh.consumed[warp]) < j0 + K - 31 - kRing) PE_SPIN_YIELD();
     if (from_row) {  // (warp-uniform) columns j0 .. j0 + K - 1 into ring slots the last chunk did not read
       if (lane < K && j0 + lane < ncols) ring_put(sh, W - 1, int((j0 + lane) & (kRing - 1)), staged);
       if (lane < K && j0 + K + lane < ncols) staged = pol.row_get((pass - 1) & 1, r0 - 1, j0 + K + lane);

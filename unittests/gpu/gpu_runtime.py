@@ -2,7 +2,9 @@
 
 `library()` compiles paddle_ext/gpu/*.cu and unittests/gpu/*.cu into one shared library with nvcc
 (cached in build/gpu_tests/) and loads it; `DeviceBuffer` moves NumPy arrays to and from the device.
-Everything skips cleanly where nvcc or a GPU is missing.
+Everything skips cleanly where nvcc or a GPU is missing. With PADDLE_EXT_GPU_EMULATE=1 the same sources are
+built for the CPU on the emulated CUDA runtime of emulation/ instead (docs/gpu_emulation.md; `make
+test-gpu-emulated`), and the suite runs without a GPU.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ def _sources():
     return sorted((ROOT / "paddle_ext" / "gpu").rglob("*.cu")) + sorted((ROOT / "unittests" / "gpu").glob("*.cu"))
 
 
+def emulated() -> bool:
+    return os.environ.get("PADDLE_EXT_GPU_EMULATE", "") not in ("", "0")
+
+
 def _driver_present() -> bool:
     """A CUDA driver is loadable: cheap, so machines without a GPU skip before any compile."""
     try:
@@ -47,6 +53,9 @@ def build_library() -> pathlib.Path:
     """
     if os.environ.get("PADDLE_EXT_GPU_LIB"):
         return pathlib.Path(os.environ["PADDLE_EXT_GPU_LIB"])
+    if emulated():
+        from emulation import emulate
+        return emulate.build(ROOT / "build" / "gpu_emulated")
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not os.path.exists(nvcc):
         pytest.skip("nvcc not found")
@@ -66,7 +75,7 @@ def build_library() -> pathlib.Path:
 
 @functools.lru_cache(maxsize=None)
 def library() -> ctypes.CDLL:
-    if not _driver_present():
+    if not emulated() and not _driver_present():
         pytest.skip("no CUDA driver (no GPU on this machine)")
     lib = ctypes.CDLL(str(build_library()))
     lib.pe_malloc.restype = ctypes.c_void_p
@@ -75,6 +84,8 @@ def library() -> ctypes.CDLL:
         getattr(lib, name).argtypes = [ctypes.c_void_p]
     lib.pe_h2d.argtypes = lib.pe_d2h.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     lib.pe_malloc.argtypes = [ctypes.c_int64]
+    if emulated():
+        lib.pe_emu_last_fault.restype = ctypes.c_char_p
     if lib.pe_device_count() < 1:
         pytest.skip("no CUDA device")
     return lib

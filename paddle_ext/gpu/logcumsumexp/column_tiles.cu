@@ -147,6 +147,7 @@ __global__ void __launch_bounds__(kRowThreads, 4) forward_column_tiles_kernel(co
       int flag;
       do {
         flag = load_volatile(ws.flags + before);
+        if (flag == 0) PE_SPIN_YIELD();
       } while (flag == 0);
       __threadfence();
       carry = lae(load_volatile((flag & kInclusive ? ws.inclusive : ws.aggregate) + before * 32 + lane), carry);

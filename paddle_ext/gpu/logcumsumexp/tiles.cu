@@ -112,6 +112,7 @@ __global__ void __launch_bounds__(kRowThreads, 4) forward_tiles_kernel(const T* 
         if (q >= 0) {
           do {
             flag = load_volatile(ws.flags + first_tile + q);
+            if (flag == 0) PE_SPIN_YIELD();
           } while (flag == 0);
           __threadfence();
           value = load_volatile((flag & kInclusive ? ws.inclusive : ws.aggregate) + first_tile + q);
