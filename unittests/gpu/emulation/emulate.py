@@ -22,7 +22,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 # -fsanitize=thread: its instrumentation's calls are answered by runtime.cc's shared-memory race check (no
 # ThreadSanitizer runtime is linked); volatile accesses get calls of their own, which the check ignores.
-FLAGS = ["-std=c++17", "-O1", "-fPIC", "-fsanitize=bounds", "-fno-sanitize-recover=bounds", "-fsanitize=thread",
+FLAGS = ["-std=c++17", "-O1", "-g1", "-fPIC", "-fsanitize=bounds", "-fno-sanitize-recover=bounds", "-fsanitize=thread",
          "--param=tsan-distinguish-volatile=1", "--param=tsan-instrument-func-entry-exit=0", "-DPADDLE_EXT_WITH_CUDA",
          "-Wno-attributes"]
 

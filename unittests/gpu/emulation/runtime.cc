@@ -1,6 +1,7 @@
 // The emulated CUDA runtime (cuda_runtime.h in include/): the fiber scheduler of a block, the warp and block
 // synchronisation, launch faults, memory and the handler of the shared-memory bounds checks.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -46,7 +47,9 @@ struct Fiber {
   const char *what, *file;
   int line;
   WarpResult result;
-  // The block barrier it waits in, and what that barrier returned.
+  // The block barrier it waits in or passed last, and what that barrier returned.
+  const char* barrier_file = "the kernel's start";
+  int barrier_line = 0;
   int barrier_result;
 };
 
@@ -62,7 +65,7 @@ struct Scheduler {
   size_t nthreads = 0;  // of the running block
   int alive = 0, at_barrier = 0, barrier_count = 0;
   const char *barrier_file = nullptr, *kernel = nullptr;
-  int barrier_line = 0;
+  int barrier_line = 0, barrier_thread = 0;  // the first thread waiting at the barrier, and where
   long spins = 0;
   unsigned epoch = 0;  // block barriers released so far: the sweep order flips with each
   bool faulted = false;
@@ -166,16 +169,21 @@ void register_shared(char* p, size_t n, const char* name, const char* file, int 
   shared_hi = std::max(shared_hi, (uintptr_t)p + n);
 }
 
-void race(const SharedVar& v, size_t offset, bool write, int other) {
+void race(const SharedVar& v, size_t offset, bool write, int other, void* pc) {
   const Fiber& f = *S.running;
+  const Fiber& g = S.fibers[other];
+  Dl_info info{};
+  dladdr(pc, &info);
   fault_here(cudaErrorLaunchFailure,
-             format("shared-memory race on %s+%zu (%s:%d): thread %d (warp %d) %s it while thread %d (warp %d) %s it, "
-                    "with no __syncthreads in between",
-                    v.name, offset, v.file, v.line, f.thread.linear, f.thread.warp, write ? "writes" : "reads", other,
-                    other / kWarpSize, write ? "read" : "wrote"));
+             format("shared-memory race on %s+%zu (%s:%d) at %s+0x%zx: thread %d (warp %d, past the barrier at %s:%d) %s it while "
+                    "thread %d (warp %d, past the barrier at %s:%d) %s it, with no __syncthreads in between",
+                    v.name, offset, v.file, v.line, info.dli_fname ? info.dli_fname : "?",
+                    (size_t)((char*)pc - (char*)info.dli_fbase), f.thread.linear, f.thread.warp, f.barrier_file, f.barrier_line,
+                    write ? "writes" : "reads", other, g.thread.warp, g.barrier_file, g.barrier_line,
+                    write ? "read" : "wrote"));
 }
 
-void shared_access(const void* addr, size_t size, bool write) {
+void shared_access(const void* addr, size_t size, bool write, void* pc) {
   const uintptr_t a = (uintptr_t)addr;
   if (a >= shared_hi || a + size <= shared_lo || !S.running) return;
   auto it = std::upper_bound(shared_vars.begin(), shared_vars.end(), a,
@@ -187,9 +195,9 @@ void shared_access(const void* addr, size_t size, bool write) {
   const size_t first = a - (uintptr_t)v.p, last = std::min(v.n, first + size);
   for (size_t i = first; i < last; ++i) {
     Shadow& sh = v.shadow[i];
-    if (sh.w_epoch == race_epoch && sh.writer / kWarpSize != w) race(v, i, write, sh.writer);
+    if (sh.w_epoch == race_epoch && sh.writer / kWarpSize != w) race(v, i, write, sh.writer, pc);
     if (write) {
-      if (sh.r_epoch == race_epoch && (sh.readers_in_warps || sh.reader / kWarpSize != w)) race(v, i, true, sh.reader);
+      if (sh.r_epoch == race_epoch && (sh.readers_in_warps || sh.reader / kWarpSize != w)) race(v, i, true, sh.reader, pc);
       sh.w_epoch = race_epoch;
       sh.writer = t;
     } else if (sh.r_epoch != race_epoch) {
@@ -342,6 +350,8 @@ void run_block(size_t nthreads, dim3 block) {
   for (size_t i = 0; i < nthreads; ++i) {
     Fiber& f = S.fibers[i];
     make_ready(f);
+    f.barrier_file = "the kernel's start";
+    f.barrier_line = 0;
     if (!f.parked && !f.fresh) {  // abandoned inside a faulted launch: start it afresh
       f.ctx.uc_stack.ss_sp = f.stack;
       f.ctx.uc_stack.ss_size = kStackBytes;
@@ -406,9 +416,20 @@ WarpResult warp_exchange(WarpOp op, unsigned mask, const void* value, int size, 
 int block_barrier(int pred, const char* file, int line) {
   Fiber* f = S.running;
   if (!f) kernel_fault(cudaErrorIllegalInstruction, "__syncthreads called outside a kernel");
+  // Every thread of the block must reach the same __syncthreads (a GPU would pair up different ones).
+  if (S.at_barrier > 0 && (S.barrier_line != line || std::strcmp(S.barrier_file, file) != 0))
+    fault_here(cudaErrorIllegalInstruction,
+               format("divergent __syncthreads: this thread (past the barrier at %s:%d) waits at %s:%d while thread %d "
+                      "waits at %s:%d",
+                      f->barrier_file, f->barrier_line, file, line, S.barrier_thread, S.barrier_file, S.barrier_line));
   f->state = kWaitBlock;
-  S.barrier_file = file;
-  S.barrier_line = line;
+  f->barrier_file = file;
+  f->barrier_line = line;
+  if (S.at_barrier == 0) {
+    S.barrier_file = file;
+    S.barrier_line = line;
+    S.barrier_thread = f->thread.linear;
+  }
   ++S.at_barrier;
   S.barrier_count += pred != 0;
   release_block_barrier();
@@ -506,10 +527,10 @@ const char* pe_emu_last_fault() { return pe_emu::last_fault.c_str(); }
 
 // The -fsanitize=thread instrumentation of the kernels, answered by the shared-memory race check.
 #define PE_EMU_TSAN_SIZE(N)                                                                             \
-  void __tsan_read##N(void* p) { pe_emu::shared_access(p, N, false); }                                 \
-  void __tsan_write##N(void* p) { pe_emu::shared_access(p, N, true); }                                 \
-  void __tsan_unaligned_read##N(void* p) { pe_emu::shared_access(p, N, false); }                       \
-  void __tsan_unaligned_write##N(void* p) { pe_emu::shared_access(p, N, true); }                       \
+  void __tsan_read##N(void* p) { pe_emu::shared_access(p, N, false, __builtin_return_address(0)); }                                 \
+  void __tsan_write##N(void* p) { pe_emu::shared_access(p, N, true, __builtin_return_address(0)); }                                 \
+  void __tsan_unaligned_read##N(void* p) { pe_emu::shared_access(p, N, false, __builtin_return_address(0)); }                       \
+  void __tsan_unaligned_write##N(void* p) { pe_emu::shared_access(p, N, true, __builtin_return_address(0)); }                       \
   void __tsan_volatile_read##N(void*) {}                                                               \
   void __tsan_volatile_write##N(void*) {}                                                              \
   void __tsan_unaligned_volatile_read##N(void*) {}                                                     \
@@ -520,8 +541,8 @@ PE_EMU_TSAN_SIZE(4)
 PE_EMU_TSAN_SIZE(8)
 PE_EMU_TSAN_SIZE(16)
 #undef PE_EMU_TSAN_SIZE
-void __tsan_read_range(void* p, size_t n) { pe_emu::shared_access(p, n, false); }
-void __tsan_write_range(void* p, size_t n) { pe_emu::shared_access(p, n, true); }
+void __tsan_read_range(void* p, size_t n) { pe_emu::shared_access(p, n, false, __builtin_return_address(0)); }
+void __tsan_write_range(void* p, size_t n) { pe_emu::shared_access(p, n, true, __builtin_return_address(0)); }
 void __tsan_init() {}
 void __tsan_func_entry(void*) {}
 void __tsan_func_exit() {}
