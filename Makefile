@@ -10,7 +10,7 @@ export MAX_JOBS ?= $(JOBS)
 export GLOG_minloglevel ?= 2
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: venv build wheel sdist release test test-compat test-gpu test-gpu-emulated bench-gpu demo bench info clean
+.PHONY: venv build wheel sdist release test test-sanitize test-compat test-gpu test-gpu-emulated bench-gpu demo bench info clean
 
 venv: $(DEPS)
 $(DEPS): requirements.txt
@@ -107,6 +107,25 @@ test-compat: release
 	  pip install --disable-pip-version-check -q --index-url "file://$(abspath dist/simple)" paddle-ext
 	PATH="$(abspath $(COMPAT_VENV))/bin:$$PATH" tools/without_compilers.sh \
 	  python -m pytest $(COMPAT_TESTS) -q -p no:cacheprovider --durations=5 $(PYTEST_ARGS)
+
+# The kernel library and the binding built with AddressSanitizer + UBSan into build/sanitize/ (the normal build
+# is left as it is), installed into build/sanitize/site, and the fuzz suite and the op tests run on them with
+# the runtimes preloaded (tools/sanitize_run.py); fails on any report in our code, counts the others.
+SANITIZE_SITE  := build/sanitize/site
+SANITIZE_TESTS ?= unittests/test_fuzz.py $(wildcard unittests/test_*_op.py) \
+  unittests/test_put_along_axis_integers.py unittests/test_put_along_axis_nonfinite.py \
+  unittests/test_put_along_axis_layouts.py unittests/test_logcumsumexp_kernels.py unittests/test_rnnt_loss.py \
+  unittests/test_rnnt_joint_logprobs.py unittests/test_rnnt_simple_logprobs.py unittests/test_rnnt_fastemit.py \
+  unittests/test_joint_mutual_information.py unittests/test_transducer_jump_loss.py unittests/test_adaptive_gemm.py \
+  unittests/test_rnnt_fused_joiner.py unittests/test_transducer_jump_fused_joiner.py
+
+test-sanitize: $(DEPS)
+	PADDLE_EXT_SANITIZE=1 $(VPY) tools/native_build.py binding
+	rm -rf $(SANITIZE_SITE)
+	PADDLE_EXT_SANITIZE=1 $(VPY) -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps \
+	  --target $(SANITIZE_SITE) .
+	$(VPY) tools/sanitize_run.py $(SANITIZE_SITE) -- \
+	  $(VPY) -m pytest $(SANITIZE_TESTS) -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # The CUDA runtime suite alone (skips without a GPU).
 test-gpu: build

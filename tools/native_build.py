@@ -14,6 +14,9 @@ Objects are rebuilt only when their source, a header they include (gcc's depfile
 line changed; ccache is used where it is installed; MAX_JOBS compile jobs run at once (default: all
 cores). Nothing carries debug sections.
 
+With PADDLE_EXT_SANITIZE=1 (`make test-sanitize`) the same libraries are built with AddressSanitizer and
+UBSan (and debug sections, for the reports' source lines) into build/sanitize/, beside the normal build.
+
 With --manylinux (`make wheel`) the libraries are linked for older distributions (tools/manylinux.py).
 
     python tools/native_build.py kernels [--cuda] [--manylinux]
@@ -46,7 +49,20 @@ BINDING_LIBRARY = "paddle_ext_ops.so"
 RELEASES = ("3.0.0", "3.1.0", "3.1.1", "3.2.0", "3.2.1", "3.2.2", "3.3.0", "3.3.1")
 CUDA_ARCHS = ("80", "90")
 
-BASE_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-fopenmp", "-DNDEBUG", "-fwrapv", "-g0", "-w"]
+SANITIZE = os.environ.get("PADDLE_EXT_SANITIZE", "0") not in ("", "0")
+# Where the objects and libraries go: the sanitized build has a folder of its own.
+OUT = BUILD / "sanitize" if SANITIZE else BUILD
+# The sanitized build: no -fwrapv (UBSan must see signed overflow), -O0 (no check optimised away), frame
+# pointers for the reports' stacks, and address errors reported without stopping, so that one run counts
+# every report.
+SANITIZE_FLAGS = ["-fsanitize=address,undefined,float-cast-overflow", "-fsanitize-recover=address",
+                  "-fno-omit-frame-pointer"]
+if SANITIZE:
+    BASE_FLAGS = ["-O0", "-g", "-std=c++17", "-fPIC", "-fopenmp", "-DNDEBUG", "-w", *SANITIZE_FLAGS]
+    LINK_FLAGS = SANITIZE_FLAGS
+else:
+    BASE_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-fopenmp", "-DNDEBUG", "-fwrapv", "-g0", "-w"]
+    LINK_FLAGS = ["-s"]
 
 
 def say(message: str) -> None:
@@ -149,7 +165,7 @@ def _compile_all(part: str, units: list[Unit]) -> bool:
 
 
 def _link(part: str, output: pathlib.Path, objects: list[pathlib.Path], args: list[str], relink: bool) -> None:
-    command = ["g++", "-shared", "-s", "-o", str(output), *map(str, objects), *args]
+    command = ["g++", "-shared", *LINK_FLAGS, "-o", str(output), *map(str, objects), *args]
     stamp = output.with_suffix(".cmd")
     if not relink and output.exists() and stamp.exists() and stamp.read_text() == shlex.join(command):
         return
@@ -186,7 +202,7 @@ def _manylinux_link_args(cuda: bool) -> list[str]:
 
 def kernels(cuda: bool = False, manylinux: bool = False) -> pathlib.Path:
     """Builds (when stale) and returns build/kernels/<cpu|cuda>/libpaddle_ext_kernels.so."""
-    out = BUILD / "kernels" / ("cuda" if cuda else "cpu")
+    out = OUT / "kernels" / ("cuda" if cuda else "cpu")
     includes = [f"-I{ROOT / 'paddle_ext' / 'include'}", f"-I{ROOT}"]
     defines = []
     home = cuda_home() if cuda else None
@@ -292,7 +308,7 @@ def generate_registrations() -> list[str]:
 
 
 def binding_dir(release: str, cuda: bool = False) -> pathlib.Path:
-    return BUILD / "bindings" / (f"{release}-cuda" if cuda else release)
+    return OUT / "bindings" / (f"{release}-cuda" if cuda else release)
 
 
 def binding(release: str, kernel_library: pathlib.Path, cuda: bool = False, manylinux: bool = False) -> pathlib.Path:

@@ -147,3 +147,31 @@ def test_each_unit_is_named_when_it_starts_and_when_it_finishes(tmp_path, capsys
     for name in ("a", "b"):
         start = lines.index(next(line for line in lines if f"{name}.cc ..." in line))
         assert f"{name}.cc done (" in lines[start + 1]  # one job: each unit's start, then its end
+
+
+def test_sanitizer_reports_are_sorted_into_ours_and_elsewhere():
+    """make test-sanitize fails on reports in our code only: UBSan by its location, ASan by its first frame
+    outside the sanitizer and C/C++ runtimes."""
+    spec = importlib.util.spec_from_file_location("sanitize_run", ROOT / "tools" / "sanitize_run.py")
+    sanitize_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sanitize_run)
+    ours_src = ROOT / "paddle_ext" / "cpu" / "a.cc"
+    log = "\n".join([
+        f"{ours_src}:10:5: runtime error: signed integer overflow: 1 + 2147483647 cannot be represented",
+        "    #0 0x7f in f() (/x/site/paddle_ext/_native/libpaddle_ext_kernels.so+0x10)",
+        "/paddle/paddle/phi/core/x.h:3:1: runtime error: load of value 7, which is not a valid value for type 'bool'",
+        "=================================================================",
+        "==42==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6020",
+        "    #0 0x7f in __interceptor_memcpy ../../../../src/libsanitizer/sanitizer_common/x.inc:827",
+        f"    #1 0x7f in g() {ROOT / 'paddle_ext' / 'cpu' / 'b.cc'}:7",
+        "==43==ERROR: AddressSanitizer: heap-use-after-free on address 0x6030",
+        "    #0 0x7f in operator delete(void*) ../../../../src/libsanitizer/asan/asan_new_delete.cpp:152",
+        "    #1 0x7f in h() (/v/site-packages/paddle/base/libpaddle.so+0x56)",
+        f"    #2 0x7f in k() {ROOT / 'paddle_ext' / 'cpu' / 'c.cc'}:9",
+        "paddle_ext/cpu/d.cc:3:1: runtime error: shift exponent 70 is too large for 64-bit type 'long int'",
+        "==44==ERROR: AddressSanitizer: stack-buffer-overflow on address 0x7ff",
+        "    #0 0x7f in paddle_ext::(anonymous namespace)::F<double>::run(long) const paddle_ext/cpu/e.cc:5",
+    ])
+    found = [(ours, headline.split(":")[0].split(" at ")[0]) for ours, headline, _ in sanitize_run.reports(log)]
+    assert [ours for ours, _ in found] == [True, False, True, False, True, True]  # relative: from the root
+    assert found[0][1] == str(ours_src) and found[2][1] == "heap-buffer-overflow on address 0x6020"
