@@ -96,7 +96,7 @@ def reports(text: str) -> list[tuple[bool, str, list[str]]]:
         else:
             frames = [m.group(1) for m in map(FRAME.match, block) if m]
             first = next((f for f in frames if not RUNTIME_FRAMES.search(f)), frames[0] if frames else "")
-            ours = _is_ours(first.rsplit(" ", 1)[-1])
+            ours = not frames or _is_ours(first.rsplit(" ", 1)[-1])  # a report with no stack cannot be cleared
             headline = f"{ASAN_REPORT.match(block[0]).group(1)} at {first}"
         found.append((ours, headline, block))
     return found
