@@ -152,6 +152,8 @@ def test_rnnt_loss_bench_quick_rows_agree(tmp_path):
     path = tmp_path / "bench.json"
     assert cli.main(["bench", "--op", "rnnt_loss", "--quick", "--repeats", "1", "--json", str(path)]) == 0
     rows = json.loads(path.read_text())
+    # The joiner rows (fused vs unfused) have a test of their own below.
+    rows = [r for r in rows if not r["name"].startswith("joiner + ")]
     names = [r["name"].split(" fwd+bwd")[0] + (" fastemit" if "fastemit_lambda=0.5" in r["name"] else "")
              for r in rows]
     assert names == ["rnnt_loss_simple", "rnnt_loss_simple fastemit", "rnnt_loss_smoothed", "rnnt_loss_pruned",
