@@ -32,6 +32,7 @@ import hashlib
 import importlib.util
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import subprocess
@@ -198,6 +199,31 @@ def _manylinux_link_args(cuda: bool) -> list[str]:
     return module.link_args(BUILD, say)
 
 
+# The CPU kernels are templates on a lane width, instantiated inside functions compiled for AVX2 or AVX-512
+# (simd::dispatch). A helper they call with 256- or 512-bit vectors must be inlined there: an out-of-line copy
+# is compiled for the baseline instruction set, which passes such vectors in memory instead of registers, so
+# caller and copy disagree on the arguments. The optimizer usually inlines small helpers anyway; an -O0 build
+# shows the bug. Every build checks its objects for such copies (Itanium mangling of a vector: Dv<lanes>_<type>).
+_VECTOR = re.compile(r"Dv(\d+)_([a-z])")
+_ELEMENT_BYTES = {"d": 8, "x": 8, "y": 8, "l": 8, "m": 8, "f": 4, "i": 4, "j": 4, "s": 2, "t": 2, "a": 1, "h": 1,
+                  "c": 1}
+
+
+def wide_vector_functions(objects) -> list[str]:
+    """The demangled names of the functions defined in `objects` that take or return a vector of 32+ bytes."""
+    found = set()
+    for obj in objects:
+        listing = subprocess.run(["nm", "--defined-only", str(obj)], capture_output=True, text=True, check=True)
+        for parts in map(str.split, listing.stdout.splitlines()):
+            if len(parts) == 3 and parts[1] in "TtWw" and any(
+                    int(lanes) * _ELEMENT_BYTES.get(kind, 0) >= 32 for lanes, kind in _VECTOR.findall(parts[2])):
+                found.add(parts[2])
+    if not found:
+        return []
+    return subprocess.run(["c++filt"], input="\n".join(sorted(found)), capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+
+
 # ------------------------------------------------------------------------------------------- kernels
 
 def kernels(cuda: bool = False, manylinux: bool = False) -> pathlib.Path:
@@ -232,6 +258,10 @@ def kernels(cuda: bool = False, manylinux: bool = False) -> pathlib.Path:
     link_args += ["-ldl"]  # gemm.cc finds the oneDNN Paddle loaded (dlopen/dlsym; in libc itself from glibc 2.34)
     link_args += _manylinux_link_args(cuda) if manylinux else []
     compiled = _compile_all("kernel library", units)
+    misplaced = wide_vector_functions(u.obj for u in units if u.source.suffix == ".cc") if compiled else []
+    if misplaced:
+        raise SystemExit("paddle_ext build: functions that take AVX vectors were compiled out of line (mark them "
+                         "PE_FORCEINLINE / PE_VINLINE):\n  " + "\n  ".join(misplaced))
     library = out / KERNEL_LIBRARY
     _link("kernel library", library, [u.obj for u in units], [*link_args, f"-Wl,-soname,{KERNEL_LIBRARY}"], compiled)
     return library

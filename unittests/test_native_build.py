@@ -3,6 +3,7 @@
 import importlib.util
 import os
 import pathlib
+import subprocess
 import sys
 import time
 
@@ -175,3 +176,30 @@ def test_sanitizer_reports_are_sorted_into_ours_and_elsewhere():
     found = [(ours, headline.split(":")[0].split(" at ")[0]) for ours, headline, _ in sanitize_run.reports(log)]
     assert [ours for ours, _ in found] == [True, False, True, False, True, True]  # relative: from the root
     assert found[0][1] == str(ours_src) and found[2][1] == "heap-buffer-overflow on address 0x6020"
+
+
+HELPER_CALLED_FROM_AVX2 = """
+typedef double v4 __attribute__((vector_size(32)));
+template <typename V> {inline} V twice(V v) {{ return v + v; }}
+__attribute__((target("avx2"))) void run(double* p) {{
+  v4 v; __builtin_memcpy(&v, p, 32); v = twice(v); __builtin_memcpy(p, &v, 32);
+}}
+"""
+
+
+@pytest.mark.parametrize("inline, flagged", [("inline", True), ("__attribute__((always_inline)) inline", False)])
+def test_helpers_taking_avx_vectors_out_of_line_are_found(tmp_path, inline, flagged):
+    """At -O0 a helper called with a 256-bit vector from AVX2 code is emitted for the baseline ISA, which passes
+    the vector elsewhere: the build refuses such objects; a forced-inline helper leaves none."""
+    source, obj = tmp_path / "avx.cc", tmp_path / "avx.o"
+    source.write_text(HELPER_CALLED_FROM_AVX2.format(inline=inline))
+    subprocess.run(["g++", "-O0", "-w", "-c", str(source), "-o", str(obj)], check=True)
+    found = native_build.wide_vector_functions([obj])
+    assert found == (["double __vector(4) twice<double __vector(4)>(double __vector(4))"] if flagged else [])
+
+
+def test_the_kernel_library_has_no_function_taking_avx_vectors():
+    objects = sorted((ROOT / "build" / "kernels" / "cpu").rglob("*.o"))
+    if not objects:
+        pytest.skip("no kernel objects in build/kernels/cpu (built elsewhere)")
+    assert native_build.wide_vector_functions(objects) == []

@@ -12,14 +12,16 @@ namespace paddle_ext {
 PE_HOSTDEVICE inline bool clamp_on(double bound) { return bound < -neg_inf<double>(); }
 
 // g clamped to [-bound, bound]; V is a scalar or a GCC vector (lane-wise `?:`), whose NaN lanes pass through.
+// Forced inline: an out-of-line copy taking AVX vectors would be called from code of another instruction set,
+// which passes them differently (the build checks that no such copy is emitted).
 template <typename V>
-PE_HOSTDEVICE inline V clamp_grad(V g, V bound) {
+PE_HOSTDEVICE PE_FORCEINLINE V clamp_grad(V g, V bound) {
   return g > bound ? bound : (g < -bound ? -bound : g);
 }
 
 // The grad of one element: its unscaled grad clamped, times the item's upstream grad.
 template <typename V>
-PE_HOSTDEVICE inline V clamped_grad(V unscaled, V bound, V scale) {
+PE_HOSTDEVICE PE_FORCEINLINE V clamped_grad(V unscaled, V bound, V scale) {
   return clamp_grad(unscaled, bound) * scale;
 }
 
