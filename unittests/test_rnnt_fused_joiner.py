@@ -224,3 +224,70 @@ def test_pruned_static_program():
 
     check_output(fn, inputs, expected, rtol=1e-9)
     check_grad(fn, inputs, ["am", "lm", "weight"], modes=("dygraph", "static"))
+
+
+# ---- the joiner composed in blocks of frames: the path of the tensors the fused CPU op does not take (CUDA),
+# forced here on CPU tensors with blocks of one frame (BLOCK_BYTES 1) or two.
+
+@pytest.fixture(params=[1, 2])
+def composed_in_blocks(monkeypatch, request):
+    from paddle_ext.rnnt_loss import fused_joiner
+    monkeypatch.setattr(fused_joiner, "fused_fits", lambda am: False)
+    # one frame a block, or two (5 x 5 x (7 + 5) float64 values a frame)
+    monkeypatch.setattr(fused_joiner, "BLOCK_BYTES", 1 if request.param == 1 else 2 * 3 * 5 * (7 + 5) * 8)
+    return request.param
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("pruned", [False, True])
+def test_blocks_of_frames_equal_the_composed_joiner(composed_in_blocks, rnnt_type, pruned):
+    arrays, symbols, boundary = joiner_problem(B=3, T=7, S=4, seed=11)
+    ranges = None
+    if pruned:
+        rng = np.random.default_rng(12)
+        px_grad = paddle.to_tensor(rng.random((3, 4, 7 + (rnnt_type == "regular"))))
+        ranges = paddle_ext.get_rnnt_prune_ranges(px_grad, paddle.to_tensor(rng.random((3, 5, 7))), t(boundary),
+                                                  2).numpy()
+    fused, ref = both(arrays, symbols, 0, ranges=ranges, boundary=t(boundary), rnnt_type=rnnt_type,
+                      delay_penalty=0.2, fastemit_lambda=0.3, reduction="none", weight_grads=[0.5, 1.0, 2.0])
+    assert_same(fused, ref)
+
+
+@pytest.mark.parametrize("frozen", ["weight", "am", "lm_and_bias"])
+@pytest.mark.parametrize("grad_api", ["paddle.grad", "backward"])
+def test_blocks_of_frames_grads_of_some_inputs(composed_in_blocks, frozen, grad_api):
+    """Only the inputs that want grads get them, through paddle.grad (which the blocks' recompute must not
+    re-enter) or backward; the others stay without."""
+    arrays, symbols, _ = joiner_problem(seed=13)
+    tensors = {k: t(a, False) for k, a in zip(("am", "lm", "weight", "bias"), arrays)}
+    refs = {k: t(a, False) for k, a in zip(("am", "lm", "weight", "bias"), arrays)}
+    for name in frozen.split("_and_"):
+        tensors[name].stop_gradient = True
+    wanted = [k for k, x in tensors.items() if not x.stop_gradient]
+    loss = paddle_ext.rnnt_loss_fused_joiner(*tensors.values(), t(symbols), 0, reduction="sum")
+    ref = paddle_ext.rnnt_loss(composed(*(refs[k] for k in ("am", "lm", "weight", "bias")), "tanh"), t(symbols), 0,
+                               reduction="sum")
+    want = paddle.grad(ref, [refs[k] for k in wanted])
+    if grad_api == "paddle.grad":
+        got = paddle.grad(loss, [tensors[k] for k in wanted])
+    else:
+        loss.backward()
+        got = [tensors[k].grad for k in wanted]
+        assert all(tensors[k].grad is None for k in tensors if k not in wanted)
+    np.testing.assert_allclose(loss.numpy(), ref.numpy(), rtol=1e-12)
+    for name, a, b in zip(wanted, got, want):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def test_blocks_of_frames_without_grads_and_refusing_second_order(composed_in_blocks):
+    arrays, symbols, _ = joiner_problem(seed=14)
+    am, lm, w, b = (t(a, False) for a in arrays)
+    with paddle.no_grad():
+        value = paddle_ext.rnnt_loss_fused_joiner(am, lm, w, b, t(symbols), 0, reduction="none")
+    ref = paddle_ext.rnnt_loss(composed(am, lm, w, b, "tanh"), t(symbols), 0, reduction="none")
+    np.testing.assert_allclose(value.numpy(), ref.numpy(), rtol=1e-12)
+    assert value.stop_gradient
+    loss = paddle_ext.rnnt_loss_fused_joiner(am, lm, w, b, t(symbols), 0)
+    # (Paddle hands an error raised in a PyLayer's backward on as an OSError that quotes it)
+    with pytest.raises((NotImplementedError, OSError), match="rnnt_loss_fused_joiner: higher-order grads are not"):
+        paddle.grad(loss, [am], create_graph=True)

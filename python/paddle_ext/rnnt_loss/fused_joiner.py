@@ -4,8 +4,9 @@ TDT / multi-blank fused losses and nn.TransducerJoiner share.
 The joiner is ``act(am[:, :, None] + lm[:, None]) @ weight + bias`` (icefall's, with the projections of am
 and lm done by the caller). On CPU the fused op (ops/rnnt_joint_logprobs.yaml, ``pe_rnnt_joiner_logprobs``)
 reduces each block of lattice rows to px / py in scratch and recomputes the blocks in its grad, so neither
-the ``[B, T, S+1, C]`` logits nor the ``[B, T, S+1, J]`` activations exist at any time; elsewhere (a CUDA
-tensor, a static program of a CUDA build) the same loss is computed on the composed joiner.
+the ``[B, T, S+1, C]`` logits nor the ``[B, T, S+1, J]`` activations exist at any time. Elsewhere (CUDA tensors)
+the joiner is composed of Paddle's ops in blocks of frames, each reduced to its px / py by the joint op and
+recomputed in the backward (_BlockedJoiner); a static program of a CUDA build composes it whole.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import functools
 
 import paddle
 import paddle.nn.functional as F
+from paddle.autograd import PyLayer
 
 from .. import _amp, _fill, _library
 from .._checks import check_tensor, choice, dtype_name, index64, run_kernel_checked, same_dtype
 from .._checks import known_dim as _known
-from .common import (REDUCTIONS, RNNT_TYPES, _agree, _check_common, _check_float, _check_loss_args, _dims, _finish_px,
+from .common import (NO_CLAMP, REDUCTIONS, RNNT_TYPES, _agree, _check_common, _check_float, _check_loss_args, _dims, _finish_px,
                      _loss, _neg_inf, _symbols64)
 from .full import _joint_logprobs
 from .pruned import _check_pruned_ranges, do_rnnt_pruning
@@ -153,5 +155,92 @@ def _fused_or_composed(am, lm, weight, bias, symbols, ranges, termination_symbol
         px, py, _ = _library.call_op("pe_rnnt_joiner_logprobs", (am, lm, weight, bias), am, lm, weight, bias, symbols,
                                      ranges, int(termination_symbol), ACTIVATIONS.index(activation))
         return px, py
-    return _joint_logprobs(composed_joiner(am, lm, weight, bias, activation, ranges), symbols, ranges,
-                           termination_symbol)[:2]
+    return blocked_joiner_logprobs(am, lm, weight, bias, symbols, ranges, termination_symbol, activation)[:2]
+
+
+# The composed joiner's blocks of frames: a block's logits [B, frames, R, C] and activations stay within this.
+BLOCK_BYTES = 256 << 20
+
+
+def _frame_blocks(am, lm, weight, ranges):
+    """[(t0, t1)] covering am's T frames in blocks of ~BLOCK_BYTES of logits and activations."""
+    B, T, J = am.shape
+    R = lm.shape[1] if ranges is None else ranges.shape[2]
+    per_frame = max(1, B * R * (weight.shape[1] + J) * (8 if am.dtype == paddle.float64 else 4))
+    frames = max(1, BLOCK_BYTES // per_frame)
+    return [(t0, min(T, t0 + frames)) for t0 in range(0, T, frames)]
+
+
+def _block_logprobs(am_block, lm, weight, bias, spec, t0, t1):
+    """(px [B, S, t1-t0], py [B, S+1, t1-t0], scale [B]) of frames [t0, t1) (am_block: am's) from their composed
+    logits only."""
+    ranges = None if spec["ranges"] is None else spec["ranges"][:, t0:t1]
+    logits = composed_joiner(am_block, lm, weight, bias, spec["activation"], ranges)
+    return _joint_logprobs(logits, spec["symbols"], ranges, spec["termination_symbol"], spec["clamp_bits"])
+
+
+def _blocked_forward(am, lm, weight, bias, spec):
+    with paddle.no_grad():
+        pieces = [_block_logprobs(am[:, t0:t1], lm, weight, bias, spec, t0, t1) for t0, t1 in spec["blocks"]]
+    return (paddle.concat([p[0] for p in pieces], axis=2), paddle.concat([p[1] for p in pieces], axis=2),
+            pieces[0][2])
+
+
+class _BlockedJoiner(PyLayer):
+    """Dygraph autograd of the composed joiner's (px, py, scale) in blocks of frames, for the tensors the fused CPU
+    op does not take (CUDA): each block's logits are formed, reduced to its frames' px / py by the joint op and
+    dropped; the backward recomputes each block and takes its grads (Paddle's matmul, the joint op's grad), so no
+    [B, T, S+1, C] logits exist at once. The differentiable tensors come as one list input (see
+    put_along_axis._apply: Paddle prunes the slots of a multi-slot PyLayer), one that wants a grad first."""
+
+    @staticmethod
+    def forward(ctx, tensors, spec):
+        ctx.spec, ctx.wanted = spec, [not t.stop_gradient for t in tensors]
+        joiner = [tensors[spec["order"].index(i)] for i in range(4)]  # am, lm, weight, bias
+        ctx.save_for_backward(*joiner)
+        return _blocked_forward(*joiner, spec)
+
+    @staticmethod
+    def backward(ctx, px_grad, py_grad, scale_grad):
+        if paddle.is_grad_enabled():
+            raise NotImplementedError("rnnt_loss_fused_joiner: higher-order grads are not supported (the composed "
+                                      "joiner's blocks are recomputed in the backward); compose the joiner and "
+                                      "call rnnt_loss for them")
+        spec, order = ctx.spec, ctx.spec["order"]
+        wanted = [ctx.wanted[order.index(i)] for i in range(4)]
+        leaves = [x.detach() for x in ctx.saved_tensor()]
+        for leaf, want in zip(leaves, wanted):
+            leaf.stop_gradient = not want
+        am_pieces = []
+        for t0, t1 in spec["blocks"]:
+            am_block = leaves[0][:, t0:t1].detach()
+            am_block.stop_gradient = not wanted[0]
+            with paddle.enable_grad():
+                outs = _block_logprobs(am_block, *leaves[1:], spec, t0, t1)
+            upstream = (None if px_grad is None else px_grad[:, :, t0:t1],
+                        None if py_grad is None else py_grad[:, :, t0:t1], scale_grad)
+            pairs = [(o, g) for o, g in zip(outs, upstream) if g is not None and not o.stop_gradient]
+            if pairs:  # (paddle.grad here would re-enter a running paddle.grad: backward fills the leaves' .grad)
+                paddle.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+            if wanted[0]:
+                am_pieces.append(am_block.grad if am_block.grad is not None else paddle.zeros_like(am_block))
+        grads = [paddle.concat(am_pieces, axis=1) if am_pieces else None]
+        grads += [(x.grad if x.grad is not None else paddle.zeros_like(x)) if want else None
+                  for x, want in zip(leaves[1:], wanted[1:])]
+        return [grads[i] if ctx.wanted[k] else None for k, i in enumerate(order)]
+
+
+def blocked_joiner_logprobs(am, lm, weight, bias, symbols, ranges, termination_symbol, activation, clamp_bits=NO_CLAMP):
+    """(px [B, S, T], py [B, S+1, T], scale) of the composed joiner: in dygraph in blocks of frames (_BlockedJoiner),
+    whole in a static program."""
+    spec = {"symbols": symbols, "ranges": ranges, "termination_symbol": termination_symbol, "activation": activation,
+            "clamp_bits": clamp_bits}
+    if not paddle.in_dynamic_mode() or 0 in am.shape[:2]:
+        logits = composed_joiner(am, lm, weight, bias, activation, ranges)
+        return _joint_logprobs(logits, symbols, ranges, termination_symbol, clamp_bits)
+    spec["blocks"] = _frame_blocks(am, lm, weight, ranges)
+    tensors = [am, lm, weight, bias]
+    if not paddle.is_grad_enabled() or all(t.stop_gradient for t in tensors):
+        return _blocked_forward(am, lm, weight, bias, spec)
+    spec["order"] = sorted(range(4), key=lambda i: tensors[i].stop_gradient)  # one that wants a grad first
+    return _BlockedJoiner.apply([tensors[i] for i in spec["order"]], spec)
