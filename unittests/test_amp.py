@@ -78,7 +78,7 @@ CASES = {
     "rnnt_loss": (
         [[B, T, S + 1, C]], lambda x: paddle_ext.rnnt_loss(x, _symbols(), 0, _boundary(), delay_penalty=0.1)),
     "rnnt_loss_pruned": (
-        [[B, T, 2, C]], lambda x: paddle_ext.rnnt_loss_pruned(x, _symbols(), _ranges(), 0, _boundary())),
+        [[B, T, 2, C]], lambda x: paddle_ext.rnnt_loss_pruned(x, _symbols(), _ranges(), 0, _boundary(), clamp=0.05)),
     "rnnt_loss(return_grad, fastemit_lambda)": (
         [[B, T, S + 1, C]], lambda x: paddle_ext.rnnt_loss(x, _symbols(), 0, _boundary(), return_grad=True,
                                                            fastemit_lambda=0.5)),
@@ -98,7 +98,7 @@ CASES = {
     "rnnt_loss_fused_joiner(ranges)": (
         [[B, T, 6], [B, S + 1, 6], [6, C], [C]],
         lambda am, lm, w, b: paddle_ext.rnnt_loss_fused_joiner(am, lm, w, b, _symbols(), 0, _boundary(),
-                                                               ranges=_ranges(), activation="relu")),
+                                                               ranges=_ranges(), activation="relu", clamp=0.05)),
     "tdt_loss_fused_joiner": (
         [[B, T, 6], [B, S + 1, 6], [6, C + 2]],
         lambda am, lm, w: paddle_ext.tdt_loss_fused_joiner(am, lm, w, None, _symbols(), [0, 1], 0, _boundary())),

@@ -586,6 +586,31 @@ def test_rnnt_loss_clamped_grads(case, clamp):
     np.testing.assert_allclose(grad.numpy(), want, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("case", _params(c for c in fc.rnnt_cases() if c["loss"] == "pruned"))
+@pytest.mark.parametrize("clamp", [0.01, 0.3])
+def test_rnnt_loss_pruned_clamped_grads(case, clamp):
+    """rnnt_loss_pruned's grad clamp (float64): each item's own pruned-logits grad (the unclamped loss's grad of
+    that item alone, which the fuzz checks above hold to its reference) clamped, then times its weight; the loss
+    unchanged by it."""
+    c = case
+    sym, rg = paddle.to_tensor(c["symbols"]), paddle.to_tensor(c["ranges"])
+    bd = None if c["boundary"] is None else paddle.to_tensor(c["boundary"])
+    results = []
+    for cl in (clamp, -1.0):
+        x = _tensor(c["pruned_logits"], "float64", grad=True)
+        loss = paddle_ext.rnnt_loss_pruned(x, sym, rg, c["termination_symbol"], bd, rnnt_type=c["rnnt_type"],
+                                           reduction="none", clamp=cl)
+        finite = np.isfinite(loss.numpy())
+        weights = np.where(finite, np.linspace(0.5, 1.5, len(finite)), 0.0) if cl > 0 else finite.astype(float)
+        (grad,) = paddle.grad((paddle.where(paddle.to_tensor(finite), loss, paddle.zeros_like(loss))
+                               * paddle.to_tensor(weights)).sum(), [x], allow_unused=True)
+        results.append((loss.numpy(), np.zeros(x.shape) if grad is None else grad.numpy(), weights))
+    (loss, got, weights), (plain, own, _) = results
+    np.testing.assert_array_equal(loss, plain)
+    want = np.clip(own, -clamp, clamp) * weights[:, None, None, None]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
 JUMP = _params(fc.transducer_jump_cases())
 
 
@@ -627,10 +652,11 @@ FUSED_JOINER = _params(fc.fused_joiner_cases())
 def test_fused_joiner_losses(case):
     """rnnt_loss_fused_joiner (full and pruned), tdt_loss_fused_joiner, multiblank_rnnt_loss_fused_joiner
     (float64) against the same loss on the composed joiner act(am + lm) @ weight + bias: the loss and the grads
-    of am, lm, weight and bias at 1e-9, NaN where the composition gives NaN."""
+    of am, lm, weight and bias at 1e-9, NaN where the composition gives NaN; the grad clamp on two thirds of them
+    (each loss's own clamp on the composed joiner)."""
     c = case
     results = []
-    clamp = 0.1 if c["activation"] == "relu" else -1.0  # (TDT / multi-blank: the grad clamp on a third of them)
+    clamp = {"relu": 0.1, "identity": 0.02}.get(c["activation"], -1.0)
     for fused in (True, False):
         am, lm, w = (_tensor(c[k], "float64", grad=True) for k in ("am", "lm", "weight"))
         b = None if c["bias"] is None else _tensor(c["bias"], "float64", grad=True)
@@ -639,7 +665,8 @@ def test_fused_joiner_losses(case):
         rg = None if c["ranges"] is None else paddle.to_tensor(c["ranges"])
         if fused and c["kind"] in ("full", "pruned"):
             loss = paddle_ext.rnnt_loss_fused_joiner(am, lm, w, b, sym, c["blank"], bd, c["rnnt_type"], 0.1, "none",
-                                                     ranges=rg, activation=c["activation"])
+                                                     ranges=rg, activation=c["activation"], fastemit_lambda=0.2,
+                                                     clamp=clamp)
         elif fused:
             fn = paddle_ext.tdt_loss_fused_joiner if c["kind"] == "tdt" else paddle_ext.multiblank_rnnt_loss_fused_joiner
             loss = fn(am, lm, w, b, sym, c["durations"], c["blank"], bd, "none", activation=c["activation"],
@@ -649,9 +676,11 @@ def test_fused_joiner_losses(case):
             x = {"tanh": paddle.tanh, "relu": paddle.nn.functional.relu, "identity": lambda v: v}[c["activation"]](x)
             logits = paddle.nn.functional.linear(x, w, b)
             if c["kind"] == "full":
-                loss = paddle_ext.rnnt_loss(logits, sym, c["blank"], bd, c["rnnt_type"], 0.1, "none")
+                loss = paddle_ext.rnnt_loss(logits, sym, c["blank"], bd, c["rnnt_type"], 0.1, "none",
+                                            fastemit_lambda=0.2, clamp=clamp)
             elif c["kind"] == "pruned":
-                loss = paddle_ext.rnnt_loss_pruned(logits, sym, rg, c["blank"], bd, c["rnnt_type"], 0.1, "none")
+                loss = paddle_ext.rnnt_loss_pruned(logits, sym, rg, c["blank"], bd, c["rnnt_type"], 0.1, "none",
+                                                   fastemit_lambda=0.2, clamp=clamp)
             else:
                 fn = paddle_ext.tdt_loss if c["kind"] == "tdt" else paddle_ext.multiblank_rnnt_loss
                 loss = fn(logits, sym, c["durations"], c["blank"], bd, "none", sigma=0.05, fastemit_lambda=0.2,

@@ -7,7 +7,8 @@ import paddle.nn.functional as F
 import pytest
 
 import paddle_ext
-from op_test import check_grad, check_output
+import refs
+from op_test import analytic_grads, check_grad, check_output, static_grads
 
 TYPES = ["regular", "modified", "constrained"]
 ACTIVATIONS = ["tanh", "relu", "identity"]
@@ -159,6 +160,109 @@ def test_empty_batch_or_frames(B, T):
     fused, ref = both(arrays, symbols[:B], 0, reduction="none")
     assert_same(fused, ref)
 
+# ------------------------------------------------------------------------------------------ grad clamp
+
+
+def chain_rule_grads(arrays, logits_grad):
+    """The grads of am, lm, weight, bias of the tanh joiner (NumPy, float64) from a given grad of its full
+    logits [B, T, S+1, C]."""
+    am, lm, weight, _ = arrays
+    h = np.tanh(am[:, :, None] + lm[:, None])
+    pre = (logits_grad @ weight.T) * (1 - h * h)
+    return [pre.sum(2), pre.sum(1), np.einsum("btuj,btuc->jc", h, logits_grad), logits_grad.sum((0, 1, 2))]
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_clamp_is_the_chain_rule_through_the_clamped_logits_grads(rnnt_type, reduction):
+    """clamp: each logit's grad w.r.t. its item's loss (FastEmit, delay penalty included) clamped, times the item's
+    upstream grad, then through the joiner: the float64 reference and the composed joiner with rnnt_loss's clamp,
+    to 1e-9; the loss the unclamped one."""
+    arrays, symbols, boundary = joiner_problem(seed=40, scale=3.0)
+    B = len(symbols)
+    weights = [0.5, 1.0, 2.0] if reduction == "none" else None
+    kw = dict(boundary=t(boundary), rnnt_type=rnnt_type, delay_penalty=0.1, fastemit_lambda=0.4, reduction=reduction,
+              weight_grads=weights)
+    fused, ref = both(arrays, symbols, 2, clamp=0.05, **kw)
+    assert_same(fused, ref)
+    plain = both(arrays, symbols, 2, **kw)[0]
+    np.testing.assert_array_equal(fused[0], plain[0])
+    am, lm, weight, bias = arrays
+    logits = np.tanh(am[:, :, None] + lm[:, None]) @ weight + bias
+    up = {"none": np.asarray(weights), "mean": np.full(B, 1.0 / B), "sum": np.ones(B)}[reduction]
+    own = refs.rnnt_loss_grad(logits, symbols, 2, boundary, rnnt_type, 0.1, 0.4)
+    assert (np.abs(own) > 0.05).any(), "the clamp must bite"
+    want = chain_rule_grads(arrays, refs.rnnt_loss_grad(logits, symbols, 2, boundary, rnnt_type, 0.1, 0.4, up, 0.05))
+    for name, got, w in zip(("am", "lm", "weight", "bias"), fused[1], want):
+        np.testing.assert_allclose(got, w, rtol=1e-9, atol=1e-12, err_msg=name)
+    assert not np.allclose(fused[1][2], plain[1][2])
+
+
+@pytest.mark.parametrize("rnnt_type", TYPES)
+def test_pruned_clamp_equals_rnnt_loss_pruneds_clamp(rnnt_type):
+    arrays, symbols, boundary = joiner_problem(B=3, T=8, S=5, seed=41, scale=3.0)
+    rng = np.random.default_rng(42)
+    px_grad = paddle.to_tensor(rng.random((3, 5, 8 + (rnnt_type == "regular"))))
+    py_grad = paddle.to_tensor(rng.random((3, 6, 8)))
+    ranges = paddle_ext.get_rnnt_prune_ranges(px_grad, py_grad, t(boundary), 3).numpy()
+    kw = dict(activation="relu", ranges=ranges, boundary=t(boundary), rnnt_type=rnnt_type, reduction="none",
+              fastemit_lambda=0.2, weight_grads=[1.5, 0.5, 1.0])
+    fused, ref = both(arrays, symbols, 0, clamp=0.05, **kw)
+    assert np.isfinite(ref[0]).any()
+    assert_same(fused, ref)
+    plain = both(arrays, symbols, 0, **kw)[0]
+    np.testing.assert_array_equal(fused[0], plain[0])
+    assert not np.allclose(fused[1][2], plain[1][2])  # the clamp bites
+
+
+@pytest.mark.parametrize("clamp", [-1.0, 0.0, -3])
+def test_clamp_zero_or_negative_is_off(clamp):
+    arrays, symbols, boundary = joiner_problem(seed=43, scale=3.0)
+    with_clamp = both(arrays, symbols, 1, boundary=t(boundary), reduction="sum", clamp=clamp)[0]
+    without = both(arrays, symbols, 1, boundary=t(boundary), reduction="sum")[0]
+    np.testing.assert_array_equal(with_clamp[0], without[0])
+    for a, b in zip(with_clamp[1], without[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_clamp_float32_within_gemm_rounding():
+    arrays, symbols, boundary = joiner_problem(B=2, T=20, S=6, J=64, C=300, seed=44, scale=2.0)
+    ref = both(arrays, symbols, 0, boundary=t(boundary), reduction="mean", clamp=0.01)[0]
+    fused = both([a.astype("float32") for a in arrays], symbols, 0, boundary=t(boundary), reduction="mean",
+                 clamp=0.01)[0]
+    np.testing.assert_allclose(fused[0], ref[0], rtol=2e-5)
+    for a, b in zip(fused[1], ref[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4 * np.abs(b).max())
+
+
+@pytest.mark.parametrize("ranged", [False, True])
+def test_clamp_in_static_programs_equals_dygraph_and_the_composed_joiner(ranged):
+    """PIR and legacy-IR programs: the grads of all four joiner inputs with the clamp on (numeric differences do
+    not apply: the clamped grad is no derivative), against dygraph and the composed joiner's."""
+    arrays, symbols, boundary = joiner_problem(B=2, T=6, S=4, J=3, C=4, seed=45, scale=3.0)
+    inputs = dict(am=arrays[0], lm=arrays[1], weight=arrays[2], bias=arrays[3], symbols=symbols)
+    if ranged:
+        inputs["ranges"] = np.repeat(np.minimum(np.arange(6) // 2, 2)[None, :, None] + np.arange(3), 2, 0)
+    wrt = ["am", "lm", "weight", "bias"]
+
+    def fn(am, lm, weight, bias, symbols, ranges=None):
+        return paddle_ext.rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, 1, delay_penalty=0.1, ranges=ranges,
+                                                 reduction="none", clamp=0.03)
+
+    def unfused(am, lm, weight, bias, symbols, ranges=None):
+        if ranges is not None:
+            return paddle_ext.rnnt_loss_pruned(composed(am, lm, weight, bias, "tanh", ranges), symbols, ranges, 1,
+                                               delay_penalty=0.1, reduction="none", clamp=0.03)
+        return paddle_ext.rnnt_loss(composed(am, lm, weight, bias, "tanh"), symbols, 1, delay_penalty=0.1,
+                                    reduction="none", clamp=0.03)
+
+    dy, weights = analytic_grads(fn, inputs, {}, wrt)
+    want, _ = analytic_grads(unfused, inputs, {}, wrt)
+    for legacy in (False, True):
+        for name, a, s_, w in zip(wrt, dy, static_grads(fn, inputs, {}, wrt, weights, legacy=legacy), want):
+            np.testing.assert_allclose(a, w, rtol=1e-9, atol=1e-12, err_msg=name)
+            np.testing.assert_allclose(s_, w, rtol=1e-9, atol=1e-12, err_msg=f"{name} legacy={legacy}")
+
 
 def _args(**over):
     arrays, symbols, _ = joiner_problem(seed=11)
@@ -180,6 +284,8 @@ def _args(**over):
     (dict(ranges=t(np.full((3, 6, 2), 9, np.int64) + np.arange(2))), ValueError, "does not fit in \\[0, S\\]"),
     (dict(ranges=t(np.zeros((3, 6, 2), np.int64))), ValueError, "is not s_begin \\+ arange"),
     (dict(reduction="avg"), ValueError, "reduction must be one of"),
+    (dict(clamp=float("nan")), ValueError, "clamp must be a float"),
+    (dict(clamp="0.1"), ValueError, "clamp must be a float"),
 ])
 def test_bad_input_errors_name_the_argument(over, exc, match):
     with pytest.raises(exc, match=match) as info:

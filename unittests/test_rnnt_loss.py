@@ -325,6 +325,39 @@ def test_rnnt_clamp_in_lower_precision(dtype, rtol):
     np.testing.assert_allclose(x.grad.astype("float64").numpy(), want, rtol=rtol, atol=rtol * np.abs(want).max())
 
 
+@pytest.mark.parametrize("rnnt_type", TYPES)
+@pytest.mark.parametrize("reduction", ["none", "mean"])
+def test_pruned_clamp_bounds_each_items_pruned_logit_grads(rnnt_type, reduction):
+    """rnnt_loss_pruned's clamp: with every context in range, the full loss's clamped reference; with narrower
+    ranges, each item's own pruned-logits grad (the unclamped loss's grad of its item) clamped, then times the
+    item's upstream grad; the loss unchanged."""
+    logits, symbols, bd = _clamp_problem(seed=36)
+    B, T, S1, _ = logits.shape
+    kw = dict(rnnt_type=rnnt_type, delay_penalty=0.1, fastemit_lambda=0.4)
+    weights = np.linspace(0.5, 1.5, B)
+    up = weights if reduction == "none" else np.full(B, 1.0 / B)
+
+    def run(x, ranges, clamp, red):
+        x = t(x, False)
+        loss = paddle_ext.rnnt_loss_pruned(x, t(symbols), t(ranges), 2, t(bd), reduction=red, clamp=clamp, **kw)
+        (loss * t(weights)).sum().backward() if red == "none" else loss.backward()
+        return loss.numpy(), x.grad.numpy()
+
+    every = np.broadcast_to(np.arange(S1), (B, T, S1)).astype(np.int64)
+    got = run(logits, every, 0.05, reduction)[1]
+    want = refs.rnnt_loss_grad(logits, symbols, 2, bd, rnnt_type, 0.1, 0.4, up, 0.05)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    ranges = np.repeat(np.minimum(np.arange(T) // 2, S1 - 3)[None, :, None] + np.arange(3), B, 0).astype(np.int64)
+    pruned = np.take_along_axis(logits, ranges[..., None], axis=2)
+    x = t(pruned, False)
+    paddle_ext.rnnt_loss_pruned(x, t(symbols), t(ranges), 2, t(bd), reduction="sum", **kw).backward()
+    own = x.grad.numpy()  # each item's logits take grads from its own loss alone
+    assert (np.abs(own) > 0.05).any(), "the clamp must bite"
+    loss, got = run(pruned, ranges, 0.05, reduction)
+    np.testing.assert_array_equal(loss, run(pruned, ranges, -1.0, reduction)[0])
+    np.testing.assert_allclose(got, np.clip(own, -0.05, 0.05) * up[:, None, None, None], rtol=1e-12, atol=1e-15)
+
+
 def test_rnnt_clamp_with_wide_logits_and_an_item_without_path():
     logits, symbols, _ = _clamp_problem(seed=34, scale=1e4)
     logits[0, 2, 1, :2] = -np.inf

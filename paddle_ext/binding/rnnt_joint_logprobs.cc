@@ -11,6 +11,31 @@
 namespace paddle_ext {
 namespace {
 
+// The grad clamp's bound from its float64 bit pattern (+inf: off).
+void set_clamp(JointShape* d, int64_t clamp_bits, const char* op) {
+  std::memcpy(&d->clamp, &clamp_bits, sizeof(d->clamp));
+  PE_CHECK(d->clamp > 0, op, ": the clamp's bound must be > 0 (+inf: off), got ", d->clamp);
+}
+
+// The zero output `scale` [B], whose grad brings each item's upstream grad to the backward.
+paddle::Tensor zero_scale(const JointShape& d, paddle::DataType dtype, const paddle::Place& place) {
+  return d.B == 0 ? new_output({0}, dtype, place) : paddle::experimental::full({d.B}, 0, dtype, place);
+}
+
+// scale's grad where the clamp is on (absent: zeros); undefined where it is off (the kernels do not read it).
+paddle::Tensor clamp_scale_grad(const JointShape& d, const paddle::Tensor& scale_grad, paddle::DataType dtype,
+                                const paddle::Place& place, const char* op) {
+  if (!clamp_on(d.clamp)) return paddle::Tensor();
+  paddle::Tensor g = grad_or_zeros(scale_grad, {d.B}, dtype, place);
+  PE_CHECK(g.numel() == d.B, op, ": scale_grad must be [B] = [", d.B, "]");
+  return g;
+}
+
+template <typename T>
+const T* scale_ptr(const paddle::Tensor& scale_grad) {
+  return scale_grad.defined() ? ptr<T>(scale_grad) : nullptr;
+}
+
 // The shapes of the joint op's inputs; the values of symbols and ranges are checked on CPU only (a GPU
 // kernel skips a bad row instead of synchronising to check).
 JointShape joint_shape(const paddle::Tensor& logits, const paddle::Tensor& symbols,
@@ -21,8 +46,7 @@ JointShape joint_shape(const paddle::Tensor& logits, const paddle::Tensor& symbo
            ": symbols must be int64 [B, S]");
   const auto& s = logits.shape();
   JointShape d{s[0], s[1], s[2], symbols.shape()[1], s[3], termination_symbol};
-  std::memcpy(&d.clamp, &clamp_bits, sizeof(d.clamp));
-  PE_CHECK(d.clamp > 0, op, ": the clamp's bound must be > 0 (+inf: off), got ", d.clamp);
+  set_clamp(&d, clamp_bits, op);
   PE_CHECK(symbols.shape()[0] == d.B, op, ": symbols has ", symbols.shape()[0], " rows but logits has B = ", d.B);
   PE_CHECK(termination_symbol >= 0 && termination_symbol < d.C, op, ": termination_symbol must be in [0, C = ", d.C,
            "), got ", termination_symbol);
@@ -94,8 +118,7 @@ std::vector<paddle::Tensor> RnntJointKernel(const paddle::Tensor& logits_in, con
   paddle::Tensor px = new_output({d.B, d.S, d.T}, logits.dtype(), logits.place());
   paddle::Tensor py = new_output({d.B, d.S + 1, d.T}, logits.dtype(), logits.place());
   paddle::Tensor lse = new_output({d.B, d.T, d.R, 2}, lse_dtype(logits.dtype()), logits.place());
-  paddle::Tensor scale = d.B == 0 ? new_output({0}, logits.dtype(), logits.place())
-                                  : paddle::experimental::full({d.B}, 0, logits.dtype(), logits.place());
+  paddle::Tensor scale = zero_scale(d, logits.dtype(), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -125,19 +148,12 @@ std::vector<paddle::Tensor> RnntJointGradKernel(const paddle::Tensor& logits_in,
   const paddle::Tensor px_grad = grad_or_zeros(px_grad_in, {d.B, d.S, d.T}, logits.dtype(), logits.place()),
                        py_grad = grad_or_zeros(py_grad_in, {d.B, d.S + 1, d.T}, logits.dtype(), logits.place());
   // (read only with the clamp on, where the API adds scale to the loss; unused, it counts as zeros)
-  const paddle::Tensor scale_grad = clamp_on(d.clamp) ? grad_or_zeros(scale_grad_in, {d.B}, logits.dtype(),
-                                                                      logits.place())
-                                                      : paddle::Tensor();
+  const paddle::Tensor scale_grad = clamp_scale_grad(d, scale_grad_in, logits.dtype(), logits.place(), op);
   paddle::Tensor ranges = ranges_in ? dense(*ranges_in) : paddle::Tensor();
   check_values(symbols, ranges_in ? &ranges : nullptr, d, op);
   PE_CHECK(px_grad.shape() == std::vector<int64_t>({d.B, d.S, d.T}) &&
-               py_grad.shape() == std::vector<int64_t>({d.B, d.S + 1, d.T}) && lse.numel() == d.B * d.T * d.R * 2 &&
-               (!scale_grad.defined() || scale_grad.numel() == d.B),
-           op, ": px_grad, py_grad, lse and scale_grad must be [B, S, T], [B, S+1, T], [B, T, R, 2] and [B]");
-  const auto scale_ptr = [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return scale_grad.defined() ? ptr<T>(scale_grad) : static_cast<const T*>(nullptr);
-  };
+               py_grad.shape() == std::vector<int64_t>({d.B, d.S + 1, d.T}) && lse.numel() == d.B * d.T * d.R * 2,
+           op, ": px_grad, py_grad and lse must be [B, S, T], [B, S+1, T] and [B, T, R, 2]");
   const int64_t* rptr = ranges_in ? ranges.data<int64_t>() : nullptr;
   paddle::Tensor logits_grad = new_output(logits.shape(), logits.dtype(), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
@@ -145,11 +161,12 @@ std::vector<paddle::Tensor> RnntJointGradKernel(const paddle::Tensor& logits_in,
     using A = acc_t<T>;
     if (logits.is_cpu()) {
       cpu::rnnt_joint_backward<T>(ptr<T>(logits), symbols.data<int64_t>(), rptr, ptr<A>(lse), ptr<T>(px_grad),
-                                  ptr<T>(py_grad), scale_ptr(tag), mutable_ptr<T>(logits_grad), d);
+                                  ptr<T>(py_grad), scale_ptr<T>(scale_grad), mutable_ptr<T>(logits_grad), d);
     } else {
 #ifdef PADDLE_EXT_WITH_CUDA
       gpu::rnnt_joint_backward<T>(ptr<T>(logits), symbols.data<int64_t>(), rptr, ptr<A>(lse), ptr<T>(px_grad),
-                                  ptr<T>(py_grad), scale_ptr(tag), mutable_ptr<T>(logits_grad), d, logits.stream());
+                                  ptr<T>(py_grad), scale_ptr<T>(scale_grad), mutable_ptr<T>(logits_grad), d,
+                                  logits.stream());
 #else
       throw_no_cuda(op);
 #endif
@@ -163,7 +180,8 @@ namespace {
 // The lattice shape of the fused joiner's rows, checked as the joint op's (symbols, ranges, termination).
 JointShape joiner_joint_shape(const paddle::Tensor& am, const paddle::Tensor& lm, const paddle::Tensor& weight,
                               const paddle::Tensor& bias, const paddle::Tensor& symbols, const paddle::Tensor* ranges,
-                              int termination_symbol, int activation, const char* op, JoinerShape* j) {
+                              int termination_symbol, int activation, int64_t clamp_bits, const char* op,
+                              JoinerShape* j) {
   PE_CHECK(symbols.shape().size() == 2 && symbols.dtype() == paddle::DataType::INT64, op,
            ": symbols must be int64 [B, S]");
   if (ranges) {
@@ -171,7 +189,8 @@ JointShape joiner_joint_shape(const paddle::Tensor& am, const paddle::Tensor& lm
              ": ranges must be int64 [B, T, R]");
   }
   *j = joiner_shape(am, lm, weight, bias, ranges, activation, op);
-  const JointShape d{j->B, j->T, j->R, symbols.shape()[1], j->X, termination_symbol};
+  JointShape d{j->B, j->T, j->R, symbols.shape()[1], j->X, termination_symbol};
+  set_clamp(&d, clamp_bits, op);
   PE_CHECK(symbols.shape()[0] == d.B, op, ": symbols has ", symbols.shape()[0], " rows but am has B = ", d.B);
   PE_CHECK(j->U == d.S + 1, op, ": lm must be [B, S+1, J] with S = ", d.S, " (symbols [B, S]), got ", j->U, " rows");
   PE_CHECK(termination_symbol >= 0 && termination_symbol < d.C, op, ": termination_symbol must be in [0, X = ", d.C,
@@ -195,21 +214,21 @@ std::vector<std::vector<int64_t>> RnntJoinerInferShape(const std::vector<int64_t
            "rnnt_joiner_logprobs: am must be [B, T, J], lm [B, S+1, J] and symbols [B, S]");
   const int64_t B = am_shape[0], T = am_shape[1], S = symbols_shape[1];
   const int64_t R = ranges_shape ? (ranges_shape->size() == 3 ? (*ranges_shape)[2] : -1) : lm_shape[1];
-  return {{B, S, T}, {B, S < 0 ? -1 : S + 1, T}, {B, T, R, 2}};
+  return {{B, S, T}, {B, S < 0 ? -1 : S + 1, T}, {B, T, R, 2}, {B}};
 }
 
 std::vector<paddle::Tensor> RnntJoinerKernel(const paddle::Tensor& am_in, const paddle::Tensor& lm_in,
                                              const paddle::Tensor& weight_in, const paddle::Tensor& bias_in,
                                              const paddle::Tensor& symbols_in,
                                              const paddle::optional<paddle::Tensor>& ranges_in, int termination_symbol,
-                                             int activation) {
+                                             int activation, int64_t clamp_bits) {
   const char* op = "rnnt_joiner_logprobs";
   const paddle::Tensor am = dense(am_in), lm = dense(lm_in), weight = dense(weight_in), bias = dense(bias_in),
                        symbols = dense(symbols_in);
   const paddle::Tensor ranges = ranges_in ? dense(*ranges_in) : paddle::Tensor();
   JoinerShape j;
   const JointShape d = joiner_joint_shape(am, lm, weight, bias, symbols, ranges_in ? &ranges : nullptr,
-                                          termination_symbol, activation, op, &j);
+                                          termination_symbol, activation, clamp_bits, op, &j);
   paddle::Tensor px = new_output({d.B, d.S, d.T}, am.dtype(), am.place());
   paddle::Tensor py = new_output({d.B, d.S + 1, d.T}, am.dtype(), am.place());
   paddle::Tensor lse = new_output({d.B, d.T, d.R, 2}, am.dtype(), am.place());
@@ -218,7 +237,7 @@ std::vector<paddle::Tensor> RnntJoinerKernel(const paddle::Tensor& am_in, const 
     cpu::rnnt_joiner_forward<T>(ptr<T>(am), ptr<T>(lm), ptr<T>(weight), ptr<T>(bias), symbols.data<int64_t>(),
                                 j.ranges, mutable_ptr<T>(px), mutable_ptr<T>(py), mutable_ptr<T>(lse), d, j);
   });
-  return {px, py, lse};
+  return {px, py, lse, zero_scale(d, am.dtype(), am.place())};
 }
 
 std::vector<paddle::Tensor> RnntJoinerGradKernel(const paddle::Tensor& am_in, const paddle::Tensor& lm_in,
@@ -226,27 +245,29 @@ std::vector<paddle::Tensor> RnntJoinerGradKernel(const paddle::Tensor& am_in, co
                                                  const paddle::Tensor& symbols_in,
                                                  const paddle::optional<paddle::Tensor>& ranges_in,
                                                  const paddle::Tensor& lse_in, const paddle::Tensor& px_grad_in,
-                                                 const paddle::Tensor& py_grad_in, int termination_symbol,
-                                                 int activation) {
+                                                 const paddle::Tensor& py_grad_in, const paddle::Tensor& scale_grad_in,
+                                                 int termination_symbol, int activation, int64_t clamp_bits) {
   const char* op = "rnnt_joiner_logprobs_grad";
   const paddle::Tensor am = dense(am_in), lm = dense(lm_in), weight = dense(weight_in), bias = dense(bias_in),
                        symbols = dense(symbols_in), lse = dense(lse_in);
   const paddle::Tensor ranges = ranges_in ? dense(*ranges_in) : paddle::Tensor();
   JoinerShape j;
   const JointShape d = joiner_joint_shape(am, lm, weight, bias, symbols, ranges_in ? &ranges : nullptr,
-                                          termination_symbol, activation, op, &j);
+                                          termination_symbol, activation, clamp_bits, op, &j);
   const paddle::Tensor px_grad = grad_or_zeros(px_grad_in, {d.B, d.S, d.T}, am.dtype(), am.place()),
                        py_grad = grad_or_zeros(py_grad_in, {d.B, d.S + 1, d.T}, am.dtype(), am.place());
   PE_CHECK(px_grad.shape() == std::vector<int64_t>({d.B, d.S, d.T}) &&
                py_grad.shape() == std::vector<int64_t>({d.B, d.S + 1, d.T}) &&
                lse.numel() == d.B * d.T * d.R * 2 && lse.dtype() == am.dtype(),
            op, ": px_grad, py_grad and lse must be [B, S, T], [B, S+1, T] and [B, T, R, 2]");
+  const paddle::Tensor scale_grad = clamp_scale_grad(d, scale_grad_in, am.dtype(), am.place(), op);
   std::vector<paddle::Tensor> g = joiner_grads(am, lm, weight, bias);
   dispatch_float_double(am.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cpu::rnnt_joiner_backward<T>(ptr<T>(am), ptr<T>(lm), ptr<T>(weight), ptr<T>(bias), symbols.data<int64_t>(),
-                                 j.ranges, ptr<T>(lse), ptr<T>(px_grad), ptr<T>(py_grad), mutable_ptr<T>(g[0]),
-                                 mutable_ptr<T>(g[1]), mutable_ptr<T>(g[2]), mutable_ptr<T>(g[3]), d, j);
+                                 j.ranges, ptr<T>(lse), ptr<T>(px_grad), ptr<T>(py_grad), scale_ptr<T>(scale_grad),
+                                 mutable_ptr<T>(g[0]), mutable_ptr<T>(g[1]), mutable_ptr<T>(g[2]), mutable_ptr<T>(g[3]),
+                                 d, j);
   });
   return g;
 }

@@ -159,12 +159,13 @@ void rnnt_joiner_forward(const T* am, const T* lm, const T* weight, const T* bia
 
 template <typename T>
 void rnnt_joiner_backward(const T* am, const T* lm, const T* weight, const T* bias, const int64_t* symbols,
-                          const int64_t* ranges, const T* lse, const T* px_grad, const T* py_grad, T* am_grad,
-                          T* lm_grad, T* weight_grad, T* bias_grad, const JointShape& d, const JoinerShape& j) {
+                          const int64_t* ranges, const T* lse, const T* px_grad, const T* py_grad, const T* scale,
+                          T* am_grad, T* lm_grad, T* weight_grad, T* bias_grad, const JointShape& d,
+                          const JoinerShape& j) {
   const joiner::Blocks<T> blocks(am, lm, weight, bias, j);
   blocks.backward(
       [&](const T* z, T* dz, index_t f0, index_t f1) {
-        const JointBackward<T> k{z, symbols, ranges, lse, px_grad, py_grad, nullptr, dz, d, f0 * d.R};
+        const JointBackward<T> k{z, symbols, ranges, lse, px_grad, py_grad, scale, dz, d, f0 * d.R};
         parallel_for(f0, f1, blocks.frame_grain(), [&](index_t a, index_t b) { simd::dispatch(k, a, b); });
       },
       am_grad, lm_grad, weight_grad, bias_grad);
@@ -234,8 +235,8 @@ PE_FOR_FLOAT_TYPES(PE_INSTANTIATE)
   template void rnnt_joiner_forward<T>(const T*, const T*, const T*, const T*, const int64_t*, const int64_t*,  \
                                        T*, T*, T*, const JointShape&, const JoinerShape&);                      \
   template void rnnt_joiner_backward<T>(const T*, const T*, const T*, const T*, const int64_t*, const int64_t*, \
-                                        const T*, const T*, const T*, T*, T*, T*, T*, const JointShape&,        \
-                                        const JoinerShape&);
+                                        const T*, const T*, const T*, const T*, T*, T*, T*, T*,                 \
+                                        const JointShape&, const JoinerShape&);
 PE_INSTANTIATE(float)
 PE_INSTANTIATE(double)
 #undef PE_INSTANTIATE

@@ -73,14 +73,16 @@ template <typename T>
 void rnnt_prune_gather_backward(const int64_t* index, const T* out_grad, T* x_grad, index_t B, index_t N, index_t M,
                                 index_t D);
 // The joiner fused in (joiner.h; T float or double): px, py and lse as rnnt_joint_forward on the logits
-// act(am + lm) @ weight + bias (bias may be null), which are never whole; the backward writes the four grads.
+// act(am + lm) @ weight + bias (bias may be null), which are never whole; the backward writes the four grads
+// from the logits grads of rnnt_joint_backward (clamped, and scale read, only with the clamp on).
 template <typename T>
 void rnnt_joiner_forward(const T* am, const T* lm, const T* weight, const T* bias, const int64_t* symbols,
                          const int64_t* ranges, T* px, T* py, T* lse, const JointShape& d, const JoinerShape& j);
 template <typename T>
 void rnnt_joiner_backward(const T* am, const T* lm, const T* weight, const T* bias, const int64_t* symbols,
-                          const int64_t* ranges, const T* lse, const T* px_grad, const T* py_grad, T* am_grad,
-                          T* lm_grad, T* weight_grad, T* bias_grad, const JointShape& d, const JoinerShape& j);
+                          const int64_t* ranges, const T* lse, const T* px_grad, const T* py_grad, const T* scale,
+                          T* am_grad, T* lm_grad, T* weight_grad, T* bias_grad, const JointShape& d,
+                          const JoinerShape& j);
 }  // namespace cpu
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)

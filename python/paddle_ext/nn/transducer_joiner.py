@@ -51,12 +51,12 @@ class TransducerJoiner(paddle.nn.Layer):
 
     @_library.unified
     def rnnt_loss(self, encoder_out, decoder_out, symbols, termination_symbol, boundary=None, rnnt_type="regular",
-                  delay_penalty=0.0, reduction="mean", *, ranges=None, fastemit_lambda=0.0, name=None):
+                  delay_penalty=0.0, reduction="mean", *, ranges=None, fastemit_lambda=0.0, clamp=-1.0, name=None):
         """:func:`paddle_ext.rnnt_loss_fused_joiner` of encoder_out ``[B, T, E]`` and decoder_out ``[B, S+1, D]``
         (pruned through ``ranges`` ``[B, T, s_range]``)."""
         return _rnnt.rnnt_loss_fused_joiner(*self._projected(encoder_out, decoder_out), symbols, termination_symbol,
                                             boundary, rnnt_type, delay_penalty, reduction, ranges=ranges,
-                                            activation=self.activation, fastemit_lambda=fastemit_lambda)
+                                            activation=self.activation, fastemit_lambda=fastemit_lambda, clamp=clamp)
 
     @_library.unified
     def tdt_loss(self, encoder_out, decoder_out, symbols, durations, termination_symbol, boundary=None,

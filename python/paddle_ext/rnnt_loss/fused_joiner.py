@@ -20,8 +20,8 @@ from paddle.autograd import PyLayer
 from .. import _amp, _fill, _library
 from .._checks import check_tensor, choice, dtype_name, index64, run_kernel_checked, same_dtype
 from .._checks import known_dim as _known
-from .common import (NO_CLAMP, REDUCTIONS, RNNT_TYPES, _agree, _check_common, _check_float, _check_loss_args, _dims, _finish_px,
-                     _loss, _neg_inf, _symbols64)
+from .common import (NO_CLAMP, REDUCTIONS, RNNT_TYPES, _agree, _check_clamp, _check_common, _check_float,
+                     _check_loss_args, _dims, _finish_px, _loss, _neg_inf, _symbols64, real_bits)
 from .full import _joint_logprobs
 from .pruned import _check_pruned_ranges, do_rnnt_pruning
 
@@ -85,18 +85,20 @@ def composed_joiner(am, lm, weight, bias, activation, ranges=None):
 @_library.unified
 def rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, termination_symbol, boundary=None, rnnt_type="regular",
                            delay_penalty=0.0, reduction="mean", *, ranges=None, activation="tanh",
-                           fastemit_lambda=0.0, name=None):
+                           fastemit_lambda=0.0, clamp=-1.0, name=None):
     """The RNN-T loss with the joiner fused in: equal to ``rnnt_loss(act(am[:, :, None] + lm[:, None]) @ weight
-    + bias, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction)``, and with ``ranges``
-    ``[B, T, s_range]`` (from :func:`get_rnnt_prune_ranges`) to ``rnnt_loss_pruned`` on the joiner of
-    ``do_rnnt_pruning(am, lm, ranges)``; values and the grads of am, lm, weight and bias.
+    + bias, symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, fastemit_lambda=...,
+    clamp=clamp)``, and with ``ranges`` ``[B, T, s_range]`` (from :func:`get_rnnt_prune_ranges`) to
+    ``rnnt_loss_pruned`` on the joiner of ``do_rnnt_pruning(am, lm, ranges)``; values and the grads of am, lm,
+    weight and bias (with the clamp: the chain rule through the clamped logits grads).
 
     Args:
         am (Tensor): ``[B, T, J]``, the projected encoder output; float16/bfloat16/float32/float64.
         lm (Tensor): ``[B, S+1, J]``, the projected predictor output, am's dtype.
         weight (Tensor): ``[J, C]`` (``paddle.nn.Linear``'s layout); bias (Tensor|None): ``[C]``.
-        symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, fastemit_lambda: as in
-            :func:`rnnt_loss`.
+        symbols, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, fastemit_lambda, clamp: as in
+            :func:`rnnt_loss` (clamp > 0 clamps each logit's grad w.r.t. its item's loss to [-clamp, clamp] before
+            the upstream grad multiplies it; the loss is unchanged).
         ranges (Tensor|None): int ``[B, T, s_range]``: the pruned loss.
         activation (str): 'tanh', 'relu' or 'identity'.
 
@@ -109,31 +111,36 @@ def rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, termination_symbol, bo
     if bias is None:
         bias = zero_bias(weight)
     return _amp.float32_op(_rnnt_loss_fused_joiner, 4, am, lm, weight, bias, symbols, termination_symbol, boundary,
-                           rnnt_type, delay_penalty, reduction, ranges, activation, fastemit_lambda)
+                           rnnt_type, delay_penalty, reduction, ranges, activation, fastemit_lambda, clamp)
 
 
 def _rnnt_loss_fused_joiner(am, lm, weight, bias, symbols, termination_symbol, boundary, rnnt_type, delay_penalty,
-                            reduction, ranges, activation, fastemit_lambda):
+                            reduction, ranges, activation, fastemit_lambda, clamp):
     op = "rnnt_loss_fused_joiner"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = _joiner_logprobs(op, am, lm, weight, bias, symbols, ranges, termination_symbol, boundary, rnnt_type,
-                              activation)
-    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, False, fastemit_lambda)
+    bound = _check_clamp(op, clamp)
+    px, py, scale = _joiner_logprobs(op, am, lm, weight, bias, symbols, ranges, termination_symbol, boundary,
+                                     rnnt_type, activation, real_bits(bound))
+    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, False, fastemit_lambda,
+                 scale=scale if bound < float("inf") else None)
 
 
-def _joiner_logprobs(op, am, lm, weight, bias, symbols, ranges, termination_symbol, boundary, rnnt_type, activation):
-    """(px, py) of the fused joiner, checked as get_rnnt_logprobs_joint / _pruned check theirs."""
+def _joiner_logprobs(op, am, lm, weight, bias, symbols, ranges, termination_symbol, boundary, rnnt_type, activation,
+                     clamp_bits=NO_CLAMP):
+    """(px, py, scale) of the fused joiner, checked as get_rnnt_logprobs_joint / _pruned check theirs; scale and
+    clamp_bits as in full._joint_logprobs."""
     B, T, U, J, X = check_joiner(op, am, lm, weight, bias, activation)
     S = U - 1 if _known(U) else -1
     check_args = (op, symbols, termination_symbol, X, B, S, T, boundary, rnnt_type, ranges)
     deferred = _check_symbols_and_ranges(*check_args, kernel_checks=True)
-    px, py = run_kernel_checked(deferred, _check_symbols_and_ranges, check_args, _fused_or_composed, am, lm, weight,
-                                 bias, _symbols64(symbols), None if ranges is None else _symbols64(ranges),
-                                 termination_symbol, activation)
+    ranges64 = None if ranges is None else _symbols64(ranges)
+    px, py, scale = run_kernel_checked(deferred, _check_symbols_and_ranges, check_args, _fused_or_composed, am, lm,
+                                       weight, bias, _symbols64(symbols), ranges64, termination_symbol, activation,
+                                       clamp_bits)
     if rnnt_type == "regular":
         Bs, Ss = _dims(symbols)
         px = paddle.concat([px, _neg_inf([Bs, Ss, 1], px.dtype)], axis=2)  # no symbol on frame T
-    return _finish_px(px, py, boundary, rnnt_type), py
+    return _finish_px(px, py, boundary, rnnt_type), py, scale
 
 
 @paddle.jit.not_to_static
@@ -150,12 +157,13 @@ def _check_symbols_and_ranges(op, symbols, termination_symbol, X, B, S, T, bound
                               kernel_checks) or deferred
 
 
-def _fused_or_composed(am, lm, weight, bias, symbols, ranges, termination_symbol, activation):
+def _fused_or_composed(am, lm, weight, bias, symbols, ranges, termination_symbol, activation, clamp_bits):
     if fused_fits(am):
-        px, py, _ = _library.call_op("pe_rnnt_joiner_logprobs", (am, lm, weight, bias), am, lm, weight, bias, symbols,
-                                     ranges, int(termination_symbol), ACTIVATIONS.index(activation))
-        return px, py
-    return blocked_joiner_logprobs(am, lm, weight, bias, symbols, ranges, termination_symbol, activation)[:2]
+        px, py, _, scale = _library.call_op("pe_rnnt_joiner_logprobs", (am, lm, weight, bias), am, lm, weight, bias,
+                                            symbols, ranges, int(termination_symbol), ACTIVATIONS.index(activation),
+                                            clamp_bits)
+        return px, py, scale
+    return blocked_joiner_logprobs(am, lm, weight, bias, symbols, ranges, termination_symbol, activation, clamp_bits)
 
 
 # The composed joiner's blocks of frames: a block's logits [B, frames, R, C] and activations stay within this.

@@ -12,8 +12,9 @@ from .._checks import check_tensor, dtype_name, is_int, is_integer, run_kernel_c
 from .._checks import choice, index64
 from .._checks import known_dim as _known
 from ..mutual_information import check_boundary
-from .common import (REDUCTIONS, RNNT_TYPES, _agree, _check_common, _check_float, _check_loss_args, _dims, _fast_lane,
-                     _finish_px, _loss, _neg_inf, _no_elements, _paths, _symbols64)
+from .common import (NO_CLAMP, REDUCTIONS, RNNT_TYPES, _agree, _check_clamp, _check_common, _check_float,
+                     _check_loss_args, _dims, _fast_lane, _finish_px, _loss, _neg_inf, _no_elements, _paths, _symbols64,
+                     real_bits)
 from .full import _joint_logprobs
 
 
@@ -222,48 +223,54 @@ def get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, bounda
     rnnt_type = choice(rnnt_type, RNNT_TYPES)
     args = (logits, symbols, ranges, termination_symbol, boundary, rnnt_type, "get_rnnt_logprobs_pruned")
     if boundary is None and _fast_lane((logits,), symbols, termination_symbol, rnnt_type, (ranges,)):
-        return _amp.first_try(*_get_rnnt_logprobs_pruned_paths, *args)
-    return _get_rnnt_logprobs_pruned_paths[1](*args)
+        return _amp.first_try(*_get_rnnt_logprobs_pruned_paths, *args)[:2]
+    return _get_rnnt_logprobs_pruned_paths[1](*args)[:2]
 
 
-def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op, checked=True):
-    """checked: as in _get_rnnt_logprobs."""
+def _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op, checked=True,
+                              clamp_bits=NO_CLAMP):
+    """checked: as in _get_rnnt_logprobs. -> (px, py, scale); clamp_bits: the grad clamp's (see _joint_logprobs)."""
     if checked:
         check_args = (op, logits, symbols, ranges, termination_symbol, boundary, rnnt_type)
         deferred = _check_pruned(*check_args, kernel_checks=True)
-        px, py, _ = run_kernel_checked(deferred, _check_pruned, check_args, _joint_logprobs, logits,
-                                        _symbols64(symbols), _symbols64(ranges), termination_symbol)
+        px, py, scale = run_kernel_checked(deferred, _check_pruned, check_args, _joint_logprobs, logits,
+                                           _symbols64(symbols), _symbols64(ranges), termination_symbol, clamp_bits)
     else:
         if logits.shape[2] > symbols.shape[1] + 1:  # (with no frames, no range value shows it)
             raise _amp.TakeFullPath
-        px, py, _ = _joint_logprobs(logits, symbols, ranges, termination_symbol)
+        px, py, scale = _joint_logprobs(logits, symbols, ranges, termination_symbol, clamp_bits)
     if rnnt_type == "regular":
         B, S = _dims(symbols)
         px = paddle.concat([px, _neg_inf([B, S, 1], px.dtype)], axis=2)
-    return _finish_px(px, py, boundary, rnnt_type), py
+    return _finish_px(px, py, boundary, rnnt_type), py, scale
 
 
 @_library.unified
 def rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary=None, rnnt_type="regular",
-                     delay_penalty=0.0, reduction="mean", return_grad=False, *, fastemit_lambda=0.0, name=None):
+                     delay_penalty=0.0, reduction="mean", return_grad=False, *, fastemit_lambda=0.0, clamp=-1.0,
+                     name=None):
     """The RNN-T loss on pruned joiner output ``logits [B, T, s_range, C]`` (k2 ``rnnt_loss_pruned``),
-    with ``ranges`` from :func:`get_rnnt_prune_ranges`; other arguments as in :func:`rnnt_loss_simple`.
-    Ranges that leave an item no path give it an inf loss and zero grads."""
+    with ``ranges`` from :func:`get_rnnt_prune_ranges`; ``clamp`` as in :func:`rnnt_loss` (each pruned logit's
+    grad); other arguments as in :func:`rnnt_loss_simple`. Ranges that leave an item no path give it an inf loss
+    and zero grads."""
     symbols, ranges, boundary = index64(symbols), index64(ranges), index64(boundary)
     rnnt_type, reduction = choice(rnnt_type, RNNT_TYPES), choice(reduction, REDUCTIONS)
     args = (logits, symbols, ranges, termination_symbol, boundary, rnnt_type, delay_penalty, reduction, return_grad,
-            fastemit_lambda)
+            fastemit_lambda, clamp)
     if not return_grad and _fast_lane((logits,), symbols, termination_symbol, rnnt_type, (ranges, boundary)):
         return _amp.first_try(*_rnnt_loss_pruned_paths, *args)
     return _rnnt_loss_pruned_paths[1](*args)
 
 
 def _rnnt_loss_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, delay_penalty, reduction,
-                      return_grad, fastemit_lambda, checked=True):
+                      return_grad, fastemit_lambda, clamp, checked=True):
     op = "rnnt_loss_pruned"
     delay_penalty, fastemit_lambda = _check_loss_args(op, delay_penalty, reduction, fastemit_lambda)
-    px, py = _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op, checked)
-    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda, checked)
+    bound = _check_clamp(op, clamp)
+    px, py, scale = _get_rnnt_logprobs_pruned(logits, symbols, ranges, termination_symbol, boundary, rnnt_type, op,
+                                              checked, real_bits(bound))
+    return _loss(op, px, py, boundary, rnnt_type, delay_penalty, reduction, return_grad, fastemit_lambda, checked,
+                 scale if bound < float("inf") else None)
 
 
 _get_rnnt_logprobs_pruned_paths = _paths(_get_rnnt_logprobs_pruned, 1)
