@@ -67,6 +67,30 @@ class TransducerNet(paddle.nn.Layer):
         return simple + paddle_ext.rnnt_loss_pruned(am_p + lm_p, symbols, ranges, 0, boundary, reduction="mean")
 
 
+class FusedJoinerNet(paddle.nn.Layer):
+    """TransducerJoiner's fused losses: the full RNN-T loss with the grad clamp, the pruned one on the simple
+    loss's ranges, and TDT with the grad clamp (each clamp applies the item's share of the mean after clamping)."""
+
+    def __init__(self):
+        super().__init__()
+        self.simple_am = paddle.nn.Linear(4, 5)
+        self.simple_lm = paddle.nn.Embedding(5, 5)
+        self.decoder = paddle.nn.Embedding(5, 3)
+        self.joiner = paddle_ext.nn.TransducerJoiner(4, 3, 6, 5)
+        self.tdt_joiner = paddle_ext.nn.TransducerJoiner(4, 3, 6, 5 + 3)
+
+    def forward(self, x, symbols, boundary):  # [B, T, 4], [B, S], [B, 4]
+        context = paddle.concat([paddle.zeros([symbols.shape[0], 1], "int64"), symbols], axis=1)
+        simple, (px_grad, py_grad) = paddle_ext.rnnt_loss_simple(self.simple_lm(context), self.simple_am(x), symbols,
+                                                                 0, boundary, reduction="mean", return_grad=True)
+        ranges = paddle_ext.get_rnnt_prune_ranges(px_grad, py_grad, boundary, 2)
+        dec = self.decoder(context)
+        full = self.joiner.rnnt_loss(x, dec, symbols, 0, boundary, reduction="mean", fastemit_lambda=0.2, clamp=0.05)
+        pruned = self.joiner.rnnt_loss(x, dec, symbols, 0, boundary, reduction="mean", ranges=ranges)
+        tdt = self.tdt_joiner.tdt_loss(x, dec, symbols, [0, 1, 2], 0, boundary, reduction="mean", clamp=0.05)
+        return simple + full + pruned + tdt
+
+
 class AdaptiveSoftmaxNet(paddle.nn.Layer):
     def __init__(self):
         super().__init__()
@@ -106,7 +130,7 @@ def _batches(family, rng, step):
     if family == "put_along_axis":
         index = np.repeat(rng.integers(0, 5, size=(4, 7, 1)), 3, axis=2)
         return [rng.normal(size=(4, 7, 3)), index]
-    if family == "rnnt":
+    if family in ("rnnt", "fused_joiner"):
         t_len, s_len = rng.integers(3, 7, size=4), rng.integers(1, 4, size=4)
         boundary = np.stack([np.zeros(4, int), np.zeros(4, int), s_len, t_len], axis=1)
         return [rng.normal(size=(4, 6, 4)), rng.integers(1, 5, size=(4, 3)), boundary]
@@ -117,7 +141,8 @@ def _batches(family, rng, step):
 
 FAMILIES = {"logcumsumexp": LogcumsumexpNet, "put_along_axis": PutAlongAxisNet, "rnnt": TransducerNet,
             "adaptive_softmax": AdaptiveSoftmaxNet, "adaptive_input": AdaptiveInputNet,
-            "adaptive_input_untied": lambda: AdaptiveInputNet(tied=False)}
+            "adaptive_input_untied": lambda: AdaptiveInputNet(tied=False),
+            "fused_joiner": FusedJoinerNet}
 
 
 def train_families(ranks: Ranks, steps: int = STEPS):
