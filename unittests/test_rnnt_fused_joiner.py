@@ -264,6 +264,15 @@ def test_clamp_in_static_programs_equals_dygraph_and_the_composed_joiner(ranged)
             np.testing.assert_allclose(s_, w, rtol=1e-9, atol=1e-12, err_msg=f"{name} legacy={legacy}")
 
 
+def test_a_small_problems_blocks_are_its_own_size():
+    """A block holds at most the problem's frames: one step of a tiny joiner with J=256 in a fresh process grows the
+    peak RSS about as the unfused step does, not by the scratch of a block sized for 4 MiB of logits (~90 MiB)."""
+    from paddle_ext.benchmarks import _joiner  # noqa: PLC0415  (its fresh-process peak measurement)
+
+    fused, unfused = (_joiner.peak_mib("rnnt", v, (2, 6, 3, 256, 12, 12), 1) for v in ("paddle_ext", "unfused"))
+    assert fused < unfused + 16, f"peak RSS growth MiB: fused {fused}, unfused {unfused}"
+
+
 def _args(**over):
     arrays, symbols, _ = joiner_problem(seed=11)
     kw = dict(am=t(arrays[0]), lm=t(arrays[1]), weight=t(arrays[2]), bias=t(arrays[3]), symbols=t(symbols),

@@ -94,9 +94,11 @@ class Blocks {
   Blocks(const T* am, const T* lm, const T* weight, const T* bias, const JoinerShape& j)
       : am_(am), lm_(lm), weight_(weight), bias_(bias), j_(j) {}
 
+  // Frames per block: ~kBlockBytes of logits, and never more than the problem has (the scratch below is
+  // value-initialised: a small problem must not pay for a whole block's pages).
   index_t frames_per_block() const {
     const index_t rows = std::max<index_t>(1, kBlockBytes / index_t(sizeof(T) * std::max<index_t>(j_.X, 1)));
-    return std::max<index_t>(1, rows / std::max<index_t>(j_.R, 1));
+    return std::max<index_t>(1, std::min(j_.frames(), rows / std::max<index_t>(j_.R, 1)));
   }
 
   // Rows (frames) per thread chunk in a row kernel over one block.

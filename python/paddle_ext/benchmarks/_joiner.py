@@ -121,7 +121,7 @@ def gemm_floor_step(rows, R, J, X):
     """The fused step's four GEMM passes over `rows` lattice rows, in blocks of whole frames of R rows (the
     kernel's blocking), on pe_adaptive_matmul (oneDNN's sgemm)."""
     ops = paddle_ext._library.ops()
-    frames = max(1, max(1, BLOCK_BYTES // (4 * X)) // R)
+    frames = max(1, min(max(1, BLOCK_BYTES // (4 * X)) // R, rows // R))  # (as the kernel: at most the problem's)
     n = frames * R
     h, w = paddle.randn([n, J]), paddle.randn([J, X]) / J ** 0.5
     blocks = -(-rows // n)
