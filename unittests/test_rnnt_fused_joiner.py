@@ -406,3 +406,15 @@ def test_blocks_of_frames_without_grads_and_refusing_second_order(composed_in_bl
     # (Paddle hands an error raised in a PyLayer's backward on as an OSError that quotes it)
     with pytest.raises((NotImplementedError, OSError), match="rnnt_loss_fused_joiner: higher-order grads are not"):
         paddle.grad(loss, [am], create_graph=True)
+
+
+@pytest.mark.parametrize("pruned", [False, True])
+def test_blocks_of_frames_with_the_grad_clamp(composed_in_blocks, pruned):
+    """The clamp on the composed joiner's blocks: each block's logits grad clamped before its item's upstream grad,
+    as rnnt_loss / rnnt_loss_pruned clamp on the whole logits."""
+    arrays, symbols, boundary = joiner_problem(B=3, T=7, S=4, seed=15, scale=3.0)
+    ranges = np.repeat(np.minimum(np.arange(7) // 2, 2)[None, :, None] + np.arange(3), 3, 0) if pruned else None
+    kw = dict(ranges=ranges, boundary=t(boundary), fastemit_lambda=0.3, reduction="mean")
+    fused, ref = both(arrays, symbols, 0, clamp=0.02, **kw)
+    assert_same(fused, ref)
+    assert not np.allclose(fused[1][2], both(arrays, symbols, 0, **kw)[0][1][2])  # the clamp bites
