@@ -59,11 +59,12 @@ def test_bench_case_filter_runs_only_matching_rows(tmp_path):
     assert all("broadcast" in r["name"] and "materialised" in r["ratios"] and "paddle" in r["ratios"] for r in rows)
 
 
-def test_bench_joiner_rows_time_and_measure_memory_in_fresh_processes(tmp_path):
+@pytest.mark.parametrize("case", ["joiner + rnnt_loss", "joiner + multiblank_rnnt_loss"])
+def test_bench_joiner_rows_time_and_measure_memory_in_fresh_processes(tmp_path, case):
     """`--op rnnt_loss --case joiner`: fused vs unfused (vs the GEMM floor), each candidate's peak memory from a
     fresh process and its difference from the fused op in the note."""
     path = tmp_path / "bench.json"
-    assert cli.main(["bench", "--op", "rnnt_loss", "--quick", "--repeats", "1", "--case", "joiner + rnnt_loss",
+    assert cli.main(["bench", "--op", "rnnt_loss", "--quick", "--repeats", "1", "--case", case,
                      "--json", str(path)]) == 0
     (row,) = json.loads(path.read_text())
     assert {"unfused", "gemm floor"} <= set(row["ratios"])

@@ -31,6 +31,7 @@ from . import Case, torch_or_none
 
 TERM = 0
 DURATIONS = [0, 1, 2, 3, 4]
+BIG_BLANKS = [2, 4, 8]  # multi-blank: units C-4 .. C-2 the big blanks, C-1 the standard blank
 S_RANGE = 5
 BLOCK_BYTES = 4 << 20  # joiner_blocks.h's kBlockBytes: the gemm floor's blocks are the kernel's
 
@@ -61,7 +62,7 @@ def _ranges(p):
 
 
 def paddle_step(loss, variant, p):
-    """One step of `variant` ("paddle_ext" or "unfused") of `loss` ("rnnt", "tdt", "pruned") on inputs p:
+    """One step of `variant` ("paddle_ext" or "unfused") of `loss` ("rnnt", "tdt", "multiblank", "pruned") on inputs p:
     (loss, grads of the float inputs)."""
     joiner = [p["am"], p["lm"], p["weight"], p["bias"]]
     wrt = list(joiner)
@@ -79,6 +80,14 @@ def paddle_step(loss, variant, p):
         else:
             logits = _joiner(p["am"].unsqueeze(2) + p["lm"].unsqueeze(1), p["weight"], p["bias"])
             out = paddle_ext.tdt_loss(logits, p["symbols"], DURATIONS, blank, p["boundary"], reduction="sum")
+    elif loss == "multiblank":
+        blank = p["weight"].shape[1] - 1
+        if variant == "paddle_ext":
+            out = paddle_ext.multiblank_rnnt_loss_fused_joiner(*joiner, p["symbols"], BIG_BLANKS, blank, p["boundary"],
+                                                               reduction="sum")
+        else:
+            logits = _joiner(p["am"].unsqueeze(2) + p["lm"].unsqueeze(1), p["weight"], p["bias"])
+            out = paddle_ext.multiblank_rnnt_loss(logits, p["symbols"], BIG_BLANKS, blank, p["boundary"], reduction="sum")
     else:
         wrt += [p["am_simple"], p["lm_simple"]]
         simple, ranges = _ranges(p)
@@ -181,13 +190,13 @@ def _max_rel(a, b) -> float:
 
 def case(loss, B, T, S, J, C, quick, threads, with_paddle_threads, fast_rnnt):
     """One row: fused vs unfused (vs fast_rnnt, vs the GEMM floor) on one shape."""
-    X = C + len(DURATIONS) if loss == "tdt" else C
+    X = C + {"tdt": len(DURATIONS), "multiblank": len(BIG_BLANKS) + 1}.get(loss, 0)
     shape = (B, T, S, J, C, X)
     a = _arrays(*shape)
     p = _paddle_inputs(a)
     candidates = {v: with_paddle_threads(lambda v=v: paddle_step(loss, v, p), threads) for v in ("paddle_ext", "unfused")}
     torch = torch_or_none()
-    if fast_rnnt is not None and torch is not None and loss != "tdt":
+    if fast_rnnt is not None and torch is not None and loss in ("rnnt", "pruned"):
         t = {k: torch.from_numpy(v).requires_grad_(v.dtype == np.float32) for k, v in a.items()}
 
         def torch_run():
@@ -198,6 +207,7 @@ def case(loss, B, T, S, J, C, quick, threads, with_paddle_threads, fast_rnnt):
     if loss != "pruned":
         candidates["gemm floor"] = gemm_floor_step(B * T * (S + 1), S + 1, J, X)
     name = {"rnnt": "rnnt_loss", "tdt": f"tdt_loss (durations 0-{len(DURATIONS) - 1})",
+            "multiblank": f"multiblank_rnnt_loss (big blanks {BIG_BLANKS})",
             "pruned": f"pruned recipe (s_range={S_RANGE})"}[loss]
     row = Case("rnnt_loss", f"joiner + {name} fwd+bwd B={B} T={T} S={S} J={J} C={C}", {},
                repeats=3 if quick else 3)

@@ -257,12 +257,14 @@ def _jump_cases(B, S, T, C, D, quick):
 
 def _joiner_cases(quick):
     """The step with its joiner (benchmarks/_joiner.py): fused vs unfused vs fast_rnnt vs the GEMM floor, the
-    full loss at B=8 T=250 S=50 J=512 C=2000 and its neighbours (C=500, C=5000, T=500), TDT and the pruned
-    recipe at the first shape."""
+    full loss at B=8 T=250 S=50 J=512 C=2000 and its neighbours (C=500, C=5000, T=500), TDT, multi-blank and
+    the pruned recipe at the first shape."""
     n = threads()
-    shapes = [("rnnt", 2, 6, 3, 16, 12), ("tdt", 2, 6, 3, 16, 12), ("pruned", 2, 8, 6, 16, 12)] if quick else [
+    shapes = [("rnnt", 2, 6, 3, 16, 12), ("tdt", 2, 6, 3, 16, 12), ("multiblank", 2, 6, 3, 16, 12),
+              ("pruned", 2, 8, 6, 16, 12)] if quick else [
         ("rnnt", 8, 250, 50, 512, 2000), ("rnnt", 8, 250, 50, 512, 500), ("rnnt", 8, 250, 50, 512, 5000),
-        ("rnnt", 8, 500, 50, 512, 2000), ("tdt", 8, 250, 50, 512, 2000), ("pruned", 8, 250, 50, 512, 2000)]
+        ("rnnt", 8, 500, 50, 512, 2000), ("tdt", 8, 250, 50, 512, 2000), ("multiblank", 8, 250, 50, 512, 2000),
+        ("pruned", 8, 250, 50, 512, 2000)]
     return [_joiner.case(*shape, quick, n, with_paddle_threads, fast_rnnt()) for shape in shapes]
 
 
