@@ -1,7 +1,8 @@
 // CUDA logcumsumexp on complex64/complex128, forward and backward (one kernel pair, two IO functors from
 // include/paddle_ext/logcumsumexp_complex.h), everything in complex<double>:
 //   inner == 1 (contiguous rows): one warp per row, 32 positions a step, scanned with shuffles of the
-//     complex log-add-exp (associative; the first operand is always the earlier), the carry in registers;
+//     complex log-add-exp (associative; the first operand is always the earlier), the carry in registers; the
+//     imaginary parts then put on the sequential scan's branch (on_scan_branch), as the CPU has them;
 //   inner  > 1 (strided axis): one thread per (outer, column) line walking the axis (scan_complex_line, as
 //     on the CPU); neighbouring threads read neighbouring columns, so every step is coalesced.
 #include "paddle_ext/gpu/cuda_utils.cuh"
@@ -28,6 +29,35 @@ __device__ inline complex_acc shuffle_up(complex_acc v, int delta) {
   return {__shfl_up_sync(0xffffffffu, v.real, delta), __shfl_up_sync(0xffffffffu, v.imag, delta)};
 }
 
+// The warp's inclusive values `v` (lane l: the log-sum of the carry and the terms up to lane l, right but for a
+// multiple of 2 pi in the imaginary part) on scan_complex_line's branch: lane l's imaginary part is its pivot's
+// (its term's, or lane l - 1's output, the carry's for lane 0) plus v's wrapped around it. The turns of 2 pi that
+// separate the two, absolute where the term is the pivot and relative to lane l - 1's otherwise, are summed by a
+// segmented scan (exact: integers), which gives every lane its predecessor's branch in five shuffles.
+__device__ inline complex_acc on_scan_branch(complex_acc v, complex_acc term, complex_acc carry, int lane) {
+  constexpr double kTwoPi = 6.283185307179586477;
+  if (has_nan(v)) return v;
+  complex_acc prev = shuffle_up(v, 1);
+  if (lane == 0) prev = carry;
+  const bool term_pivot = complex_scan_term_is_pivot(prev.real, term.real);
+  const double pivot = term_pivot ? term.imag : prev.imag;
+  const double turns_here = std::nearbyint((on_pivot_branch(pivot, v.imag) - v.imag) / kTwoPi);
+  long long turns = std::isfinite(turns_here) ? (long long)turns_here : 0;
+  int absolute = term_pivot || lane == 0;  // lane 0's predecessor, the carry, is on the branch already
+#pragma unroll
+  for (int delta = 1; delta < 32; delta *= 2) {
+    const long long lower = __shfl_up_sync(0xffffffffu, turns, delta);
+    const int lower_absolute = __shfl_up_sync(0xffffffffu, absolute, delta);
+    if (lane >= delta && !absolute) {
+      turns += lower;
+      absolute = lower_absolute;
+    }
+  }
+  double prev_imag = __shfl_up_sync(0xffffffffu, v.imag + kTwoPi * (double)turns, 1);
+  if (lane == 0) prev_imag = carry.imag;
+  return {v.real, on_pivot_branch(term_pivot ? term.imag : prev_imag, v.imag)};
+}
+
 template <typename IO>
 __global__ void __launch_bounds__(kThreads) complex_rows_kernel(IO io, index_t rows, index_t n, bool exclusive,
                                                                 bool reverse) {
@@ -45,11 +75,11 @@ __global__ void __launch_bounds__(kThreads) complex_rows_kernel(IO io, index_t r
         const complex_acc earlier = shuffle_up(prefix, delta);
         if (lane >= delta) prefix = complex_log_add_exp(earlier, prefix);
       }
-      complex_acc before = shuffle_up(prefix, 1);
-      if (lane == 0) before = complex_log_zero<double>();
-      if (k < n) io.finish(p, complex_log_add_exp(carry, exclusive ? before : prefix));
-      const complex_acc total = {__shfl_sync(0xffffffffu, prefix.real, 31), __shfl_sync(0xffffffffu, prefix.imag, 31)};
-      carry = complex_log_add_exp(carry, total);
+      const complex_acc value = on_scan_branch(complex_log_add_exp(carry, prefix), term, carry, lane);
+      complex_acc before = shuffle_up(value, 1);
+      if (lane == 0) before = carry;
+      if (k < n) io.finish(p, exclusive ? before : value);
+      carry = {__shfl_sync(0xffffffffu, value.real, 31), __shfl_sync(0xffffffffu, value.imag, 31)};
     }
   }
 }

@@ -64,6 +64,23 @@ struct ComplexBackwardIO {
   }
 };
 
+// The branch of a parallel scan's imaginary parts. A scan that combines terms in another order (the GPU's warp
+// scan) gets each output right but for a multiple of 2 pi in its imaginary part; scan_complex_line's branch is
+// the pivot's imaginary part plus arg(1 + exp(q - p)) in (-pi, pi] at each step.
+// Whether complex_log_add_exp(acc, term) takes the term as its pivot (NaN aside: then the branch is moot).
+PE_HOSTDEVICE inline bool complex_scan_term_is_pivot(double acc_real, double term_real) {
+  return term_real != neg_inf<double>() && acc_real != -neg_inf<double>() && acc_real < term_real;
+}
+// The value of d + 2 pi k in (-pi, pi] (about: at the rounding of pi), 2 pi in two parts as the CPU's SIMD scan.
+PE_HOSTDEVICE inline double wrap_to_pi(double d) {
+  const double m = std::nearbyint(d * 0.15915494309189533577);
+  return (d - m * 6.28318530693650245667e+00) - m * 2.43084020260247689973e-10;
+}
+// The output on scan_complex_line's branch whose imaginary part equals `imag` modulo 2 pi, given its pivot's.
+PE_HOSTDEVICE inline double on_pivot_branch(double pivot_imag, double imag) {
+  return pivot_imag + wrap_to_pi(imag - pivot_imag);
+}
+
 // Scans one line of n positions `stride` apart from `first`, in scan order (backwards if `reverse`):
 // finish(p, value) gets the log-sum up to p (before p if `exclusive`).
 template <typename IO>
