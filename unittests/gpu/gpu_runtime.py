@@ -49,13 +49,15 @@ def build_library() -> pathlib.Path:
     """Compiles the shared library if its sources changed (also usable without a GPU, to build ahead).
 
     PADDLE_EXT_GPU_LIB names a library built elsewhere instead (say, an older commit's, for a before/after
-    benchmark on the same GPU in one run).
+    benchmark on the same GPU in one run). Emulated, PADDLE_EXT_GPU_EMULATE_FAMILIES (comma-separated family
+    names) builds only those families' kernels and shims, for a run of their test files alone.
     """
     if os.environ.get("PADDLE_EXT_GPU_LIB"):
         return pathlib.Path(os.environ["PADDLE_EXT_GPU_LIB"])
     if emulated():
         from emulation import emulate
-        return emulate.build(ROOT / "build" / "gpu_emulated")
+        families = [f for f in os.environ.get("PADDLE_EXT_GPU_EMULATE_FAMILIES", "").split(",") if f]
+        return emulate.build(ROOT / "build" / "gpu_emulated", emulate.family_units(families) if families else None)
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not os.path.exists(nvcc):
         pytest.skip("nvcc not found")

@@ -60,6 +60,31 @@ def test_cub_temp_storage_reused_without_a_barrier_is_a_race():
     assert "shared-memory race on temp+" in fault
 
 
+def test_a_flag_stored_by_several_warps_is_no_race():
+    code, x, out, _ = launch("shared_flag", 256, 0)
+    assert code == 0 and len({t // 32 for t in np.flatnonzero(x < 0)}) > 1
+    np.testing.assert_array_equal(out, np.ones(256, np.int32))
+
+
+def test_warps_storing_different_values_race():
+    code, _, _, fault = launch("shared_flag", 256, 1)
+    assert code == LAUNCH_FAILURE
+    assert "shared-memory race on flag+" in fault and "wrote another value" in fault
+    # both stores named, each with the barrier its thread had passed when it stored
+    assert fault.count("past the barrier at") == 2 and fault.count("planted.cu:82") == 2
+
+
+def test_a_launch_after_a_fault_waits_for_the_synchronize_and_does_not_run():
+    x = np.random.default_rng(0).integers(-50, 50, size=256).astype(np.int32)
+    out = np.zeros(512, dtype=np.int32)
+    lib = planted()
+    code = lib.pe_planted_after_fault(x.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p), 1)
+    assert code == LAUNCH_FAILURE and not out[:256].any()
+    code = lib.pe_planted_after_fault(x.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p), 0)
+    assert code == 0
+    np.testing.assert_array_equal(out[:256], np.cumsum(x))
+
+
 def test_warp_sum_with_a_full_mask():
     code, x, out, _ = launch("warp_sum", 64, 0)
     assert code == 0

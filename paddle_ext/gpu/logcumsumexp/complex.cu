@@ -33,10 +33,10 @@ __device__ inline complex_acc shuffle_up(complex_acc v, int delta) {
 // multiple of 2 pi in the imaginary part) on scan_complex_line's branch: lane l's imaginary part is its pivot's
 // (its term's, or lane l - 1's output, the carry's for lane 0) plus v's wrapped around it. The turns of 2 pi that
 // separate the two, absolute where the term is the pivot and relative to lane l - 1's otherwise, are summed by a
-// segmented scan (exact: integers), which gives every lane its predecessor's branch in five shuffles.
+// segmented scan (exact: integers), which gives every lane its predecessor's branch in five shuffles. Every lane
+// takes part in the shuffles (a NaN lane counts no turns and stays NaN + NaN i).
 __device__ inline complex_acc on_scan_branch(complex_acc v, complex_acc term, complex_acc carry, int lane) {
   constexpr double kTwoPi = 6.283185307179586477;
-  if (has_nan(v)) return v;
   complex_acc prev = shuffle_up(v, 1);
   if (lane == 0) prev = carry;
   const bool term_pivot = complex_scan_term_is_pivot(prev.real, term.real);

@@ -113,6 +113,20 @@ def sources() -> list[pathlib.Path]:
     return sorted((ROOT / "paddle_ext" / "gpu").rglob("*.cu")) + sorted((ROOT / "unittests" / "gpu").glob("*.cu"))
 
 
+def family_units(families: list[str]) -> list[pathlib.Path]:
+    """The units the GPU tests of `families` (op family names, e.g. "logcumsumexp") need: each family's kernels
+    (paddle_ext/gpu/<family>.cu or the folder's .cu files), its shim, and the common shim."""
+    gpu, shims = ROOT / "paddle_ext" / "gpu", ROOT / "unittests" / "gpu"
+    units = [shims / "shim_common.cu"]
+    for family in families:
+        kernels = sorted((gpu / family).glob("*.cu")) if (gpu / family).is_dir() else [gpu / f"{family}.cu"]
+        units += [*kernels, shims / f"shim_{family}.cu"]
+    missing = [str(u) for u in units if not u.exists()]
+    if missing:
+        raise ValueError(f"no such units for families {families}: {missing}")
+    return units
+
+
 def _inputs(units: list[pathlib.Path]) -> list[pathlib.Path]:
     return [*units, *sorted((ROOT / "paddle_ext" / "gpu").rglob("*.cuh")), *sorted((ROOT / "unittests" / "gpu").glob("*.cuh")),
             *sorted((ROOT / "paddle_ext" / "include").rglob("*.h")), *sorted(HERE.rglob("*.cuh")),

@@ -73,6 +73,18 @@ __global__ void spin_kernel(const int* in, int* out, int bug) {
   }
 }
 
+// Threads that find a negative value set a block-wide flag, read after a barrier. Stores of one value by several
+// warps leave the same flag in any order (no race); the planted bug stores each warp's index, so the value read
+// depends on which warp stored last.
+__global__ void shared_flag_kernel(const int* in, int* out, int bug) {
+  __shared__ int flag;
+  if (threadIdx.x == 0) flag = 0;
+  __syncthreads();
+  if (in[threadIdx.x] < 0) flag = bug ? 1 + (int)threadIdx.x / 32 : 1;
+  __syncthreads();
+  out[threadIdx.x] = flag;
+}
+
 template <typename Kernel>
 int run(Kernel kernel, unsigned threads, const int* in, int* out, int bug) {
   kernel<<<1, threads>>>(in, out, bug);
@@ -93,4 +105,11 @@ int pe_planted_divergent_barrier(const int* in, int* out, int bug) {
 }
 int pe_planted_shared_table(const int* in, int* out, int bug) { return run(shared_table_kernel, bug ? 65 : 64, in, out, bug); }
 int pe_planted_spin(const int* in, int* out, int bug) { return run(spin_kernel, 64, in, out, bug); }
+int pe_planted_shared_flag(const int* in, int* out, int bug) { return run(shared_flag_kernel, kBlock, in, out, bug); }
+// A launch after a faulting one, before any synchronize: reported with the fault, and not run (with `bug`).
+int pe_planted_after_fault(const int* in, int* out, int bug) {
+  hillis_steele_scan_kernel<<<1, kBlock>>>(in, out + kBlock, bug);
+  hillis_steele_scan_kernel<<<1, kBlock>>>(in, out, 0);
+  return (int)cudaDeviceSynchronize();
+}
 }

@@ -140,15 +140,29 @@ void make_ready(Fiber& f) {
 
 // ---- the shared-memory race check. Kernels are compiled with -fsanitize=thread, whose instrumentation
 // calls __tsan_read*/__tsan_write* (below) before every access; for an address inside a registered __shared__
-// variable, the shadow of each byte keeps its last writer and its readers since the last barrier. A thread
-// that reads a byte another warp wrote, or writes a byte another warp read, with no __syncthreads in between
-// faults the launch. Volatile accesses and atomics are the sanctioned ways to share a word and go unchecked;
+// variable, the shadow of each byte keeps its writers and readers since the last barrier. A thread that reads a
+// byte another warp wrote, or writes a byte another warp read, with no __syncthreads in between faults the
+// launch. Warps that write one byte with no barrier in between must all store the same value (a flag set by
+// whichever threads find something is no race: every order leaves the same value); that is checked at the
+// byte's next access. Volatile accesses and atomics are the sanctioned ways to share a word and go unchecked;
 // so do accesses within one warp (its lanes run one after another here).
-uint32_t race_epoch = 1;  // block starts and barrier releases so far: "since the last barrier" is one epoch
+uint32_t race_epoch = 1;         // block starts and barrier releases so far: "since the last barrier" is one epoch
+uint32_t block_first_epoch = 1;  // race_epoch when the running block started
+// One access as the race report names it: the thread, where it was (the caller's address) and the barrier it
+// had passed last, all as they were when it accessed the byte.
+struct Access {
+  int32_t thread = -1;
+  int32_t barrier_line = 0;
+  const char* barrier_file = nullptr;
+  const void* pc = nullptr;
+};
 struct Shadow {
   uint32_t w_epoch = 0, r_epoch = 0;
-  int32_t writer = -1, reader = -1;
-  bool readers_in_warps = false;  // readers of this epoch in two or more warps
+  Access writer, reader;
+  Access other_reader;  // a reader of this epoch in another warp than reader's
+  Access other_writer;  // a writer of w_epoch in another warp than writer's, when writers_in_warps
+  bool writers_in_warps = false;
+  unsigned char agreed = 0;  // the value the writers of w_epoch must all leave, when writers_in_warps
 };
 struct SharedVar {
   char* p;
@@ -169,21 +183,26 @@ void register_shared(char* p, size_t n, const char* name, const char* file, int 
   shared_hi = std::max(shared_hi, (uintptr_t)p + n);
 }
 
-void race(const SharedVar& v, size_t offset, bool write, int other, void* pc) {
-  const Fiber& f = *S.running;
-  const Fiber& g = S.fibers[other];
+// "lib.so+0x1234" for addr2line.
+std::string code_address(const void* pc) {
   Dl_info info{};
-  dladdr(pc, &info);
-  fault_here(cudaErrorLaunchFailure,
-             format("shared-memory race on %s+%zu (%s:%d) at %s+0x%zx: thread %d (warp %d, past the barrier at %s:%d) %s it while "
-                    "thread %d (warp %d, past the barrier at %s:%d) %s it, with no __syncthreads in between",
-                    v.name, offset, v.file, v.line, info.dli_fname ? info.dli_fname : "?",
-                    (size_t)((char*)pc - (char*)info.dli_fbase), f.thread.linear, f.thread.warp, f.barrier_file, f.barrier_line,
-                    write ? "writes" : "reads", other, g.thread.warp, g.barrier_file, g.barrier_line,
-                    write ? "read" : "wrote"));
+  if (!pc || !dladdr(pc, &info) || !info.dli_fname) return "?";
+  return format("%s+0x%zx", info.dli_fname, (size_t)((const char*)pc - (const char*)info.dli_fbase));
 }
 
-void shared_access(const void* addr, size_t size, bool write, void* pc) {
+std::string describe(const Access& a, const char* verb) {
+  return format("thread %d (warp %d, past the barrier at %s:%d) %s it at %s", a.thread, a.thread / kWarpSize,
+                a.barrier_file ? a.barrier_file : "?", a.barrier_line, verb, code_address(a.pc).c_str());
+}
+
+void race(const SharedVar& v, size_t offset, const Access& first, const char* first_did, const Access& second,
+          const char* second_did) {
+  fault_here(cudaErrorLaunchFailure,
+             format("shared-memory race on %s+%zu (%s:%d): %s, while %s, with no __syncthreads in between", v.name, offset,
+                    v.file, v.line, describe(first, first_did).c_str(), describe(second, second_did).c_str()));
+}
+
+void shared_access(const void* addr, size_t size, bool write, const void* pc) {
   const uintptr_t a = (uintptr_t)addr;
   if (a >= shared_hi || a + size <= shared_lo || !S.running) return;
   auto it = std::upper_bound(shared_vars.begin(), shared_vars.end(), a,
@@ -191,21 +210,41 @@ void shared_access(const void* addr, size_t size, bool write, void* pc) {
   if (it == shared_vars.begin()) return;
   SharedVar& v = *--it;
   if (a >= (uintptr_t)v.p + v.n) return;
-  const int t = S.running->thread.linear, w = S.running->thread.warp;
+  const Fiber& f = *S.running;
+  const int w = f.thread.warp;
+  const Access mine{f.thread.linear, f.barrier_line, f.barrier_file, pc};
+  const auto warp_of = [](const Access& x) { return x.thread / kWarpSize; };
+  const char* did = write ? "writes" : "reads";
   const size_t first = a - (uintptr_t)v.p, last = std::min(v.n, first + size);
   for (size_t i = first; i < last; ++i) {
     Shadow& sh = v.shadow[i];
-    if (sh.w_epoch == race_epoch && sh.writer / kWarpSize != w) race(v, i, write, sh.writer, pc);
+    const bool written_now = sh.w_epoch == race_epoch;
+    if (sh.writers_in_warps && sh.w_epoch >= block_first_epoch) {  // the last write of several warps' agreed?
+      if ((unsigned char)v.p[i] != sh.agreed) race(v, i, sh.writer, "wrote", sh.other_writer, "wrote another value");
+      if (!written_now) sh.writers_in_warps = false;
+    }
+    const bool own_write = warp_of(sh.writer) == w || (sh.writers_in_warps && warp_of(sh.other_writer) == w);
+    if (!write && written_now && !own_write) race(v, i, mine, did, sh.writer, "wrote");
     if (write) {
-      if (sh.r_epoch == race_epoch && (sh.readers_in_warps || sh.reader / kWarpSize != w)) race(v, i, true, sh.reader, pc);
+      if (sh.r_epoch == race_epoch) {
+        if (warp_of(sh.reader) != w) race(v, i, mine, did, sh.reader, "read");
+        if (sh.other_reader.thread >= 0) race(v, i, mine, did, sh.other_reader, "read");
+      }
+      if (written_now && warp_of(sh.writer) != w) {
+        if (!sh.writers_in_warps) sh.agreed = (unsigned char)v.p[i];
+        sh.writers_in_warps = true;
+        sh.other_writer = sh.writer;
+      } else if (!written_now) {
+        sh.writers_in_warps = false;
+      }
       sh.w_epoch = race_epoch;
-      sh.writer = t;
+      sh.writer = mine;
     } else if (sh.r_epoch != race_epoch) {
       sh.r_epoch = race_epoch;
-      sh.reader = t;
-      sh.readers_in_warps = false;
-    } else if (sh.reader / kWarpSize != w) {
-      sh.readers_in_warps = true;
+      sh.reader = mine;
+      sh.other_reader = Access{};
+    } else if (warp_of(sh.reader) != w && sh.other_reader.thread < 0) {
+      sh.other_reader = mine;
     }
   }
 }
@@ -337,7 +376,7 @@ std::string describe_deadlock() {
 
 void run_block(size_t nthreads, dim3 block) {
   S.shared.clear();
-  ++race_epoch;
+  block_first_epoch = ++race_epoch;
   S.nthreads = nthreads;
   S.alive = (int)nthreads;
   S.at_barrier = S.barrier_count = 0;
@@ -475,6 +514,9 @@ cudaError_t launch(const char* name, dim3 grid, dim3 block, size_t, Thunk thunk,
     return cudaErrorInvalidConfiguration;
   }
   if (S.running) kernel_fault(cudaErrorIllegalInstruction, "a launch from device code");
+  // After a fault, later launches do not run until a synchronize has reported it (a GPU's context refuses them
+  // too): they would read what the abandoned launch left half written.
+  if (kernel_error != cudaSuccess) return kernel_error;
   allocate_fibers(nthreads);
   S.kernel = name;
   S.thunk = thunk;
