@@ -1,8 +1,9 @@
 """mutual_information CUDA launchers on a real GPU, against the CPU kernels (through paddle_ext) and
 the NumPy reference, on tile-edge sizes (skips without a GPU).
 
-Where Paddle is not installed (a bare GPU machine), the tile-edge cases compare against the float64 NumPy
-reference instead of the CPU kernels; that reference is a Python loop, so only lattices up to 65x65 run."""
+Where Paddle or an installed paddle_ext is missing (a bare GPU machine, a checkout without `make build`), the
+tile-edge cases compare against the float64 NumPy reference instead of the CPU kernels; that reference is a
+Python loop, so only lattices up to 65x65 run."""
 
 import ctypes
 
@@ -12,12 +13,12 @@ import pytest
 import refs
 from fuzz_cases import random_boxes
 
-try:
+try:  # by name: without an installed paddle_ext, `import paddle_ext` finds the source folder of the same name
     import paddle
 
-    import paddle_ext
+    from paddle_ext import mutual_information_recursion
 except ImportError:
-    paddle = paddle_ext = None
+    paddle = mutual_information_recursion = None
 from gpu_runtime import DTYPE_CODES, DeviceBuffer, check, library
 
 SIZES = [31, 32, 33, 63, 64, 65, 500]
@@ -64,7 +65,7 @@ def _cpu(px, py, boundary, dtype):
     if paddle is None:
         ans, _ = refs.mutual_information(px.astype(dtype), py.astype(dtype), boundary)
         return [ans, *refs.mutual_information_grad(px.astype(dtype), py.astype(dtype), boundary)]
-    ans, (gx, gy) = paddle_ext.mutual_information_recursion(
+    ans, (gx, gy) = mutual_information_recursion(
         paddle.to_tensor(px.astype(dtype)), paddle.to_tensor(py.astype(dtype)),
         None if boundary is None else paddle.to_tensor(boundary), return_grad=True)
     return [a.numpy().astype(np.float64) for a in (ans, gx, gy)]
