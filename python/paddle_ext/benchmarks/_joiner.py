@@ -72,22 +72,15 @@ def paddle_step(loss, variant, p):
         else:
             logits = _joiner(p["am"].unsqueeze(2) + p["lm"].unsqueeze(1), p["weight"], p["bias"])
             out = paddle_ext.rnnt_loss(logits, p["symbols"], TERM, p["boundary"], reduction="sum")
-    elif loss == "tdt":
-        blank = p["weight"].shape[1] - len(DURATIONS) - 1
+    elif loss in ("tdt", "multiblank"):  # (the blank last: after the durations, or after the big blanks)
+        units, fused, unfused = ((DURATIONS, paddle_ext.tdt_loss_fused_joiner, paddle_ext.tdt_loss) if loss == "tdt" else
+                                 (BIG_BLANKS, paddle_ext.multiblank_rnnt_loss_fused_joiner, paddle_ext.multiblank_rnnt_loss))
+        blank = p["weight"].shape[1] - (len(DURATIONS) + 1 if loss == "tdt" else 1)
         if variant == "paddle_ext":
-            out = paddle_ext.tdt_loss_fused_joiner(*joiner, p["symbols"], DURATIONS, blank, p["boundary"],
-                                                   reduction="sum")
+            out = fused(*joiner, p["symbols"], units, blank, p["boundary"], reduction="sum")
         else:
             logits = _joiner(p["am"].unsqueeze(2) + p["lm"].unsqueeze(1), p["weight"], p["bias"])
-            out = paddle_ext.tdt_loss(logits, p["symbols"], DURATIONS, blank, p["boundary"], reduction="sum")
-    elif loss == "multiblank":
-        blank = p["weight"].shape[1] - 1
-        if variant == "paddle_ext":
-            out = paddle_ext.multiblank_rnnt_loss_fused_joiner(*joiner, p["symbols"], BIG_BLANKS, blank, p["boundary"],
-                                                               reduction="sum")
-        else:
-            logits = _joiner(p["am"].unsqueeze(2) + p["lm"].unsqueeze(1), p["weight"], p["bias"])
-            out = paddle_ext.multiblank_rnnt_loss(logits, p["symbols"], BIG_BLANKS, blank, p["boundary"], reduction="sum")
+            out = unfused(logits, p["symbols"], units, blank, p["boundary"], reduction="sum")
     else:
         wrt += [p["am_simple"], p["lm_simple"]]
         simple, ranges = _ranges(p)
