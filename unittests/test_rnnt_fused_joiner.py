@@ -374,14 +374,22 @@ def test_blocks_of_frames_grads_of_some_inputs(composed_in_blocks, frozen, grad_
     """Only the inputs that want grads get them, through paddle.grad (which the blocks' recompute must not
     re-enter) or backward; the others stay without."""
     arrays, symbols, _ = joiner_problem(seed=13)
-    tensors = {k: t(a, False) for k, a in zip(("am", "lm", "weight", "bias"), arrays)}
-    refs = {k: t(a, False) for k, a in zip(("am", "lm", "weight", "bias"), arrays)}
+    check_grads_of_some_inputs(
+        arrays, frozen, grad_api, lambda *x: paddle_ext.rnnt_loss_fused_joiner(*x, t(symbols), 0, reduction="sum"),
+        lambda *x: paddle_ext.rnnt_loss(composed(*x, "tanh"), t(symbols), 0, reduction="sum"))
+
+
+def check_grads_of_some_inputs(arrays, frozen, grad_api, fused_loss, composed_loss):
+    """fused_loss(am, lm, weight, bias) with the inputs named in frozen ('lm_and_bias') stopped: its value and the
+    grads of the others (through paddle.grad or backward) are composed_loss's; the stopped ones get none."""
+    names = ("am", "lm", "weight", "bias")
+    tensors = {k: t(a, False) for k, a in zip(names, arrays)}
+    refs = {k: t(a, False) for k, a in zip(names, arrays)}
     for name in frozen.split("_and_"):
         tensors[name].stop_gradient = True
     wanted = [k for k, x in tensors.items() if not x.stop_gradient]
-    loss = paddle_ext.rnnt_loss_fused_joiner(*tensors.values(), t(symbols), 0, reduction="sum")
-    ref = paddle_ext.rnnt_loss(composed(*(refs[k] for k in ("am", "lm", "weight", "bias")), "tanh"), t(symbols), 0,
-                               reduction="sum")
+    loss = fused_loss(*tensors.values())
+    ref = composed_loss(*(refs[k] for k in names))
     want = paddle.grad(ref, [refs[k] for k in wanted])
     if grad_api == "paddle.grad":
         got = paddle.grad(loss, [tensors[k] for k in wanted])

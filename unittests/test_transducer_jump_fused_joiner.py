@@ -6,7 +6,7 @@ import paddle
 import pytest
 
 import paddle_ext
-from test_rnnt_fused_joiner import ACTIVATIONS, assert_same, composed, joiner_problem, t
+from test_rnnt_fused_joiner import ACTIVATIONS, assert_same, check_grads_of_some_inputs, composed, joiner_problem, t
 
 
 def both(kind, arrays, symbols, durations, termination, *, activation="tanh", bias=True, weight_grads=None, **kw):
@@ -117,3 +117,70 @@ def test_bad_input_errors_name_the_function(fn, over, exc, match):
     with pytest.raises(exc, match=match) as info:
         getattr(paddle_ext, fn)(*args, activation=kw.get("activation", "tanh"))
     assert fn in str(info.value)
+
+
+# ---- the joiner composed in blocks of items: the path of the tensors the fused CPU op does not take (CUDA),
+# forced here on CPU tensors with blocks of one item (BLOCK_BYTES 1) or two.
+
+@pytest.fixture(params=[1, 2])
+def composed_in_item_blocks(monkeypatch, request):
+    """-> (items a block, the batch sizes of the joiners composed): set_problem(T, S, J, X) sizes the blocks."""
+    from paddle_ext import transducer_jump_loss
+    from paddle_ext.rnnt_loss import fused_joiner
+    monkeypatch.setattr(transducer_jump_loss, "fused_fits", lambda am: False)
+    batches = []
+
+    def recording(am, *args, **kw):
+        batches.append(am.shape[0])
+        return fused_joiner.composed_joiner(am, *args, **kw)
+
+    monkeypatch.setattr(transducer_jump_loss, "composed_joiner", recording)
+
+    def set_problem(T, S, J, X):  # an item's logits, their grad and its activations, in float64
+        monkeypatch.setattr(fused_joiner, "BLOCK_BYTES", 1 if request.param == 1 else
+                            request.param * T * (S + 1) * (2 * X + J) * 8)
+    return request.param, batches, set_problem
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+@pytest.mark.parametrize("clamp", [-1.0, 0.05])
+def test_blocks_of_items_equal_the_composed_joiner(composed_in_item_blocks, kind, clamp):
+    items, batches, set_problem = composed_in_item_blocks
+    durations, X, blank = CASES[kind]
+    B, T, S, J = 5, 6, 4, 5
+    set_problem(T, S, J, X)
+    arrays, symbols, boundary = joiner_problem(B=B, T=T, S=S, J=J, C=X, seed=27, scale=3.0)
+    symbols %= X - (len(durations) if kind == "tdt" else 0)
+    fused, ref = both(kind, arrays, symbols, durations, blank, boundary=t(boundary), reduction="none", sigma=0.05,
+                      fastemit_lambda=0.3, clamp=clamp, weight_grads=[1.0, 0.25, 3.0, 0.0, 2.0])
+    assert_same(fused, ref)
+    blocks = [min(items, B - b0) for b0 in range(0, B, items)]
+    assert batches == blocks * 2  # the forward's blocks, then the backward's
+
+
+@pytest.mark.parametrize("frozen", ["weight", "am", "lm_and_bias"])
+@pytest.mark.parametrize("grad_api", ["paddle.grad", "backward"])
+def test_blocks_of_items_grads_of_some_inputs(composed_in_item_blocks, frozen, grad_api):
+    """Only the inputs that want grads get them, through paddle.grad or backward; the others stay without."""
+    composed_in_item_blocks[2](6, 4, 5, 9)
+    arrays, symbols, _ = joiner_problem(C=9, seed=28)
+    symbols %= 5
+    check_grads_of_some_inputs(
+        arrays, frozen, grad_api, lambda *x: paddle_ext.tdt_loss_fused_joiner(*x, t(symbols), [0, 1, 2, 4], 2),
+        lambda *x: paddle_ext.tdt_loss(composed(*x, "tanh"), t(symbols), [0, 1, 2, 4], 2))
+
+
+def test_blocks_of_items_without_grads_and_refusing_second_order(composed_in_item_blocks):
+    composed_in_item_blocks[2](6, 4, 5, 7)
+    arrays, symbols, _ = joiner_problem(seed=29)
+    am, lm, w, b = (t(a, False) for a in arrays)
+    with paddle.no_grad():
+        value = paddle_ext.multiblank_rnnt_loss_fused_joiner(am, lm, w, b, t(symbols), [2, 3], 6, reduction="none")
+    ref = paddle_ext.multiblank_rnnt_loss(composed(am, lm, w, b, "tanh"), t(symbols), [2, 3], 6, reduction="none")
+    np.testing.assert_allclose(value.numpy(), ref.numpy(), rtol=1e-12)
+    assert value.stop_gradient
+    loss = paddle_ext.multiblank_rnnt_loss_fused_joiner(am, lm, w, b, t(symbols), [2, 3], 6)
+    # (Paddle hands an error raised in a PyLayer's backward on as an OSError that quotes it)
+    with pytest.raises((NotImplementedError, OSError),
+                       match="multiblank_rnnt_loss_fused_joiner: higher-order grads are not"):
+        paddle.grad(loss, [am], create_graph=True)

@@ -20,7 +20,7 @@ from ._checks import choice, index64, is_real, run_kernel_checked
 from ._checks import known_dim as _known
 from .rnnt_loss.common import REDUCTIONS, _check_clamp, _check_common, _check_float, _symbols64, real_bits
 from .rnnt_loss.fused_joiner import (ACTIVATIONS, check_joiner, check_weight_units, composed_joiner, fused_fits,
-                                     zero_bias)
+                                     joiner_blocks, run_in_blocks, zero_bias)
 
 MAX_DURATIONS = 16  # the kernels' fixed arc table
 _INF = float("inf")
@@ -62,10 +62,15 @@ def _check_reals(op, reduction, sigma, fastemit_lambda, clamp):
 
 def _jump_loss(op, logits, symbols, termination_symbol, boundary, reduction, reals, durations, multiblank):
     """The fused op for checked arguments (reals: sigma, fastemit_lambda, the clamp's bound), then the reduction."""
-    loss = _library.call_op("pe_transducer_jump_loss", (logits,), logits, _symbols64(symbols), boundary,
+    return _reduce(_item_losses(logits, symbols, boundary, termination_symbol, reals, durations, multiblank),
+                   reduction)
+
+
+def _item_losses(logits, symbols, boundary, termination_symbol, reals, durations, multiblank):
+    """The loss of each item [B]."""
+    return _library.call_op("pe_transducer_jump_loss", (logits,), logits, _symbols64(symbols), boundary,
                             int(termination_symbol), bool(multiblank), [real_bits(v) for v in reals],
                             list(durations))[0]
-    return _reduce(loss, reduction)
 
 
 def _reduce(loss, reduction):
@@ -79,12 +84,37 @@ def _jump_joiner_loss(op, joiner, symbols, termination_symbol, boundary, reducti
     op where it runs (ops/transducer_jump_loss.yaml), else the loss of the composed joiner."""
     am, lm, weight, bias, activation = joiner
     if not fused_fits(am):
-        return _jump_loss(op, composed_joiner(am, lm, weight, bias, activation), symbols, termination_symbol, boundary,
-                          reduction, reals, durations, multiblank)
+        return _reduce(_blocked_item_losses(op, joiner, symbols, termination_symbol, boundary, reals, durations,
+                                            multiblank), reduction)
     loss = _library.call_op("pe_transducer_jump_joiner_loss", (am, lm, weight, bias), am, lm, weight, bias,
                             _symbols64(symbols), boundary, int(termination_symbol), bool(multiblank),
                             ACTIVATIONS.index(activation), [real_bits(v) for v in reals], list(durations))[0]
     return _reduce(loss, reduction)
+
+
+def _items_losses(activation, symbols, boundary, termination_symbol, reals, durations, multiblank, am, lm, weight,
+                  bias, b0, b1):
+    """(loss [b1-b0],) of items [b0, b1) (am, lm: theirs) from their composed logits only."""
+    logits = composed_joiner(am, lm, weight, bias, activation)
+    return (_item_losses(logits, symbols[b0:b1], None if boundary is None else boundary[b0:b1], termination_symbol,
+                         reals, durations, multiblank),)
+
+
+def _blocked_item_losses(op, joiner, symbols, termination_symbol, boundary, reals, durations, multiblank):
+    """The loss of each item [B] of the composed joiner (where the fused op does not run: CUDA): in dygraph in
+    blocks of items, each block's logits formed, reduced to its items' losses and recomputed in the backward, so
+    no more than a block's (or one item's) ``[T, S+1, C + D]`` logits exist at once; whole in a static program."""
+    am, lm, weight, bias, activation = joiner
+    run = functools.partial(_items_losses, activation, symbols, boundary, termination_symbol, reals, durations,
+                            multiblank)
+    if not paddle.in_dynamic_mode() or 0 in am.shape[:2]:
+        return _item_losses(composed_joiner(am, lm, weight, bias, activation), symbols, boundary, termination_symbol,
+                            reals, durations, multiblank)
+    B, T, J = am.shape
+    # a block's logits, their grad (the op forms it with the loss) and its activations
+    per_item = T * lm.shape[1] * (2 * weight.shape[1] + J) * (8 if am.dtype == paddle.float64 else 4)
+    spec = {"op": op, "axis": 0, "sliced": 2, "out_axes": (0,), "blocks": joiner_blocks(B, per_item), "run": run}
+    return run_in_blocks([am, lm, weight, bias], spec)[0]
 
 
 @_library.unified

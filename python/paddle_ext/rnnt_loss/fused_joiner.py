@@ -6,7 +6,8 @@ and lm done by the caller). On CPU the fused op (ops/rnnt_joint_logprobs.yaml, `
 reduces each block of lattice rows to px / py in scratch and recomputes the blocks in its grad, so neither
 the ``[B, T, S+1, C]`` logits nor the ``[B, T, S+1, J]`` activations exist at any time. Elsewhere (CUDA tensors)
 the joiner is composed of Paddle's ops in blocks of frames, each reduced to its px / py by the joint op and
-recomputed in the backward (_BlockedJoiner); a static program of a CUDA build composes it whole.
+recomputed in the backward (_BlockedJoiner, which the TDT / multi-blank losses run in blocks of items); a static
+program of a CUDA build composes it whole.
 """
 
 from __future__ import annotations
@@ -166,89 +167,105 @@ def _fused_or_composed(am, lm, weight, bias, symbols, ranges, termination_symbol
     return blocked_joiner_logprobs(am, lm, weight, bias, symbols, ranges, termination_symbol, activation, clamp_bits)
 
 
-# The composed joiner's blocks of frames: a block's logits [B, frames, R, C] and activations stay within this.
+# The composed joiner's blocks: a block's logits, their grad and its activations stay within this (or take one
+# frame / one item where that alone is more).
 BLOCK_BYTES = 256 << 20
 
 
-def _frame_blocks(am, lm, weight, ranges):
-    """[(t0, t1)] covering am's T frames in blocks of ~BLOCK_BYTES of logits and activations."""
-    B, T, J = am.shape
-    R = lm.shape[1] if ranges is None else ranges.shape[2]
-    per_frame = max(1, B * R * (weight.shape[1] + J) * (8 if am.dtype == paddle.float64 else 4))
-    frames = max(1, BLOCK_BYTES // per_frame)
-    return [(t0, min(T, t0 + frames)) for t0 in range(0, T, frames)]
+def joiner_blocks(n, per_unit_bytes):
+    """[(i0, i1)] covering n units (frames or items) of per_unit_bytes each in blocks of ~BLOCK_BYTES."""
+    units = max(1, BLOCK_BYTES // max(1, per_unit_bytes))
+    return [(i0, min(n, i0 + units)) for i0 in range(0, n, units)]
 
 
-def _block_logprobs(am_block, lm, weight, bias, spec, t0, t1):
-    """(px [B, S, t1-t0], py [B, S+1, t1-t0], scale [B]) of frames [t0, t1) (am_block: am's) from their composed
-    logits only."""
-    ranges = None if spec["ranges"] is None else spec["ranges"][:, t0:t1]
-    logits = composed_joiner(am_block, lm, weight, bias, spec["activation"], ranges)
-    return _joint_logprobs(logits, spec["symbols"], ranges, spec["termination_symbol"], spec["clamp_bits"])
+def _block_slices(joiner, spec, i0, i1):
+    """am, lm, weight, bias with the sliced ones (the first spec['sliced']) cut to units [i0, i1) of spec['axis']."""
+    return [paddle.slice(x, [spec["axis"]], [i0], [i1]) if k < spec["sliced"] else x for k, x in enumerate(joiner)]
 
 
-def _blocked_forward(am, lm, weight, bias, spec):
+def _blocked_forward(joiner, spec):
     with paddle.no_grad():
-        pieces = [_block_logprobs(am[:, t0:t1], lm, weight, bias, spec, t0, t1) for t0, t1 in spec["blocks"]]
-    return (paddle.concat([p[0] for p in pieces], axis=2), paddle.concat([p[1] for p in pieces], axis=2),
-            pieces[0][2])
+        pieces = [spec["run"](*_block_slices(joiner, spec, i0, i1), i0, i1) for i0, i1 in spec["blocks"]]
+    return tuple(pieces[0][k] if axis is None else paddle.concat([p[k] for p in pieces], axis=axis)
+                 for k, axis in enumerate(spec["out_axes"]))
 
 
 class _BlockedJoiner(PyLayer):
-    """Dygraph autograd of the composed joiner's (px, py, scale) in blocks of frames, for the tensors the fused CPU
-    op does not take (CUDA): each block's logits are formed, reduced to its frames' px / py by the joint op and
-    dropped; the backward recomputes each block and takes its grads (Paddle's matmul, the joint op's grad), so no
-    [B, T, S+1, C] logits exist at once. The differentiable tensors come as one list input (see
-    put_along_axis._apply: Paddle prunes the slots of a multi-slot PyLayer), one that wants a grad first."""
+    """Dygraph autograd of a function of the composed joiner, run in blocks, for the tensors the fused CPU ops do
+    not take (CUDA). spec['run'](am, lm, weight, bias, i0, i1) gives the outputs of units [i0, i1) (frames of am:
+    axis 1, sliced 1; items of am and lm: axis 0, sliced 2) from that block's logits, which are then dropped;
+    output k is the concat of the blocks' along spec['out_axes'][k] (None: the first block's, the same in each).
+    The backward recomputes each block and takes its grads, so no more than a block's logits exist at once. The
+    differentiable tensors come as one list input (see put_along_axis._apply: Paddle prunes the slots of a
+    multi-slot PyLayer), one that wants a grad first."""
 
     @staticmethod
     def forward(ctx, tensors, spec):
         ctx.spec, ctx.wanted = spec, [not t.stop_gradient for t in tensors]
         joiner = [tensors[spec["order"].index(i)] for i in range(4)]  # am, lm, weight, bias
         ctx.save_for_backward(*joiner)
-        return _blocked_forward(*joiner, spec)
+        return _blocked_forward(joiner, spec)
 
     @staticmethod
-    def backward(ctx, px_grad, py_grad, scale_grad):
-        if paddle.is_grad_enabled():
-            raise NotImplementedError("rnnt_loss_fused_joiner: higher-order grads are not supported (the composed "
-                                      "joiner's blocks are recomputed in the backward); compose the joiner and "
-                                      "call rnnt_loss for them")
+    def backward(ctx, *out_grads):
         spec, order = ctx.spec, ctx.spec["order"]
+        if paddle.is_grad_enabled():
+            raise NotImplementedError(f"{spec['op']}: higher-order grads are not supported (the composed joiner's "
+                                      "blocks are recomputed in the backward); compose the joiner and call the loss "
+                                      "on its logits for them")
         wanted = [ctx.wanted[order.index(i)] for i in range(4)]
         leaves = [x.detach() for x in ctx.saved_tensor()]
         for leaf, want in zip(leaves, wanted):
             leaf.stop_gradient = not want
-        am_pieces = []
-        for t0, t1 in spec["blocks"]:
-            am_block = leaves[0][:, t0:t1].detach()
-            am_block.stop_gradient = not wanted[0]
+        sliced, axis = spec["sliced"], spec["axis"]
+        pieces = [[] for _ in range(sliced)]
+        for i0, i1 in spec["blocks"]:
+            block = _block_slices(leaves, spec, i0, i1)
+            for k in range(sliced):
+                block[k] = block[k].detach()
+                block[k].stop_gradient = not wanted[k]
             with paddle.enable_grad():
-                outs = _block_logprobs(am_block, *leaves[1:], spec, t0, t1)
-            upstream = (None if px_grad is None else px_grad[:, :, t0:t1],
-                        None if py_grad is None else py_grad[:, :, t0:t1], scale_grad)
+                outs = spec["run"](*block, i0, i1)
+            upstream = [g if g is None or a is None else paddle.slice(g, [a], [i0], [i1])
+                        for g, a in zip(out_grads, spec["out_axes"])]
             pairs = [(o, g) for o, g in zip(outs, upstream) if g is not None and not o.stop_gradient]
             if pairs:  # (paddle.grad here would re-enter a running paddle.grad: backward fills the leaves' .grad)
                 paddle.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
-            if wanted[0]:
-                am_pieces.append(am_block.grad if am_block.grad is not None else paddle.zeros_like(am_block))
-        grads = [paddle.concat(am_pieces, axis=1) if am_pieces else None]
+            for k in range(sliced):
+                if wanted[k]:
+                    pieces[k].append(block[k].grad if block[k].grad is not None else paddle.zeros_like(block[k]))
+        grads = [paddle.concat(pieces[k], axis=axis) if wanted[k] else None for k in range(sliced)]
         grads += [(x.grad if x.grad is not None else paddle.zeros_like(x)) if want else None
-                  for x, want in zip(leaves[1:], wanted[1:])]
+                  for x, want in zip(leaves[sliced:], wanted[sliced:])]
         return [grads[i] if ctx.wanted[k] else None for k, i in enumerate(order)]
 
 
+def run_in_blocks(joiner, spec):
+    """spec['run']'s outputs over all blocks (see _BlockedJoiner): recorded for the grads where one is wanted."""
+    if not paddle.is_grad_enabled() or all(t.stop_gradient for t in joiner):
+        return _blocked_forward(joiner, spec)
+    spec["order"] = sorted(range(4), key=lambda i: joiner[i].stop_gradient)  # one that wants a grad first
+    return _BlockedJoiner.apply([joiner[i] for i in spec["order"]], spec)
+
+
+def _frames_logprobs(symbols, ranges, termination_symbol, activation, clamp_bits, am_block, lm, weight, bias, t0, t1):
+    """(px [B, S, t1-t0], py [B, S+1, t1-t0], scale [B]) of frames [t0, t1) (am_block: am's) from their composed
+    logits only."""
+    ranges = None if ranges is None else ranges[:, t0:t1]
+    logits = composed_joiner(am_block, lm, weight, bias, activation, ranges)
+    return _joint_logprobs(logits, symbols, ranges, termination_symbol, clamp_bits)
+
+
 def blocked_joiner_logprobs(am, lm, weight, bias, symbols, ranges, termination_symbol, activation, clamp_bits=NO_CLAMP):
-    """(px [B, S, T], py [B, S+1, T], scale) of the composed joiner: in dygraph in blocks of frames (_BlockedJoiner),
-    whole in a static program."""
-    spec = {"symbols": symbols, "ranges": ranges, "termination_symbol": termination_symbol, "activation": activation,
-            "clamp_bits": clamp_bits}
+    """(px [B, S, T], py [B, S+1, T], scale) of the composed joiner: in dygraph in blocks of frames, whole in a
+    static program."""
     if not paddle.in_dynamic_mode() or 0 in am.shape[:2]:
         logits = composed_joiner(am, lm, weight, bias, activation, ranges)
         return _joint_logprobs(logits, symbols, ranges, termination_symbol, clamp_bits)
-    spec["blocks"] = _frame_blocks(am, lm, weight, ranges)
-    tensors = [am, lm, weight, bias]
-    if not paddle.is_grad_enabled() or all(t.stop_gradient for t in tensors):
-        return _blocked_forward(am, lm, weight, bias, spec)
-    spec["order"] = sorted(range(4), key=lambda i: tensors[i].stop_gradient)  # one that wants a grad first
-    return _BlockedJoiner.apply([tensors[i] for i in spec["order"]], spec)
+    B, T, J = am.shape
+    R = lm.shape[1] if ranges is None else ranges.shape[2]
+    per_frame = B * R * (weight.shape[1] + J) * (8 if am.dtype == paddle.float64 else 4)
+    spec = {"op": "rnnt_loss_fused_joiner", "axis": 1, "sliced": 1, "out_axes": (2, 2, None),
+            "blocks": joiner_blocks(T, per_frame),
+            "run": functools.partial(_frames_logprobs, symbols, ranges, termination_symbol, activation, clamp_bits)}
+    return run_in_blocks([am, lm, weight, bias], spec)
