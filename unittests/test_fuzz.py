@@ -648,12 +648,20 @@ def test_transducer_jump_losses(case):
 FUSED_JOINER = _params(fc.fused_joiner_cases())
 
 
+@pytest.mark.parametrize("path", ["fused", "blocks"])
 @pytest.mark.parametrize("case", FUSED_JOINER)
-def test_fused_joiner_losses(case):
+def test_fused_joiner_losses(case, path, monkeypatch):
     """rnnt_loss_fused_joiner (full and pruned), tdt_loss_fused_joiner, multiblank_rnnt_loss_fused_joiner
     (float64) against the same loss on the composed joiner act(am + lm) @ weight + bias: the loss and the grads
     of am, lm, weight and bias at 1e-9, NaN where the composition gives NaN; the grad clamp on two thirds of them
-    (each loss's own clamp on the composed joiner)."""
+    (each loss's own clamp on the composed joiner). path 'blocks': the joiner composed in blocks of one frame
+    (the path of CUDA tensors), forced on these CPU tensors."""
+    if path == "blocks":
+        from paddle_ext import transducer_jump_loss
+        from paddle_ext.rnnt_loss import fused_joiner
+        for module in (fused_joiner, transducer_jump_loss):
+            monkeypatch.setattr(module, "fused_fits", lambda am: False)
+        monkeypatch.setattr(fused_joiner, "BLOCK_BYTES", 1)
     c = case
     results = []
     clamp = {"relu": 0.1, "identity": 0.02}.get(c["activation"], -1.0)

@@ -87,6 +87,11 @@ def test_tdt_many_blocks_and_wide_inputs():
 
 
 def test_tdt_float32_within_gemm_rounding():
+    check_tdt_float32_within_rounding()
+
+
+def check_tdt_float32_within_rounding():
+    """float32 against float64: the loss to 2e-5, the grads to 1e-3 (1e-4 of the largest)."""
     arrays, symbols, _ = joiner_problem(B=2, T=12, S=5, J=48, C=205, seed=24)
     symbols %= 200
     ref = both("tdt", arrays, symbols, [0, 1, 2, 3, 4], 0, reduction="none")[0]
@@ -119,50 +124,71 @@ def test_bad_input_errors_name_the_function(fn, over, exc, match):
     assert fn in str(info.value)
 
 
-# ---- the joiner composed in blocks of items: the path of the tensors the fused CPU op does not take (CUDA),
-# forced here on CPU tensors with blocks of one item (BLOCK_BYTES 1) or two.
+# ---- the joiner composed in blocks of frames: the path of the tensors the fused CPU op does not take (CUDA),
+# forced here on CPU tensors with blocks of one frame (BLOCK_BYTES 1) or two: each block's arc weights, then
+# the loss on them.
 
 @pytest.fixture(params=[1, 2])
-def composed_in_item_blocks(monkeypatch, request):
-    """-> (items a block, the batch sizes of the joiners composed): set_problem(T, S, J, X) sizes the blocks."""
+def composed_in_blocks(monkeypatch, request):
+    """-> (frames a block, the frames of the joiners composed): set_problem(B, S, J, X) sizes the blocks."""
     from paddle_ext import transducer_jump_loss
     from paddle_ext.rnnt_loss import fused_joiner
     monkeypatch.setattr(transducer_jump_loss, "fused_fits", lambda am: False)
-    batches = []
+    frames = []
 
     def recording(am, *args, **kw):
-        batches.append(am.shape[0])
+        frames.append(am.shape[1])
         return fused_joiner.composed_joiner(am, *args, **kw)
 
     monkeypatch.setattr(transducer_jump_loss, "composed_joiner", recording)
 
-    def set_problem(T, S, J, X):  # an item's logits, their grad and its activations, in float64
+    def set_problem(B, S, J, X):  # a frame's logits, their grad and its activations, in float64
         monkeypatch.setattr(fused_joiner, "BLOCK_BYTES", 1 if request.param == 1 else
-                            request.param * T * (S + 1) * (2 * X + J) * 8)
-    return request.param, batches, set_problem
+                            request.param * B * (S + 1) * (2 * X + J) * 8)
+    return request.param, frames, set_problem
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))
 @pytest.mark.parametrize("clamp", [-1.0, 0.05])
-def test_blocks_of_items_equal_the_composed_joiner(composed_in_item_blocks, kind, clamp):
-    items, batches, set_problem = composed_in_item_blocks
+def test_blocks_of_frames_equal_the_composed_joiner(composed_in_blocks, kind, clamp):
+    per_block, frames, set_problem = composed_in_blocks
     durations, X, blank = CASES[kind]
-    B, T, S, J = 5, 6, 4, 5
-    set_problem(T, S, J, X)
+    B, T, S, J = 5, 7, 4, 5
+    set_problem(B, S, J, X)
     arrays, symbols, boundary = joiner_problem(B=B, T=T, S=S, J=J, C=X, seed=27, scale=3.0)
     symbols %= X - (len(durations) if kind == "tdt" else 0)
     fused, ref = both(kind, arrays, symbols, durations, blank, boundary=t(boundary), reduction="none", sigma=0.05,
                       fastemit_lambda=0.3, clamp=clamp, weight_grads=[1.0, 0.25, 3.0, 0.0, 2.0])
     assert_same(fused, ref)
-    blocks = [min(items, B - b0) for b0 in range(0, B, items)]
-    assert batches == blocks * 2  # the forward's blocks, then the backward's
+    blocks = [min(per_block, T - t0) for t0 in range(0, T, per_block)]
+    assert frames == blocks * 2  # the forward's blocks, then the backward's
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_blocks_of_frames_reductions_clamp_and_no_path(composed_in_blocks, kind, reduction):
+    """An item whose box has no path (inf loss, zero grads) next to others; the clamp with the reduction's 1/B."""
+    composed_in_blocks[2](3, 4, 5, CASES[kind][1])
+    durations, X, blank = CASES[kind]
+    arrays, symbols, boundary = joiner_problem(C=X, T=6, seed=31, scale=3.0)
+    symbols %= X - (len(durations) if kind == "tdt" else 0)
+    boundary[1] = [0, 0, 4, 0]  # four symbols and no frame: no path (a symbol arc must land before t_end)
+    fused, ref = both(kind, arrays, symbols, durations, blank, boundary=t(boundary), reduction="none", clamp=0.05,
+                      weight_grads=[1.0, 1.0, 0.5])
+    assert_same(fused, ref)
+    assert np.isinf(ref[0][1]) and np.isfinite(ref[0][[0, 2]]).all()
+    finite = np.array([0, 2])
+    arrays_ok = [a[finite] if k < 2 else a for k, a in enumerate(arrays)]
+    fused, ref = both(kind, arrays_ok, symbols[finite], durations, blank, boundary=t(boundary[finite]),
+                      reduction=reduction, clamp=0.05)
+    assert_same(fused, ref)
 
 
 @pytest.mark.parametrize("frozen", ["weight", "am", "lm_and_bias"])
 @pytest.mark.parametrize("grad_api", ["paddle.grad", "backward"])
-def test_blocks_of_items_grads_of_some_inputs(composed_in_item_blocks, frozen, grad_api):
+def test_blocks_of_frames_grads_of_some_inputs(composed_in_blocks, frozen, grad_api):
     """Only the inputs that want grads get them, through paddle.grad or backward; the others stay without."""
-    composed_in_item_blocks[2](6, 4, 5, 9)
+    composed_in_blocks[2](3, 4, 5, 9)
     arrays, symbols, _ = joiner_problem(C=9, seed=28)
     symbols %= 5
     check_grads_of_some_inputs(
@@ -170,8 +196,8 @@ def test_blocks_of_items_grads_of_some_inputs(composed_in_item_blocks, frozen, g
         lambda *x: paddle_ext.tdt_loss(composed(*x, "tanh"), t(symbols), [0, 1, 2, 4], 2))
 
 
-def test_blocks_of_items_without_grads_and_refusing_second_order(composed_in_item_blocks):
-    composed_in_item_blocks[2](6, 4, 5, 7)
+def test_blocks_of_frames_without_grads_and_refusing_second_order(composed_in_blocks):
+    composed_in_blocks[2](3, 4, 5, 7)
     arrays, symbols, _ = joiner_problem(seed=29)
     am, lm, w, b = (t(a, False) for a in arrays)
     with paddle.no_grad():
@@ -184,3 +210,8 @@ def test_blocks_of_items_without_grads_and_refusing_second_order(composed_in_ite
     with pytest.raises((NotImplementedError, OSError),
                        match="multiblank_rnnt_loss_fused_joiner: higher-order grads are not"):
         paddle.grad(loss, [am], create_graph=True)
+
+
+def test_blocks_of_frames_float32_within_rounding(composed_in_blocks):
+    composed_in_blocks[2](2, 5, 48, 205)
+    check_tdt_float32_within_rounding()

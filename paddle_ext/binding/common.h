@@ -21,6 +21,7 @@
 #endif
 #include "paddle_ext/memory.h"
 #include "paddle_ext/common.h"
+#include "paddle_ext/grad_clamp.h"
 
 #ifdef PADDLE_EXT_WITH_CUDA
 #include <cuda_runtime.h>
@@ -200,6 +201,27 @@ inline paddle::Tensor grad_or_zeros(const paddle::Tensor& grad, const std::vecto
                                     const phi::Place& place) {
   if (grad.defined() && (grad.initialized() || grad.numel() == 0)) return dense(grad);
   return paddle::experimental::full(shape, 0, dtype, place);
+}
+
+// The grad clamp's plumbing (grad_clamp.h): an op's zero output `scale` [B], which the API adds to the loss
+// with the clamp on, so that its grad brings each item's upstream grad to the op's backward.
+inline paddle::Tensor zero_scale(int64_t B, paddle::DataType dtype, const paddle::Place& place) {
+  return B == 0 ? new_output({0}, dtype, place) : paddle::experimental::full({B}, 0, dtype, place);
+}
+
+// scale's grad where the clamp (bound `clamp`) is on (absent: zeros); undefined where it is off (the kernels do
+// not read it).
+inline paddle::Tensor clamp_scale_grad(double clamp, int64_t B, const paddle::Tensor& scale_grad,
+                                       paddle::DataType dtype, const paddle::Place& place, const char* op) {
+  if (!clamp_on(clamp)) return paddle::Tensor();
+  paddle::Tensor g = grad_or_zeros(scale_grad, {B}, dtype, place);
+  PE_CHECK(g.numel() == B, op, ": scale_grad must be [B] = [", B, "]");
+  return g;
+}
+
+template <typename T>
+const T* scale_ptr(const paddle::Tensor& scale_grad) {
+  return scale_grad.defined() ? ptr<T>(scale_grad) : nullptr;
 }
 
 // The last line of defence: the Python API has already validated the axis with a clear error.

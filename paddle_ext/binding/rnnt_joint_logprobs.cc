@@ -17,25 +17,6 @@ void set_clamp(JointShape* d, int64_t clamp_bits, const char* op) {
   PE_CHECK(d->clamp > 0, op, ": the clamp's bound must be > 0 (+inf: off), got ", d->clamp);
 }
 
-// The zero output `scale` [B], whose grad brings each item's upstream grad to the backward.
-paddle::Tensor zero_scale(const JointShape& d, paddle::DataType dtype, const paddle::Place& place) {
-  return d.B == 0 ? new_output({0}, dtype, place) : paddle::experimental::full({d.B}, 0, dtype, place);
-}
-
-// scale's grad where the clamp is on (absent: zeros); undefined where it is off (the kernels do not read it).
-paddle::Tensor clamp_scale_grad(const JointShape& d, const paddle::Tensor& scale_grad, paddle::DataType dtype,
-                                const paddle::Place& place, const char* op) {
-  if (!clamp_on(d.clamp)) return paddle::Tensor();
-  paddle::Tensor g = grad_or_zeros(scale_grad, {d.B}, dtype, place);
-  PE_CHECK(g.numel() == d.B, op, ": scale_grad must be [B] = [", d.B, "]");
-  return g;
-}
-
-template <typename T>
-const T* scale_ptr(const paddle::Tensor& scale_grad) {
-  return scale_grad.defined() ? ptr<T>(scale_grad) : nullptr;
-}
-
 // The shapes of the joint op's inputs; the values of symbols and ranges are checked on CPU only (a GPU
 // kernel skips a bad row instead of synchronising to check).
 JointShape joint_shape(const paddle::Tensor& logits, const paddle::Tensor& symbols,
@@ -118,7 +99,7 @@ std::vector<paddle::Tensor> RnntJointKernel(const paddle::Tensor& logits_in, con
   paddle::Tensor px = new_output({d.B, d.S, d.T}, logits.dtype(), logits.place());
   paddle::Tensor py = new_output({d.B, d.S + 1, d.T}, logits.dtype(), logits.place());
   paddle::Tensor lse = new_output({d.B, d.T, d.R, 2}, lse_dtype(logits.dtype()), logits.place());
-  paddle::Tensor scale = zero_scale(d, logits.dtype(), logits.place());
+  paddle::Tensor scale = zero_scale(d.B, logits.dtype(), logits.place());
   dispatch_floating(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -148,7 +129,7 @@ std::vector<paddle::Tensor> RnntJointGradKernel(const paddle::Tensor& logits_in,
   const paddle::Tensor px_grad = grad_or_zeros(px_grad_in, {d.B, d.S, d.T}, logits.dtype(), logits.place()),
                        py_grad = grad_or_zeros(py_grad_in, {d.B, d.S + 1, d.T}, logits.dtype(), logits.place());
   // (read only with the clamp on, where the API adds scale to the loss; unused, it counts as zeros)
-  const paddle::Tensor scale_grad = clamp_scale_grad(d, scale_grad_in, logits.dtype(), logits.place(), op);
+  const paddle::Tensor scale_grad = clamp_scale_grad(d.clamp, d.B, scale_grad_in, logits.dtype(), logits.place(), op);
   paddle::Tensor ranges = ranges_in ? dense(*ranges_in) : paddle::Tensor();
   check_values(symbols, ranges_in ? &ranges : nullptr, d, op);
   PE_CHECK(px_grad.shape() == std::vector<int64_t>({d.B, d.S, d.T}) &&
@@ -237,7 +218,7 @@ std::vector<paddle::Tensor> RnntJoinerKernel(const paddle::Tensor& am_in, const 
     cpu::rnnt_joiner_forward<T>(ptr<T>(am), ptr<T>(lm), ptr<T>(weight), ptr<T>(bias), symbols.data<int64_t>(),
                                 j.ranges, mutable_ptr<T>(px), mutable_ptr<T>(py), mutable_ptr<T>(lse), d, j);
   });
-  return {px, py, lse, zero_scale(d, am.dtype(), am.place())};
+  return {px, py, lse, zero_scale(d.B, am.dtype(), am.place())};
 }
 
 std::vector<paddle::Tensor> RnntJoinerGradKernel(const paddle::Tensor& am_in, const paddle::Tensor& lm_in,
@@ -260,7 +241,7 @@ std::vector<paddle::Tensor> RnntJoinerGradKernel(const paddle::Tensor& am_in, co
                py_grad.shape() == std::vector<int64_t>({d.B, d.S + 1, d.T}) &&
                lse.numel() == d.B * d.T * d.R * 2 && lse.dtype() == am.dtype(),
            op, ": px_grad, py_grad and lse must be [B, S, T], [B, S+1, T] and [B, T, R, 2]");
-  const paddle::Tensor scale_grad = clamp_scale_grad(d, scale_grad_in, am.dtype(), am.place(), op);
+  const paddle::Tensor scale_grad = clamp_scale_grad(d.clamp, d.B, scale_grad_in, am.dtype(), am.place(), op);
   std::vector<paddle::Tensor> g = joiner_grads(am, lm, weight, bias);
   dispatch_float_double(am.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;

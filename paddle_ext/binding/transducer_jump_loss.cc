@@ -62,7 +62,18 @@ JumpLattice jump_lattice(const paddle::Tensor& logits, const std::vector<int64_t
   return L;
 }
 
-// On CPU: symbols in [0, C), boundary rows inside [0, S] x [0, T]; a GPU kernel reads them as given.
+// On CPU: boundary rows inside [0, S] x [0, T]; a GPU kernel reads them as given.
+void check_boundary_values(const paddle::Tensor* boundary, const JumpLattice& L, const char* op) {
+  if (boundary == nullptr || !boundary->is_cpu()) return;
+  const int64_t* r = boundary->data<int64_t>();
+  for (int64_t b = 0; b < L.B; ++b, r += 4) {
+    if (!(0 <= r[0] && r[0] <= r[2] && r[2] <= L.S && 0 <= r[1] && r[1] <= r[3] && r[3] <= L.T))
+      PE_THROW(op, ": boundary row ", b, " = [", r[0], ", ", r[1], ", ", r[2], ", ", r[3],
+               "] breaks 0 <= s_begin <= s_end <= S, 0 <= t_begin <= t_end <= T (S = ", L.S, ", T = ", L.T, ")");
+  }
+}
+
+// On CPU: symbols in [0, C), and the boundary's rows; a GPU kernel reads them as given.
 void check_values(const paddle::Tensor& symbols, const paddle::Tensor* boundary, const JumpLattice& L,
                   const char* op) {
   if (symbols.is_cpu()) {
@@ -72,13 +83,7 @@ void check_values(const paddle::Tensor& symbols, const paddle::Tensor* boundary,
                                                     " is out of range [0, ", L.C, ")");
     }
   }
-  if (boundary == nullptr || !boundary->is_cpu()) return;
-  const int64_t* r = boundary->data<int64_t>();
-  for (int64_t b = 0; b < L.B; ++b, r += 4) {
-    if (!(0 <= r[0] && r[0] <= r[2] && r[2] <= L.S && 0 <= r[1] && r[1] <= r[3] && r[3] <= L.T))
-      PE_THROW(op, ": boundary row ", b, " = [", r[0], ", ", r[1], ", ", r[2], ", ", r[3],
-               "] breaks 0 <= s_begin <= s_end <= S, 0 <= t_begin <= t_end <= T (S = ", L.S, ", T = ", L.T, ")");
-  }
+  check_boundary_values(boundary, L, op);
 }
 
 const int64_t* boundary_data(const paddle::optional<paddle::Tensor>& boundary, paddle::Tensor* holder) {
@@ -273,6 +278,197 @@ std::vector<paddle::Tensor> JumpJoinerGradKernel(
                                  L, j);
   });
   return g;
+}
+
+// The loss in two steps (the joiner composed in blocks of frames). Step one: a block's logits -> the arc
+// weights of its nodes; `arcs` is the arc table's size the caller expects (the weights' last dim).
+namespace {
+
+JumpLattice arc_weights_lattice(const paddle::Tensor& logits, const paddle::Tensor& symbols, int arcs,
+                                int termination_symbol, bool multiblank, const std::vector<int64_t>& real_bits,
+                                const std::vector<int64_t>& durations, const char* op) {
+  const JumpLattice L = jump_lattice(logits, logits.shape(), symbols, paddle::none, termination_symbol, multiblank,
+                                     real_bits, durations, op);
+  PE_CHECK(arcs == L.arcs.count, op, ": arcs must be the arc table's size ", L.arcs.count, ", got ", arcs);
+  check_values(symbols, nullptr, L, op);
+  return L;
+}
+
+// Step two's lattice: weights [B, T, S+1, K] float64 of the arc table of `durations` (the token units do not
+// matter here); real_bits holds fastemit_lambda.
+JumpLattice weights_lattice(const paddle::Tensor& weights, const paddle::optional<paddle::Tensor>& boundary,
+                            bool multiblank, const std::vector<int64_t>& real_bits,
+                            const std::vector<int64_t>& durations, const char* op) {
+  const std::vector<int64_t>& s = weights.shape();
+  PE_CHECK(s.size() == 4 && weights.dtype() == paddle::DataType::FLOAT64, op,
+           ": weights must be float64 [B, T, S+1, K]");
+  PE_CHECK(real_bits.size() == 1, op, ": real_bits must hold fastemit_lambda");
+  const int n = static_cast<int>(durations.size());
+  PE_CHECK(n <= kMaxJumpDurations, op, ": at most ", kMaxJumpDurations, " durations, got ", n);
+  JumpLattice L{};
+  L.B = s[0], L.T = s[1], L.S = s[2] - 1, L.C = 1;
+  L.fastemit_lambda = real_from_bits(real_bits[0]);
+  L.clamp = -neg_inf<double>();
+  L.arcs = multiblank ? multiblank_arcs(durations.data(), n, n) : tdt_arcs(durations.data(), n, 0);
+  PE_CHECK(s[3] == L.arcs.count, op, ": weights must have K = ", L.arcs.count, " arcs a node, got ", s[3]);
+  if (boundary) {
+    PE_CHECK(boundary->dtype() == paddle::DataType::INT64 && boundary->shape() == std::vector<int64_t>({L.B, 4}), op,
+             ": boundary must be int64 [B, 4]");
+    check_same_place(weights, *boundary, op, "weights", "boundary");
+  }
+  return L;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> JumpArcWeightsInferShape(const std::vector<int64_t>& logits_shape,
+                                                           const std::vector<int64_t>&, int arcs) {
+  PE_CHECK(logits_shape.size() == 4, "transducer_jump_arc_weights: logits must be [B, T, S+1, units]");
+  const int64_t B = logits_shape[0], T = logits_shape[1], S1 = logits_shape[2];
+  return {{B, T, S1, arcs}, {B, T, S1, 4}, {B}};
+}
+
+std::vector<paddle::DataType> JumpArcWeightsInferDtype(const paddle::DataType& logits, const paddle::DataType&) {
+  return {paddle::DataType::FLOAT64, paddle::DataType::FLOAT64, logits};
+}
+
+std::vector<paddle::Tensor> JumpArcWeightsKernel(const paddle::Tensor& logits_in, const paddle::Tensor& symbols_in,
+                                                 int arcs, int termination_symbol, bool multiblank,
+                                                 const std::vector<int64_t>& real_bits,
+                                                 const std::vector<int64_t>& durations) {
+  const char* op = "transducer_jump_arc_weights";
+  const paddle::Tensor logits = dense(logits_in), symbols = dense(symbols_in);
+  const JumpLattice L =
+      arc_weights_lattice(logits, symbols, arcs, termination_symbol, multiblank, real_bits, durations, op);
+  const auto f64 = paddle::DataType::FLOAT64;
+  paddle::Tensor weights = new_output({L.B, L.T, L.S + 1, arcs}, f64, logits.place()),
+                 lse = new_output({L.B, L.T, L.S + 1, 4}, f64, logits.place());
+  dispatch_float_double(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (logits.is_cpu()) {
+      cpu::jump_arc_weights_forward<T>(ptr<T>(logits), symbols.data<int64_t>(), mutable_ptr<double>(lse),
+                                       mutable_ptr<double>(weights), L);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      gpu::jump_arc_weights_forward<T>(ptr<T>(logits), symbols.data<int64_t>(), mutable_ptr<double>(lse),
+                                       mutable_ptr<double>(weights), L, logits.stream());
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {weights, lse, zero_scale(L.B, logits.dtype(), logits.place())};
+}
+
+std::vector<paddle::Tensor> JumpArcWeightsGradKernel(const paddle::Tensor& logits_in, const paddle::Tensor& symbols_in,
+                                                     const paddle::Tensor& lse_in, const paddle::Tensor& weights_grad_in,
+                                                     const paddle::Tensor& scale_grad_in, int arcs,
+                                                     int termination_symbol, bool multiblank,
+                                                     const std::vector<int64_t>& real_bits,
+                                                     const std::vector<int64_t>& durations) {
+  const char* op = "transducer_jump_arc_weights_grad";
+  const paddle::Tensor logits = dense(logits_in), symbols = dense(symbols_in), lse = dense(lse_in);
+  const JumpLattice L =
+      arc_weights_lattice(logits, symbols, arcs, termination_symbol, multiblank, real_bits, durations, op);
+  const std::vector<int64_t> weights_shape{L.B, L.T, L.S + 1, arcs};
+  const paddle::Tensor weights_grad =
+      grad_or_zeros(weights_grad_in, weights_shape, paddle::DataType::FLOAT64, logits.place());
+  const paddle::Tensor scale_grad =
+      clamp_scale_grad(L.clamp, L.B, scale_grad_in, logits.dtype(), logits.place(), op);
+  PE_CHECK(weights_grad.shape() == weights_shape && weights_grad.dtype() == paddle::DataType::FLOAT64 &&
+               lse.shape() == std::vector<int64_t>({L.B, L.T, L.S + 1, 4}),
+           op, ": weights_grad and lse must be float64 [B, T, S+1, K] and [B, T, S+1, 4]");
+  paddle::Tensor logits_grad = new_output(logits.shape(), logits.dtype(), logits.place());
+  dispatch_float_double(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (logits.is_cpu()) {
+      cpu::jump_arc_weights_backward<T>(ptr<T>(logits), symbols.data<int64_t>(), ptr<double>(lse),
+                                        ptr<double>(weights_grad), scale_ptr<T>(scale_grad),
+                                        mutable_ptr<T>(logits_grad), L);
+    } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+      gpu::jump_arc_weights_backward<T>(ptr<T>(logits), symbols.data<int64_t>(), ptr<double>(lse),
+                                        ptr<double>(weights_grad), scale_ptr<T>(scale_grad),
+                                        mutable_ptr<T>(logits_grad), L, logits.stream());
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  });
+  return {logits_grad};
+}
+
+// Step two: the loss on all the nodes' arc weights.
+std::vector<std::vector<int64_t>> JumpWeightsLossInferShape(const std::vector<int64_t>& weights_shape,
+                                                            const paddle::optional<std::vector<int64_t>>&) {
+  PE_CHECK(weights_shape.size() == 4, "transducer_jump_weights_loss: weights must be [B, T, S+1, K]");
+  const int64_t B = weights_shape[0], T = weights_shape[1], S1 = weights_shape[2], T1 = T < 0 ? -1 : T + 1;
+  return {{B}, {B, T1, S1}, {B, T1, S1}};
+}
+
+std::vector<paddle::DataType> JumpWeightsLossInferDtype(const paddle::DataType&,
+                                                        const paddle::optional<paddle::DataType>&) {
+  return {paddle::DataType::FLOAT64, paddle::DataType::FLOAT64, paddle::DataType::FLOAT64};
+}
+
+std::vector<paddle::Tensor> JumpWeightsLossKernel(const paddle::Tensor& weights_in,
+                                                  const paddle::optional<paddle::Tensor>& boundary_in, bool multiblank,
+                                                  const std::vector<int64_t>& real_bits,
+                                                  const std::vector<int64_t>& durations) {
+  const char* op = "transducer_jump_weights_loss";
+  const paddle::Tensor weights = dense(weights_in);
+  const JumpLattice L = weights_lattice(weights, boundary_in, multiblank, real_bits, durations, op);
+  paddle::Tensor boundary;
+  const int64_t* bptr = boundary_data(boundary_in, &boundary);
+  check_boundary_values(boundary_in ? &boundary : nullptr, L, op);
+  const auto f64 = paddle::DataType::FLOAT64;
+  paddle::Tensor loss = new_output({L.B}, f64, weights.place()),
+                 alpha = new_output({L.B, L.T + 1, L.S + 1}, f64, weights.place()),
+                 beta = new_output({L.B, L.T + 1, L.S + 1}, f64, weights.place());
+  if (weights.is_cpu()) {
+    cpu::jump_weights_loss_forward(ptr<double>(weights), bptr, mutable_ptr<double>(alpha), mutable_ptr<double>(beta),
+                                   mutable_ptr<double>(loss), L);
+  } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+    gpu::jump_weights_loss_forward(ptr<double>(weights), bptr, mutable_ptr<double>(alpha), mutable_ptr<double>(beta),
+                                   mutable_ptr<double>(loss), L, weights.stream());
+#else
+    throw_no_cuda(op);
+#endif
+  }
+  return {loss, alpha, beta};
+}
+
+std::vector<paddle::Tensor> JumpWeightsLossGradKernel(const paddle::Tensor& weights_in,
+                                                      const paddle::optional<paddle::Tensor>& boundary_in,
+                                                      const paddle::Tensor& alpha_in, const paddle::Tensor& beta_in,
+                                                      const paddle::Tensor& loss_grad_in, bool multiblank,
+                                                      const std::vector<int64_t>& real_bits,
+                                                      const std::vector<int64_t>& durations) {
+  const char* op = "transducer_jump_weights_loss_grad";
+  const paddle::Tensor weights = dense(weights_in), alpha = dense(alpha_in), beta = dense(beta_in),
+                       loss_grad = dense(loss_grad_in);
+  const JumpLattice L = weights_lattice(weights, boundary_in, multiblank, real_bits, durations, op);
+  paddle::Tensor boundary;
+  const int64_t* bptr = boundary_data(boundary_in, &boundary);
+  check_boundary_values(boundary_in ? &boundary : nullptr, L, op);
+  const std::vector<int64_t> lattice_shape{L.B, L.T + 1, L.S + 1};
+  PE_CHECK(alpha.shape() == lattice_shape && beta.shape() == lattice_shape && loss_grad.numel() == L.B &&
+               loss_grad.dtype() == paddle::DataType::FLOAT64,
+           op, ": alpha, beta and loss_grad must be float64 [B, T+1, S+1] (twice) and [B]");
+  paddle::Tensor weights_grad = new_output(weights.shape(), weights.dtype(), weights.place());
+  if (weights.is_cpu()) {
+    cpu::jump_weights_loss_backward(ptr<double>(weights), bptr, ptr<double>(alpha), ptr<double>(beta),
+                                    ptr<double>(loss_grad), mutable_ptr<double>(weights_grad), L);
+  } else {
+#ifdef PADDLE_EXT_WITH_CUDA
+    gpu::jump_weights_loss_backward(ptr<double>(weights), bptr, ptr<double>(alpha), ptr<double>(beta),
+                                    ptr<double>(loss_grad), mutable_ptr<double>(weights_grad), L, weights.stream());
+#else
+    throw_no_cuda(op);
+#endif
+  }
+  return {weights_grad};
 }
 
 }  // namespace paddle_ext

@@ -2,6 +2,8 @@
 // once for its two heads' lse (cpu_rows.h, SIMD; rows split across the cores) and its node's K arc weights,
 // then runs alpha and beta per item on those weights alone (transducer_jump_loss.h; items across the cores). The backward reads each row once more and
 // writes its grad: softmax times the node's occupancy, minus the occupancy of the few units its arcs emit.
+// The two-step form runs the same pieces apart: rows -> arc weights (HeadsForward), the recursions on the
+// weights, the weights' grad (each arc's occupancy), and each row's grad from its arcs' (row_grad).
 #include "paddle_ext/transducer_jump_loss.h"
 
 #include <algorithm>
@@ -106,6 +108,18 @@ PE_VINLINE void head_grad(const T* x, T* dx, index_t k, double max, double log_s
   }
 }
 
+// A row's grad from its arcs' occupancies gamma (summing to n_out) and its item's loss grad g: softmax times
+// n_out in each head (with the clamp on, clamped and times g), then the units the arcs emit.
+template <typename Lane, typename T>
+PE_VINLINE void row_grad(const JumpLattice& L, const T* x, T* dx, const double* h, int64_t symbol,
+                         const double* gamma, double n_out, double g) {
+  const HeadClamp tokens{L.clamp, g}, durations{kInf, g};
+  const bool clamped = clamp_on(L.clamp);
+  head_grad<Lane>(x, dx, L.C, h[0], h[1], n_out, clamped ? &tokens : nullptr);
+  if (L.D > 0) head_grad<Lane>(x + L.C, dx + L.C, L.D, h[2], h[3], n_out, clamped ? &durations : nullptr);
+  if (n_out != 0.0) jump_emitted_grads(L, x, dx, h, symbol, gamma, n_out, g);
+}
+
 template <typename T>
 struct JumpBackward {
   const T* logits;
@@ -146,13 +160,62 @@ struct JumpBackward {
       } else {
         for (int k = 0; k < a.count; ++k) gamma[k] = 0.0;
       }
-      const double* h = lse + 4 * r;
-      const HeadClamp tokens{L.clamp, g}, durations{kInf, g};
-      const bool clamped = clamp_on(L.clamp);
-      head_grad<Lane>(x, dx, L.C, h[0], h[1], n_out, clamped ? &tokens : nullptr);
-      if (L.D > 0) head_grad<Lane>(x + L.C, dx + L.C, L.D, h[2], h[3], n_out, clamped ? &durations : nullptr);
-      if (n_out == 0.0) continue;
-      jump_emitted_grads(L, x, dx, h, jump_symbol(symbols, L, b, s), gamma, n_out, g);
+      row_grad<Lane>(L, x, dx, lse + 4 * r, jump_symbol(symbols, L, b, s), gamma, n_out, g);
+    }
+  }
+};
+
+// The arc-weights step's grad: each row's from its arcs' occupancies as weights_grad holds them (with the clamp
+// on, without the loss grad, which scale_grad brings).
+template <typename T>
+struct ArcWeightsBackward {
+  const T* logits;
+  const int64_t* symbols;
+  const double* lse;
+  const double* weights_grad;
+  const T* scale_grad;
+  T* logits_grad;
+  JumpLattice L;
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    const int K = L.arcs.count;
+    double gamma[kMaxJumpArcs];
+    for (index_t r = r0; r < r1; ++r) {
+      const index_t s = r % (L.S + 1), b = r / ((L.S + 1) * L.T);
+      const double g = clamp_on(L.clamp) ? static_cast<double>(load(scale_grad[b])) : 1.0;
+      double n_out = 0.0;
+      for (int k = 0; k < K; ++k) n_out += gamma[k] = g == 0.0 ? 0.0 : weights_grad[r * K + k];
+      row_grad<Lanes<W, T>>(L, logits + r * L.X(), logits_grad + r * L.X(), lse + 4 * r,
+                            jump_symbol(symbols, L, b, s), gamma, n_out, g);
+    }
+  }
+};
+
+// The loss-on-weights step's grad: each node's arc occupancies times the loss grad (and FastEmit's factor).
+struct WeightsLossBackward {
+  const double* weights;
+  const int64_t* boundary;
+  const double* alpha;
+  const double* beta;
+  const double* loss_grad;
+  double* weights_grad;
+  JumpLattice L;
+  template <int W>
+  PE_VINLINE void run(index_t r0, index_t r1) const {
+    const int K = L.arcs.count;
+    double e[kPaddedArcs];
+    for (int k = 0; k < kPaddedArcs; ++k) e[k] = -kInf;
+    for (index_t r = r0; r < r1; ++r) {
+      const index_t s = r % (L.S + 1), t = (r / (L.S + 1)) % L.T, b = r / ((L.S + 1) * L.T);
+      const double g = loss_grad[b];
+      double* out = weights_grad + r * K;
+      if (g != 0.0 && jump_weight_occupancy_exponents(L, weights + r * K, alpha, beta, b, t, s,
+                                                      jump_box(boundary, b, L), e)) {
+        exp_terms<W>(e, K);
+        for (int k = 0; k < K; ++k) out[k] = e[k] * jump_arc_scale(L, k, g);
+      } else {
+        for (int k = 0; k < K; ++k) out[k] = 0.0;
+      }
     }
   }
 };
@@ -234,6 +297,40 @@ void transducer_jump_backward(const T* logits, const int64_t* symbols, const int
   });
 }
 
+template <typename T>
+void jump_arc_weights_forward(const T* logits, const int64_t* symbols, double* lse, double* weights,
+                              const JumpLattice& L) {
+  const index_t nodes = L.B * L.T * (L.S + 1);
+  if (nodes == 0 || L.X() == 0) return;
+  parallel_for(0, nodes, node_grain(L), [&](index_t r0, index_t r1) {
+    simd::dispatch(HeadsForward<T>{logits, symbols, lse, weights, L, 0}, r0, r1);
+  });
+}
+
+template <typename T>
+void jump_arc_weights_backward(const T* logits, const int64_t* symbols, const double* lse,
+                               const double* weights_grad, const T* scale_grad, T* logits_grad, const JumpLattice& L) {
+  const index_t nodes = L.B * L.T * (L.S + 1);
+  if (nodes == 0 || L.X() == 0) return;
+  parallel_for(0, nodes, node_grain(L), [&](index_t r0, index_t r1) {
+    simd::dispatch(ArcWeightsBackward<T>{logits, symbols, lse, weights_grad, scale_grad, logits_grad, L}, r0, r1);
+  });
+}
+
+void jump_weights_loss_forward(const double* weights, const int64_t* boundary, double* alpha, double* beta,
+                               double* loss, const JumpLattice& L) {
+  recursions(boundary, weights, alpha, beta, loss, L);
+}
+
+void jump_weights_loss_backward(const double* weights, const int64_t* boundary, const double* alpha,
+                                const double* beta, const double* loss_grad, double* weights_grad,
+                                const JumpLattice& L) {
+  const index_t nodes = L.B * L.T * (L.S + 1);
+  parallel_for(0, nodes, 256, [&](index_t r0, index_t r1) {
+    simd::dispatch(WeightsLossBackward{weights, boundary, alpha, beta, loss_grad, weights_grad, L}, r0, r1);
+  });
+}
+
 // The fused joiner: the same row kernels on each block of joiner_blocks.h (R = S+1 rows a frame).
 template <typename T>
 void jump_joiner_forward(const T* am, const T* lm, const T* weight, const T* bias, const int64_t* symbols,
@@ -270,6 +367,14 @@ void jump_joiner_backward(const T* am, const T* lm, const T* weight, const T* bi
                                            T*, const JumpLattice&);                                            \
   template void transducer_jump_backward<T>(const T*, const int64_t*, const int64_t*, const double*,           \
                                             const double*, const double*, const T*, T*, const JumpLattice&);
+PE_INSTANTIATE(float)
+PE_INSTANTIATE(double)
+#undef PE_INSTANTIATE
+
+#define PE_INSTANTIATE(T)                                                                                       \
+  template void jump_arc_weights_forward<T>(const T*, const int64_t*, double*, double*, const JumpLattice&);    \
+  template void jump_arc_weights_backward<T>(const T*, const int64_t*, const double*, const double*, const T*,  \
+                                             T*, const JumpLattice&);
 PE_INSTANTIATE(float)
 PE_INSTANTIATE(double)
 #undef PE_INSTANTIATE

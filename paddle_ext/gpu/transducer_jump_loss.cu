@@ -1,5 +1,5 @@
 // CUDA transducer_jump_loss: one warp per logits row reduces its token and duration heads to (max, log_sum)
-// and writes its node's arc weights to a scratch [B, T, S+1, K]; one block per item runs alpha and then beta over the anti-diagonals t + s (every arc raises t + s, so a
+// and writes its node's arc weights to a scratch [B, T, S+1, K] (or, in two steps, to an output); one block per item runs alpha and then beta over the anti-diagonals t + s (every arc raises t + s, so a
 // diagonal's nodes only read earlier ones: a __syncthreads between diagonals); the backward gives each row a
 // block that finds the node's arc occupancies once and writes the row's grad in one coalesced pass. The
 // lattice math is transducer_jump_loss.h's, shared with cpu/. Symbols and boundaries are read as given (the
@@ -79,24 +79,50 @@ __global__ void lattice_kernel(const double* weights, const int64_t* boundary, d
   if (threadIdx.x == 0) loss[b] = store<T>(static_cast<acc_t<T>>(-beta[L.lattice(b, box.t0, box.s0)]));
 }
 
+// A row's arc occupancies (into gamma; returns their sum) and its item's loss grad (into g), on thread 0.
 template <typename T>
-__global__ void backward_kernel(const T* logits, const int64_t* symbols, const int64_t* boundary, const double* lse,
-                                const double* alpha, const double* beta, const T* loss_grad, T* logits_grad,
-                                JumpLattice L) {
+struct LatticeOccupancy {  // the one-step loss: from alpha and beta
+  const int64_t* symbols;
+  const int64_t* boundary;
+  const double* lse;
+  const double* alpha;
+  const double* beta;
+  const T* loss_grad;
+  __device__ double operator()(const JumpLattice& L, const T* logits, index_t r, double* g, double* gamma) const {
+    const index_t s = r % (L.S + 1), t = (r / (L.S + 1)) % L.T, b = r / ((L.S + 1) * L.T);
+    *g = static_cast<double>(load(loss_grad[b]));
+    return jump_occupancy(L, logits, symbols, lse, alpha, beta, b, t, s, jump_box(boundary, b, L), jump_fold(L, *g),
+                          gamma);
+  }
+};
+
+template <typename T>
+struct WeightsGradOccupancy {  // the arc-weights step: as weights_grad holds them (clamp on: scale_grad's g)
+  const double* weights_grad;
+  const T* scale_grad;
+  __device__ double operator()(const JumpLattice& L, const T*, index_t r, double* g, double* gamma) const {
+    const index_t b = r / ((L.S + 1) * L.T);
+    *g = clamp_on(L.clamp) ? static_cast<double>(load(scale_grad[b])) : 1.0;
+    double total = 0.0;
+    for (int k = 0; k < L.arcs.count; ++k) total += gamma[k] = *g == 0.0 ? 0.0 : weights_grad[r * L.arcs.count + k];
+    return total;
+  }
+};
+
+template <typename T, typename Occupancy>
+__global__ void backward_kernel(const T* logits, const int64_t* symbols, const double* lse, T* logits_grad,
+                                JumpLattice L, Occupancy occupancy_of) {
   __shared__ double gamma[kMaxJumpArcs];
-  __shared__ double n_out;
+  __shared__ double n_out, g_row;
   const index_t rows = L.B * L.T * (L.S + 1);
   for (index_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const index_t s = r % (L.S + 1), t = (r / (L.S + 1)) % L.T, b = r / ((L.S + 1) * L.T);
-    const JumpBox box = jump_box(boundary, b, L);
-    const double g = static_cast<double>(load(loss_grad[b]));
-    if (threadIdx.x == 0)
-      n_out = jump_occupancy(L, logits, symbols, lse, alpha, beta, b, t, s, box, jump_fold(L, g), gamma);
+    const index_t s = r % (L.S + 1), b = r / ((L.S + 1) * L.T);
+    if (threadIdx.x == 0) n_out = occupancy_of(L, logits, r, &g_row, gamma);
     __syncthreads();
     const T* x = logits + r * L.X();
     T* dx = logits_grad + r * L.X();
     const double* h = lse + 4 * r;
-    const double occupancy = n_out;
+    const double occupancy = n_out, g = g_row;
     for (index_t c = threadIdx.x; c < L.X(); c += blockDim.x) {
       const bool token = c < L.C;
       const double v = occupancy == 0.0 ? 0.0
@@ -112,19 +138,30 @@ __global__ void backward_kernel(const T* logits, const int64_t* symbols, const i
   }
 }
 
+// The loss-on-weights step's grad: one thread a node, its arcs' occupancies times the loss grad.
+__global__ void weights_loss_backward_kernel(const double* weights, const int64_t* boundary, const double* alpha,
+                                             const double* beta, const double* loss_grad, double* weights_grad,
+                                             JumpLattice L) {
+  const index_t nodes = L.B * L.T * (L.S + 1);
+  const int K = L.arcs.count;
+  for (index_t r = (index_t)blockIdx.x * blockDim.x + threadIdx.x; r < nodes; r += (index_t)gridDim.x * blockDim.x) {
+    const index_t s = r % (L.S + 1), t = (r / (L.S + 1)) % L.T, b = r / ((L.S + 1) * L.T);
+    const double g = loss_grad[b];
+    double e[kMaxJumpArcs];
+    const bool any = g != 0.0 && jump_weight_occupancy_exponents(L, weights + r * K, alpha, beta, b, t, s,
+                                                                 jump_box(boundary, b, L), e);
+    for (int k = 0; k < K; ++k) weights_grad[r * K + k] = any ? jump_arc_scale(L, k, g) * exp(e[k]) : 0.0;
+  }
+}
+
 }  // namespace
 
 template <typename T>
 void transducer_jump_forward(const T* logits, const int64_t* symbols, const int64_t* boundary, double* lse,
                              double* alpha, double* beta, T* loss, const JumpLattice& L, cudaStream_t stream) {
   if (L.B == 0) return;
-  const index_t rows = L.B * L.T * (L.S + 1);
-  DeviceScratch<double> weights(rows * L.arcs.count, stream);  // [B, T, S+1, K]: the recursions' only reads
-  if (rows > 0 && L.X() > 0) {
-    heads_kernel<T><<<grid_size(rows, kRowsPerBlock), kRowsPerBlock * kWarp, 0, stream>>>(logits, symbols, lse,
-                                                                                         weights.ptr, L);
-    check_launch("transducer_jump_loss heads");
-  }
+  DeviceScratch<double> weights(L.B * L.T * (L.S + 1) * L.arcs.count, stream);  // the recursions' only reads
+  jump_arc_weights_forward(logits, symbols, lse, weights.ptr, L, stream);
   lattice_kernel<T><<<(unsigned)L.B, kLatticeThreads, 0, stream>>>(weights.ptr, boundary, alpha, beta, loss, L);
   check_launch("transducer_jump_loss lattice");
 }
@@ -135,9 +172,47 @@ void transducer_jump_backward(const T* logits, const int64_t* symbols, const int
                               const JumpLattice& L, cudaStream_t stream) {
   const index_t rows = L.B * L.T * (L.S + 1);
   if (rows == 0 || L.X() == 0) return;
-  backward_kernel<T><<<grid_size(rows, 1), kGradThreads, 0, stream>>>(logits, symbols, boundary, lse, alpha, beta,
-                                                                      loss_grad, logits_grad, L);
+  const LatticeOccupancy<T> occupancy{symbols, boundary, lse, alpha, beta, loss_grad};
+  backward_kernel<<<grid_size(rows, 1), kGradThreads, 0, stream>>>(logits, symbols, lse, logits_grad, L, occupancy);
   check_launch("transducer_jump_loss backward");
+}
+
+template <typename T>
+void jump_arc_weights_forward(const T* logits, const int64_t* symbols, double* lse, double* weights,
+                              const JumpLattice& L, cudaStream_t stream) {
+  const index_t rows = L.B * L.T * (L.S + 1);
+  if (rows == 0 || L.X() == 0) return;
+  heads_kernel<T><<<grid_size(rows, kRowsPerBlock), kRowsPerBlock * kWarp, 0, stream>>>(logits, symbols, lse,
+                                                                                       weights, L);
+  check_launch("transducer_jump_loss heads");
+}
+
+template <typename T>
+void jump_arc_weights_backward(const T* logits, const int64_t* symbols, const double* lse,
+                               const double* weights_grad, const T* scale_grad, T* logits_grad, const JumpLattice& L,
+                               cudaStream_t stream) {
+  const index_t rows = L.B * L.T * (L.S + 1);
+  if (rows == 0 || L.X() == 0) return;
+  const WeightsGradOccupancy<T> occupancy{weights_grad, scale_grad};
+  backward_kernel<<<grid_size(rows, 1), kGradThreads, 0, stream>>>(logits, symbols, lse, logits_grad, L, occupancy);
+  check_launch("transducer_jump_loss arc weights backward");
+}
+
+void jump_weights_loss_forward(const double* weights, const int64_t* boundary, double* alpha, double* beta,
+                               double* loss, const JumpLattice& L, cudaStream_t stream) {
+  if (L.B == 0) return;
+  lattice_kernel<double><<<(unsigned)L.B, kLatticeThreads, 0, stream>>>(weights, boundary, alpha, beta, loss, L);
+  check_launch("transducer_jump_loss weights lattice");
+}
+
+void jump_weights_loss_backward(const double* weights, const int64_t* boundary, const double* alpha,
+                                const double* beta, const double* loss_grad, double* weights_grad,
+                                const JumpLattice& L, cudaStream_t stream) {
+  const index_t nodes = L.B * L.T * (L.S + 1);
+  if (nodes == 0 || L.arcs.count == 0) return;
+  weights_loss_backward_kernel<<<grid_size(nodes, kLatticeThreads), kLatticeThreads, 0, stream>>>(
+      weights, boundary, alpha, beta, loss_grad, weights_grad, L);
+  check_launch("transducer_jump_loss weights backward");
 }
 
 #define PE_INSTANTIATE(T)                                                                                       \
@@ -145,7 +220,11 @@ void transducer_jump_backward(const T* logits, const int64_t* symbols, const int
                                            T*, const JumpLattice&, cudaStream_t);                              \
   template void transducer_jump_backward<T>(const T*, const int64_t*, const int64_t*, const double*,           \
                                             const double*, const double*, const T*, T*, const JumpLattice&,    \
-                                            cudaStream_t);
+                                            cudaStream_t);                                              \
+  template void jump_arc_weights_forward<T>(const T*, const int64_t*, double*, double*, const JumpLattice&,     \
+                                            cudaStream_t);                                                     \
+  template void jump_arc_weights_backward<T>(const T*, const int64_t*, const double*, const double*, const T*,  \
+                                             T*, const JumpLattice&, cudaStream_t);
 PE_FOR_FLOAT32_64(PE_INSTANTIATE)
 #undef PE_INSTANTIATE
 

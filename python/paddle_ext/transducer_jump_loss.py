@@ -18,7 +18,8 @@ from . import _amp, _library
 from ._checks import is_int as _is_int
 from ._checks import choice, index64, is_real, run_kernel_checked
 from ._checks import known_dim as _known
-from .rnnt_loss.common import REDUCTIONS, _check_clamp, _check_common, _check_float, _symbols64, real_bits
+from .rnnt_loss.common import (REDUCTIONS, _check_clamp, _check_common, _check_float, _symbols64, _with_item_scale,
+                               real_bits)
 from .rnnt_loss.fused_joiner import (ACTIVATIONS, check_joiner, check_weight_units, composed_joiner, fused_fits,
                                      joiner_blocks, run_in_blocks, zero_bias)
 
@@ -92,29 +93,44 @@ def _jump_joiner_loss(op, joiner, symbols, termination_symbol, boundary, reducti
     return _reduce(loss, reduction)
 
 
-def _items_losses(activation, symbols, boundary, termination_symbol, reals, durations, multiblank, am, lm, weight,
-                  bias, b0, b1):
-    """(loss [b1-b0],) of items [b0, b1) (am, lm: theirs) from their composed logits only."""
-    logits = composed_joiner(am, lm, weight, bias, activation)
-    return (_item_losses(logits, symbols[b0:b1], None if boundary is None else boundary[b0:b1], termination_symbol,
-                         reals, durations, multiblank),)
+def _arc_count(durations, multiblank):
+    """K, the arcs out of a node: TDT's blanks (durations >= 1) and symbols (every duration); multi-blank's blank,
+    big blanks and symbol."""
+    return len(durations) + (2 if multiblank else sum(d >= 1 for d in durations))
+
+
+def _frames_arc_weights(symbols, termination_symbol, multiblank, reals, durations, activation, am_block, lm, weight,
+                        bias, t0, t1):
+    """(weights [B, t1-t0, S+1, K] float64, scale [B]) of frames [t0, t1) (am_block: am's) from their composed
+    logits only."""
+    logits = composed_joiner(am_block, lm, weight, bias, activation)
+    weights, _, scale = _library.call_op("pe_transducer_jump_arc_weights", (logits,), logits, symbols,
+                                         _arc_count(durations, multiblank), int(termination_symbol), bool(multiblank),
+                                         [real_bits(v) for v in reals], list(durations))
+    return weights, scale
 
 
 def _blocked_item_losses(op, joiner, symbols, termination_symbol, boundary, reals, durations, multiblank):
     """The loss of each item [B] of the composed joiner (where the fused op does not run: CUDA): in dygraph in
-    blocks of items, each block's logits formed, reduced to its items' losses and recomputed in the backward, so
-    no more than a block's (or one item's) ``[T, S+1, C + D]`` logits exist at once; whole in a static program."""
+    blocks of frames, each block's logits formed, reduced to its nodes' arc weights and recomputed in the
+    backward (_BlockedJoiner), then the loss on all the weights, so no more than a block's logits exist at once;
+    whole in a static program."""
     am, lm, weight, bias, activation = joiner
-    run = functools.partial(_items_losses, activation, symbols, boundary, termination_symbol, reals, durations,
-                            multiblank)
     if not paddle.in_dynamic_mode() or 0 in am.shape[:2]:
         return _item_losses(composed_joiner(am, lm, weight, bias, activation), symbols, boundary, termination_symbol,
                             reals, durations, multiblank)
     B, T, J = am.shape
-    # a block's logits, their grad (the op forms it with the loss) and its activations
-    per_item = T * lm.shape[1] * (2 * weight.shape[1] + J) * (8 if am.dtype == paddle.float64 else 4)
-    spec = {"op": op, "axis": 0, "sliced": 2, "out_axes": (0,), "blocks": joiner_blocks(B, per_item), "run": run}
-    return run_in_blocks([am, lm, weight, bias], spec)[0]
+    # a block's logits, their grad and its activations
+    per_frame = B * lm.shape[1] * (2 * weight.shape[1] + J) * (8 if am.dtype == paddle.float64 else 4)
+    run = functools.partial(_frames_arc_weights, _symbols64(symbols), termination_symbol, multiblank, reals,
+                            durations, activation)
+    spec = {"op": op, "axis": 1, "sliced": 1, "out_axes": (1, None), "blocks": joiner_blocks(T, per_frame), "run": run}
+    weights, scale = run_in_blocks([am, lm, weight, bias], spec)
+    loss = _library.call_op("pe_transducer_jump_weights_loss", (weights,), weights, boundary, bool(multiblank),
+                            [real_bits(reals[1])], list(durations))[0].astype(am.dtype)
+    if reals[2] < _INF:  # the clamp: the arc weights' grad clamps each item's own grad, then scales it
+        loss = -_with_item_scale(-loss, scale)
+    return loss
 
 
 @_library.unified

@@ -167,13 +167,12 @@ PE_HOSTDEVICE inline void jump_beta_terms(const JumpLattice& L, const double* we
   }
 }
 
-// Exponents of node (t, s)'s arc occupancies: e[k] = alpha + w_k + beta(dest) - logZ (-inf for arcs that
-// leave the box or reach no end). False when the node has no occupancy at all (outside the box, logZ not
-// finite, unreachable): then its grad is zero. x is the node's logits row.
-template <typename T>
-PE_HOSTDEVICE inline bool jump_occupancy_exponents(const JumpLattice& L, const T* x, const int64_t* symbols,
-                                                   const double* lse, const double* alpha, const double* beta,
-                                                   index_t b, index_t t, index_t s, const JumpBox& box, double* e) {
+// Exponents of node (t, s)'s arc occupancies from its K arc weights w: e[k] = alpha + w[k] + beta(dest) - logZ
+// (-inf for arcs that leave the box or reach no end). False when the node has no occupancy at all (outside the
+// box, logZ not finite, unreachable): then its grad is zero.
+PE_HOSTDEVICE inline bool jump_weight_occupancy_exponents(const JumpLattice& L, const double* w, const double* alpha,
+                                                          const double* beta, index_t b, index_t t, index_t s,
+                                                          const JumpBox& box, double* e) {
   const double log_z = beta[L.lattice(b, box.t0, box.s0)];
   if (t < box.t0 || t >= box.t1 || s < box.s0 || s > box.s1 || !(log_z > neg_inf<double>()) ||
       log_z == -neg_inf<double>()) {
@@ -181,15 +180,23 @@ PE_HOSTDEVICE inline bool jump_occupancy_exponents(const JumpLattice& L, const T
   }
   const double from = alpha[L.lattice(b, t, s)];
   if (from == neg_inf<double>()) return false;
-  const index_t n = L.node(b, t, s);
-  const int64_t symbol = jump_symbol(symbols, L, b, s);
   for (int k = 0; k < L.arcs.count; ++k) {
     e[k] = neg_inf<double>();
     if (!jump_lands(L.arcs, k, t, s, box)) continue;
     const double to = beta[L.lattice(b, t + L.arcs.dt[k], s + L.arcs.ds[k])];
-    if (to != neg_inf<double>()) e[k] = from + jump_weight(L, k, x, lse + 4 * n, symbol) + to - log_z;
+    if (to != neg_inf<double>()) e[k] = from + w[k] + to - log_z;
   }
   return true;
+}
+
+// The same from the node's logits row x (its weights formed here).
+template <typename T>
+PE_HOSTDEVICE inline bool jump_occupancy_exponents(const JumpLattice& L, const T* x, const int64_t* symbols,
+                                                   const double* lse, const double* alpha, const double* beta,
+                                                   index_t b, index_t t, index_t s, const JumpBox& box, double* e) {
+  double w[kMaxJumpArcs];
+  jump_node_weights(L, x, lse + 4 * L.node(b, t, s), jump_symbol(symbols, L, b, s), w);
+  return jump_weight_occupancy_exponents(L, w, alpha, beta, b, t, s, box, e);
 }
 
 // An arc's occupancy factor besides exp(e): the item's loss grad g, times 1 + fastemit_lambda on symbol arcs.
@@ -289,6 +296,23 @@ void jump_joiner_backward(const T* am, const T* lm, const T* weight, const T* bi
                           const int64_t* boundary, const double* lse, const double* alpha, const double* beta,
                           const T* loss_grad, T* am_grad, T* lm_grad, T* weight_grad, T* bias_grad,
                           const JumpLattice& L, const JoinerShape& j);
+// The loss in two steps, for a joiner composed in blocks of frames (the block's logits never whole): each
+// block's logits [B, Tb, S+1, X] -> its nodes' arc weights [B, Tb, S+1, K] and lse [B, Tb, S+1, 4] (float64);
+// its grad from weights_grad (each arc's occupancy, as the loss on the weights gives it) and, with the clamp on,
+// each item's upstream grad scale_grad [B]. Then the loss, alpha and beta [B, T+1, S+1] on all the weights
+// (L.T the whole T; float64), whose grad is each arc's occupancy times the loss grad (x 1 + fastemit_lambda
+// on symbol arcs).
+template <typename T>
+void jump_arc_weights_forward(const T* logits, const int64_t* symbols, double* lse, double* weights,
+                              const JumpLattice& L);
+template <typename T>
+void jump_arc_weights_backward(const T* logits, const int64_t* symbols, const double* lse,
+                               const double* weights_grad, const T* scale_grad, T* logits_grad, const JumpLattice& L);
+void jump_weights_loss_forward(const double* weights, const int64_t* boundary, double* alpha, double* beta,
+                               double* loss, const JumpLattice& L);
+void jump_weights_loss_backward(const double* weights, const int64_t* boundary, const double* alpha,
+                                const double* beta, const double* loss_grad, double* weights_grad,
+                                const JumpLattice& L);
 }  // namespace cpu
 
 #if defined(PADDLE_EXT_WITH_CUDA) || defined(__CUDACC__)
@@ -300,6 +324,18 @@ template <typename T>
 void transducer_jump_backward(const T* logits, const int64_t* symbols, const int64_t* boundary, const double* lse,
                               const double* alpha, const double* beta, const T* loss_grad, T* logits_grad,
                               const JumpLattice& L, cudaStream_t stream);
+template <typename T>  // the two steps, as cpu::
+void jump_arc_weights_forward(const T* logits, const int64_t* symbols, double* lse, double* weights,
+                              const JumpLattice& L, cudaStream_t stream);
+template <typename T>
+void jump_arc_weights_backward(const T* logits, const int64_t* symbols, const double* lse,
+                               const double* weights_grad, const T* scale_grad, T* logits_grad, const JumpLattice& L,
+                               cudaStream_t stream);
+void jump_weights_loss_forward(const double* weights, const int64_t* boundary, double* alpha, double* beta,
+                               double* loss, const JumpLattice& L, cudaStream_t stream);
+void jump_weights_loss_backward(const double* weights, const int64_t* boundary, const double* alpha,
+                                const double* beta, const double* loss_grad, double* weights_grad,
+                                const JumpLattice& L, cudaStream_t stream);
 }  // namespace gpu
 #endif
 
