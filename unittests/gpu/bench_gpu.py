@@ -312,6 +312,50 @@ def bench_mutual_information(rows, quick):
         release_pending()
 
 
+def bench_transducer_jump_loss(rows, copy_gbps, quick):
+    """TDT and multi-blank, float32: the loss and its logits grad (forward + backward) in one step, and in the two
+    steps the fused-joiner forms run on CUDA (arc weights, then the loss on them; that shim also allocates its
+    scratch and copies the items' grads in), with the bandwidth of the logits read twice and their grad written
+    once, and the largest difference of the two steps' grad from the one step's."""
+    lib = library()
+    cases = [("tdt", 2, 20, 5, 50)] if quick else [
+        ("tdt", 8, 250, 50, 2000), ("multiblank", 8, 250, 50, 2000), ("tdt", 32, 100, 20, 500),
+        ("tdt", 4, 500, 100, 1000)]
+    for kind, B, T, S, C in cases:
+        lattice = np.array([0, 1, 2, 3, 4] if kind == "tdt" else [2, 4, 8], np.int64)
+        X = C + (len(lattice) if kind == "tdt" else 0)
+        rng = np.random.default_rng(0)
+        logits = rng.normal(0, 2, size=(B, T, S + 1, X)).astype(np.float32)
+        x = DeviceBuffer(logits)
+        sy = DeviceBuffer(rng.integers(0, C - 4, size=(B, S)).astype(np.int64))
+        upstream, item_grad = DeviceBuffer(np.ones(B, np.float32)), np.ones(B)
+        dx = DeviceBuffer.empty(logits.shape, np.float32)
+        lse = DeviceBuffer.empty((B, T, S + 1, 4), np.float64)
+        alpha, beta = DeviceBuffer.empty((B, T + 1, S + 1), np.float64), DeviceBuffer.empty((B, T + 1, S + 1), np.float64)
+        loss, loss64 = DeviceBuffer.empty((B,), np.float32), DeviceBuffer.empty((B,), np.float64)
+        shape = (I64(B), I64(T), I64(S), I64(X), ctypes.c_int(kind == "multiblank"),
+                 lattice.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), ctypes.c_int(len(lattice)), I64(C - 1),
+                 ctypes.c_double(0.0), ctypes.c_double(0.0), ctypes.c_double(np.inf))
+        one = lambda: lib.pe_transducer_jump_loss(DTYPE_CODES["float32"], _p(x), _p(sy), _p(None), _p(upstream),
+                                                  _p(lse), _p(alpha), _p(beta), _p(loss), _p(dx), *shape)
+        two = lambda: lib.pe_transducer_jump_loss_two_steps(
+            DTYPE_CODES["float32"], _p(x), _p(sy), _p(None), item_grad.ctypes.data_as(ctypes.POINTER(ctypes.c_double)),
+            _p(upstream), _p(loss64), _p(dx), *shape)
+        check(one())
+        check(lib.pe_synchronize())
+        grad_one = dx.get()
+        check(two())
+        check(lib.pe_synchronize())
+        ms_one, ms_two = time_ms(one, iters=3), time_ms(two, iters=3)
+        gb = 3 * logits.nbytes / 1e9
+        row = {"op": "transducer_jump_loss", "case": f"{kind} B={B} T={T} S={S} C={C} float32",
+               "one step ms": ms_one, "two steps ms": ms_two, "one step GB/s": gb / ms_one * 1e3,
+               "copy GB/s": copy_gbps, "max abs grad diff": float(np.max(np.abs(dx.get() - grad_one)))}
+        rows.append(row)
+        print(row, flush=True)
+        release_pending()
+
+
 def to_markdown(rows):
     out = []
     for op in dict.fromkeys(r["op"] for r in rows):
@@ -346,7 +390,7 @@ def main(argv=None):
     parser.add_argument("--json")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--op", action="append", help="logcumsumexp, put_along_axis, adaptive_log_softmax, "
-                                                      "mutual_information (default: all)")
+                                                      "mutual_information, transducer_jump_loss (default: all)")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE_JSON", "AFTER_JSON"),
                         help="print the before/after table of two runs' --json output and exit (no GPU needed)")
     args = parser.parse_args(argv)
@@ -359,7 +403,8 @@ def main(argv=None):
     lib.pe_timer_stop.restype = ctypes.c_float
     lib.pe_set_sync(0)
     torch = cuda_torch()
-    ops = args.op or ["logcumsumexp", "put_along_axis", "adaptive_log_softmax", "mutual_information"]
+    ops = args.op or ["logcumsumexp", "put_along_axis", "adaptive_log_softmax", "mutual_information",
+                      "transducer_jump_loss"]
     rows = []
     gbps = copy_bandwidth(rows)
     print(rows[-1], flush=True)
@@ -372,6 +417,8 @@ def main(argv=None):
             bench_mutual_information(rows, args.quick)
         if "put_along_axis" in ops:
             bench_put_along_axis(rows, torch, args.quick)
+        if "transducer_jump_loss" in ops:
+            bench_transducer_jump_loss(rows, gbps, args.quick)
     finally:
         lib.pe_set_sync(1)
         print(to_markdown(rows))
