@@ -141,6 +141,46 @@ def test_float32_within_gemm_rounding():
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4 * np.abs(b).max())
 
 
+@pytest.mark.parametrize("kind", ["full", "tdt"])
+def test_float32_grads_below_the_flush_only_are_dropped(kind):
+    """Wide logits make many lattice nodes unlikely: a few % of their logits grads lie below 2^16 x float32's
+    smallest normal, which the CPU backward gives its GEMMs as zeros (joiner_blocks.h). The grads stay float64's
+    to float32 rounding; a unit whose logits grads are ~1e-24 (bias -40, never emitted) keeps its weight grads
+    (~1e-22), one whose are mostly below the flush (bias -72) gets no more than float64's ~1e-33."""
+    durations = [0, 1, 2, 4]
+    C = 205 + (len(durations) if kind == "tdt" else 0)
+    arrays, symbols, boundary = joiner_problem(B=2, T=12, S=5, J=48, C=C, seed=24, scale=4.0)
+    symbols %= 200
+    arrays[3][198], arrays[3][199] = -40.0, -72.0  # (token units, not emitted)
+    if kind == "tdt":
+        fused_fn = lambda am, lm, w, b: paddle_ext.tdt_loss_fused_joiner(am, lm, w, b, t(symbols), durations, 0,
+                                                                          t(boundary), "sum")
+        loss_fn = lambda x: paddle_ext.tdt_loss(x, t(symbols), durations, 0, t(boundary), "sum")
+    else:
+        fused_fn = lambda am, lm, w, b: paddle_ext.rnnt_loss_fused_joiner(am, lm, w, b, t(symbols), 0, t(boundary),
+                                                                           reduction="sum")
+        loss_fn = lambda x: paddle_ext.rnnt_loss(x, t(symbols), 0, t(boundary), reduction="sum")
+    x = t(composed(*(t(a) for a in arrays), "tanh").numpy(), False)
+    (logits_grad,) = paddle.grad(loss_fn(x), [x])
+    g = np.abs(logits_grad.numpy())
+    flush = np.finfo(np.float32).tiny * 65536
+    assert ((g > 0) & (g < flush)).mean() > 0.01  # the flush has work to do
+    results = []
+    for dtype in ("float64", "float32"):
+        inputs = [t(a.astype(dtype), False) for a in arrays]
+        value = fused_fn(*inputs)
+        results.append([value.numpy()] + [v.numpy() for v in paddle.grad(value, inputs)])
+    ref, fused = results
+    np.testing.assert_allclose(fused[0], ref[0], rtol=2e-5)
+    for name, a, b in zip(("am", "lm", "weight", "bias"), fused[1:], ref[1:]):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5 * np.abs(b).max(), err_msg=name)
+    kept, dropped = ref[3][:, 198], ref[3][:, 199]
+    assert 1e-30 < np.abs(kept).max() < 1e-20 and 0 < np.abs(dropped).max() < 1e-30
+    np.testing.assert_allclose(fused[3][:, 198], kept, rtol=1e-3, atol=1e-3 * np.abs(kept).max())
+    assert np.abs(fused[3][:, 199]).max() <= np.abs(dropped).max()
+    np.testing.assert_allclose(fused[4][198:200], ref[4][198:200], rtol=1e-3)  # (bias grads: summed unflushed)
+
+
 def test_float16_inputs_compute_in_float32():
     arrays, symbols, _ = joiner_problem(seed=9)
     half = [t(a.astype("float16"), False) for a in arrays]
