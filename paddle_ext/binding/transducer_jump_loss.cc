@@ -287,8 +287,8 @@ namespace {
 JumpLattice arc_weights_lattice(const paddle::Tensor& logits, const paddle::Tensor& symbols, int arcs,
                                 int termination_symbol, bool multiblank, const std::vector<int64_t>& real_bits,
                                 const std::vector<int64_t>& durations, const char* op) {
-  const JumpLattice L = jump_lattice(logits, logits.shape(), symbols, paddle::none, termination_symbol, multiblank,
-                                     real_bits, durations, op);
+  const JumpLattice L = jump_lattice(logits, logits.shape(), symbols, paddle::optional<paddle::Tensor>(),
+                                     termination_symbol, multiblank, real_bits, durations, op);
   PE_CHECK(arcs == L.arcs.count, op, ": arcs must be the arc table's size ", L.arcs.count, ", got ", arcs);
   check_values(symbols, nullptr, L, op);
   return L;
